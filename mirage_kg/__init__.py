@@ -1,0 +1,43 @@
+"""MIRAGE-KG's knowledge-graph layer: stores, loaders, graph queries, linking, retrieval and validation.
+
+Importing it pulls in no LLM stack: torch, transformers and sentence-transformers load only when an embedding
+model is actually asked for."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from mirage_kg.errors import (EndpointError, InputError, MirageError, MissingExtraError, QueryError, StoreError,
+                              UnknownEntityError)
+from mirage_kg.model import Entity, Evidence, Path, Relation, Step
+from mirage_kg.namespaces import compress, expand
+from mirage_kg.store import OxigraphStore, SparqlStore, Store, demo_store, open_store
+
+__version__ = "0.1.0"
+
+# Public names that live in modules with heavier imports, resolved on first use.
+_LAZY = {
+    "KnowledgeGraph": "mirage_kg.graph",
+    "Linker": "mirage_kg.linking",
+    "Mention": "mirage_kg.linking",
+    "Candidate": "mirage_kg.linking",
+    "Retriever": "mirage_kg.retrieval",
+    "RetrievalResult": "mirage_kg.retrieval",
+    "validate": "mirage_kg.validation",
+    "compute_stats": "mirage_kg.stats",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mirage_kg' has no attribute {name!r}")
+
+
+__all__ = [
+    "Candidate", "EndpointError", "Entity", "Evidence", "InputError", "KnowledgeGraph", "Linker", "Mention",
+    "MirageError", "MissingExtraError", "OxigraphStore", "Path", "QueryError", "Relation", "RetrievalResult",
+    "Retriever", "SparqlStore", "Step", "Store", "StoreError", "UnknownEntityError", "compress", "compute_stats",
+    "demo_store", "expand", "open_store", "validate",
+]

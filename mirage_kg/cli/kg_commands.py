@@ -1,0 +1,161 @@
+"""``load``, ``stats``, ``export`` and ``version``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from mirage_kg.cli.main import store_options
+from mirage_kg.errors import InputError
+
+FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpoa", "nt", "nq", "ttl", "trig",
+                  "rdfxml", "jsonld"]
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--store", metavar="DIR", type=click.Path(file_okay=False),
+              help="On-disk store folder, created if absent [default: $MIRAGE_KG_STORE].")
+@click.option("--endpoint", metavar="URL", help="Load into a SPARQL 1.1 endpoint instead.")
+@click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), default="auto", show_default=True,
+              help="Source format; auto asks each loader whether it can read the path.")
+@click.option("--graph", metavar="NAME", help="Named graph for the load [default: one per source file].")
+@click.option("--namespace", metavar="IRI", help="Namespace for entity IRIs minted from names (triple files).")
+@click.option("--lang", default="en", show_default=True, help="Language tag for labels (triple files); "
+              "language filter (UMLS).")
+@click.option("--lenient", is_flag=True, help="Skip bad rows and report them instead of failing.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report of skipped rows as JSON.")
+@click.option("--sab", multiple=True, help="UMLS: keep only these source vocabularies (repeatable).")
+@click.option("--include-suppressed", is_flag=True, help="UMLS: keep suppressed rows.")
+@click.option("--relations", "relation_filter", multiple=True, help="UMLS: keep only these REL/RELA (repeatable).")
+@click.option("--stated", is_flag=True, help="SNOMED CT: use stated instead of inferred relationships.")
+@click.option("--keep-inactive", is_flag=True, help="SNOMED CT: keep inactive concepts, marked inactive.")
+def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, fmt: str, graph: str | None,
+         namespace: str | None, lang: str, lenient: bool, report_path: Path | None, sab: tuple[str, ...],
+         include_suppressed: bool, relation_filter: tuple[str, ...], stated: bool, keep_inactive: bool) -> None:
+    """Load PATHS (files or release folders) into a store, each into its own named graph, atomically."""
+    import os
+
+    from mirage_kg.loaders import LoadOptions, LoadReport, detect, get_loader
+    from mirage_kg.namespaces import GRAPH, expand, mint
+    from mirage_kg.store import RDF_FORMATS, open_store
+
+    if store is None and endpoint is None:
+        store = os.environ.get("MIRAGE_KG_STORE")
+        if store is None:
+            raise click.UsageError("give --store DIR (or set MIRAGE_KG_STORE) or --endpoint URL to load into")
+    options = LoadOptions(lang=lang, lenient=lenient)
+    if namespace:
+        options.namespace = expand(namespace) if ":" in namespace and not namespace.startswith("http") else namespace
+    if graph:
+        options.graph = expand(graph) if graph.startswith(("http", "urn:", "<")) or ":" in graph else mint(GRAPH, graph)
+    options.extra.update(sab=list(sab), include_suppressed=include_suppressed, relations=list(relation_filter),
+                         stated=stated, keep_inactive=keep_inactive)
+    if fmt in RDF_FORMATS:
+        options.extra["rdf_format"] = fmt
+        fmt = "rdf"
+    report = LoadReport()
+    target = open_store(store, endpoint, create=True)
+    try:
+        for path in paths:
+            if not path.exists():
+                raise InputError("no such file or folder", path)
+            loader = detect(path) if fmt == "auto" else get_loader(fmt)
+            for receipt in loader.load(target, path, options, report):
+                click.echo(f"loaded {path} ({loader.name}): +{receipt.added:,} triples into <{receipt.graph}>")
+    finally:
+        target.close()
+        if report.total or report_path:
+            _print_report(report)
+            if report_path:
+                report.write(report_path)
+
+
+def _print_report(report: "object") -> None:
+    data = report.to_json()  # type: ignore[attr-defined]
+    if not data["skipped"]:
+        return
+    click.echo(f"skipped {data['skipped']:,} rows:", err=True)
+    for reason in data["reasons"]:
+        first = reason["examples"][0] if reason["examples"] else {}
+        where = f" (first: {first.get('file')}:{first.get('line')} {first.get('detail', '')})" if first else ""
+        click.echo(f"  {reason['count']:>8,}  {reason['reason']}{where}", err=True)
+
+
+@click.command()
+@store_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def stats(store: str | None, endpoint: str | None, as_json: bool) -> None:
+    """Triples, facts, entities, relations with counts, label and type triples, and graphs."""
+    from mirage_kg.stats import compute_stats
+    from mirage_kg.store import open_store
+
+    with open_store(store, endpoint) as opened:
+        result = compute_stats(opened)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    summary = Table(title=f"store {opened.location}", show_header=False)
+    for key in ("triples", "facts", "entities", "labels", "types", "other"):
+        summary.add_row(key, f"{getattr(result, key):,}")
+    console.print(summary)
+    rels = Table(title="relations")
+    rels.add_column("relation")
+    rels.add_column("label")
+    rels.add_column("facts", justify="right")
+    for rel in result.relations:
+        rels.add_row(str(rel["id"]), str(rel["label"]), f"{rel['count']:,}")
+    console.print(rels)
+    graphs = Table(title="graphs")
+    graphs.add_column("graph")
+    graphs.add_column("triples", justify="right")
+    graphs.add_column("source")
+    for g in result.graphs:
+        graphs.add_row(str(g["name"]), f"{g['triples']:,}", str(g["source"] or ""))
+    console.print(graphs)
+
+
+@click.command()
+@store_options
+@click.option("--format", "fmt", type=click.Choice(["nt", "ttl", "nq"]), required=True, help="Output syntax.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="File [default: stdout].")
+def export(store: str | None, endpoint: str | None, fmt: str, output: Path | None) -> None:
+    """Write the store as N-Triples or Turtle (the union of graphs) or N-Quads (with graph names)."""
+    from mirage_kg.store import RDF_FORMATS, open_store
+
+    media = RDF_FORMATS[fmt][0]
+    with open_store(store, endpoint) as opened:
+        if output is None:
+            opened.export(sys.stdout.buffer, media)
+            sys.stdout.buffer.flush()
+            return
+        tmp = output.with_name(output.name + ".part")
+        with open(tmp, "wb") as handle:
+            opened.export(handle, media)
+        tmp.replace(output)  # never leave a half-written export under the real name
+    click.echo(f"wrote {output}", err=True)
+
+
+@click.command()
+def version() -> None:
+    """Versions of mirage-kg and its key dependencies (for bug reports)."""
+    from importlib import metadata
+
+    import platform
+
+    names = ["mirage-kg", "pyoxigraph", "rdflib", "click", "httpx", "rapidfuzz", "pyshacl", "owlready2",
+             "sentence-transformers", "transformers", "accelerate", "torch"]
+    click.echo(f"python {platform.python_version()}")
+    for name in names:
+        try:
+            click.echo(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            click.echo(f"{name} (not installed)")

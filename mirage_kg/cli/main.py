@@ -1,0 +1,79 @@
+"""The ``mirage-kg`` group. Commands load lazily so ``mirage-kg --help`` stays fast and ``mirage_kg`` never
+imports the reasoner until ``ask`` or ``eval`` runs. A ``MirageError`` becomes one clear line and exit 1."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from mirage_kg.errors import MirageError
+
+# command name -> "module:attribute"; a module that is not installed simply has no command.
+COMMANDS: dict[str, str] = {
+    "load": "mirage_kg.cli.kg_commands:load",
+    "stats": "mirage_kg.cli.kg_commands:stats",
+    "export": "mirage_kg.cli.kg_commands:export",
+    "query": "mirage_kg.cli.query_commands:query",
+    "link": "mirage_kg.cli.query_commands:link",
+    "validate": "mirage_kg.cli.validate_command:validate",
+    "build-default": "mirage_kg.cli.build_default_command:build_default",
+    "version": "mirage_kg.cli.kg_commands:version",
+    "ask": "mirage_reason.cli:ask",
+    "eval": "mirage_reason.evaluation.cli:eval_command",
+    "serve-llm": "mirage_reason.cli:serve_llm",
+}
+
+
+def _available(target: str) -> bool:
+    module = target.split(":")[0]
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+class MirageGroup(click.Group):
+    """Lazy commands, and MirageError -> ClickException (exit 1, one line, no traceback)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx)) | {n for n, t in COMMANDS.items() if _available(t)}
+        return sorted(n for n in names if self.get_command(ctx, n) is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        target = COMMANDS.get(cmd_name)
+        if target is None or not _available(target):
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr, None)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MirageError as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            raise click.ClickException("interrupted; nothing was half-written (loads are atomic)") from None
+
+
+@click.group(cls=MirageGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+def main() -> None:
+    """MIRAGE-KG: build, validate and query medical knowledge graphs, and answer questions over them.
+
+    Commands that read a graph take --store DIR (default: $MIRAGE_KG_STORE, else the built-in demo KG) or
+    --endpoint URL (any SPARQL 1.1 endpoint)."""
+
+
+def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--store`` and ``--endpoint``, shared by every command that reads a graph."""
+    func = click.option("--endpoint", metavar="URL", envvar="MIRAGE_KG_ENDPOINT",
+                        help="SPARQL 1.1 query endpoint (updates go to its /update sibling).")(func)
+    func = click.option("--store", "store", metavar="DIR", type=click.Path(file_okay=False),
+                        help="On-disk store folder [default: $MIRAGE_KG_STORE, else the built-in demo KG].")(func)
+    return func

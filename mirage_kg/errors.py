@@ -1,0 +1,66 @@
+"""One exception tree for MIRAGE-KG. Every message says what went wrong, where, and what to do.
+
+    MirageError
+     +-- InputError            bad user input: a file, line and problem (``path``, ``line``)
+     +-- UnknownEntityError    an id or name that is not in the graph
+     +-- StoreError            the store cannot be opened, read or written
+     |    +-- EndpointError    a remote SPARQL endpoint failed (``retryable`` says whether a retry may help)
+     +-- QueryError            a SPARQL query is invalid, not read-only, or timed out
+     +-- MissingExtraError     an optional dependency is not installed (names the pip command)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class MirageError(Exception):
+    """Root of all MIRAGE-KG errors."""
+
+
+class InputError(MirageError):
+    """Bad input data, located by file and line when known."""
+
+    def __init__(self, problem: str, path: str | Path | None = None, line: int | None = None) -> None:
+        self.problem = problem
+        self.path = str(path) if path is not None else None
+        self.line = line
+        where = ""
+        if self.path is not None:
+            where = f"{self.path}:{line}: " if line is not None else f"{self.path}: "
+        super().__init__(f"{where}{problem}")
+
+
+class UnknownEntityError(MirageError):
+    """An entity id or name that the graph does not hold."""
+
+    def __init__(self, entity: str, hint: str = "") -> None:
+        self.entity = entity
+        msg = f"unknown entity {entity!r}"
+        super().__init__(f"{msg}: {hint}" if hint else f"{msg}; try `mirage-kg link` to find its id")
+
+
+class StoreError(MirageError):
+    """The store cannot be opened, read or written."""
+
+
+class EndpointError(StoreError):
+    """A remote SPARQL endpoint failed."""
+
+    def __init__(self, message: str, endpoint: str, retryable: bool = False) -> None:
+        self.endpoint = endpoint
+        self.retryable = retryable
+        super().__init__(f"SPARQL endpoint {endpoint}: {message}")
+
+
+class QueryError(MirageError):
+    """A query is invalid, not allowed, or took too long."""
+
+
+class MissingExtraError(MirageError):
+    """An optional dependency is missing."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(f"{package} is not installed; run: pip install 'mirage-kg[{extra}]'")

@@ -1,0 +1,116 @@
+"""The loader contract: each source format is one module with a ``Loader`` that says whether it can read a path
+(pronto's ``can_parse`` idea) and streams N-Triples lines into the store, all or nothing.
+
+Dirty rows are an ``InputError`` naming file, line and problem; with ``lenient`` they are skipped and every skip is
+counted by reason in a ``LoadReport`` (nothing is skipped silently)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from mirage_kg.errors import InputError
+from mirage_kg.namespaces import ENTITY, GRAPH, MKG
+from mirage_kg.store.base import LoadReceipt, Store
+from mirage_kg.terms import escape_string
+
+
+@dataclass
+class LoadOptions:
+    """What the user asked of a load. Format-specific options (``--sab``, ``--lang``...) live in ``extra``."""
+
+    graph: str | None = None
+    namespace: str = ENTITY
+    relation_namespace: str = MKG
+    lang: str = "en"
+    lenient: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoadReport:
+    """Rows a lenient load skipped, by reason, with the first examples of each."""
+
+    max_examples: int = 5
+    skipped: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def skip(self, reason: str, path: str | Path, line: int | None, detail: str = "") -> None:
+        self.skipped[reason] += 1
+        bucket = self.examples.setdefault(reason, [])
+        if len(bucket) < self.max_examples:
+            bucket.append({"file": str(path), "line": line, "detail": detail})
+
+    @property
+    def total(self) -> int:
+        return sum(self.skipped.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "skipped": self.total,
+            "reasons": [
+                {"reason": r, "count": n, "examples": self.examples.get(r, [])} for r, n in self.skipped.most_common()
+            ],
+        }
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2), encoding="utf-8")
+
+
+class Problem:
+    """Raise or record a row problem, depending on leniency."""
+
+    def __init__(self, options: LoadOptions, report: LoadReport) -> None:
+        self.lenient = options.lenient
+        self.report = report
+
+    def __call__(self, reason: str, path: str | Path, line: int | None, detail: str = "") -> None:
+        if not self.lenient:
+            raise InputError(f"{reason}{': ' + detail if detail else ''}", path, line)
+        self.report.skip(reason, path, line, detail)
+
+
+class Loader:
+    """Base class: subclasses set ``name`` and implement ``can_load`` and ``load``."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    @classmethod
+    def can_load(cls, path: Path, head: bytes) -> bool:
+        return False
+
+    def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
+        raise NotImplementedError
+
+
+def default_graph_name(path: Path, kind: str) -> str:
+    """One named graph per source: ``GRAPH:<kind>/<file or folder name>``."""
+    from mirage_kg.namespaces import mint
+
+    return mint(GRAPH + kind + "/", path.name)
+
+
+def read_lines(path: Path, problem: Problem, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+    """(line number, text without the newline) for each line, decoding per line so a bad byte names its line."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode(encoding)
+            except UnicodeDecodeError as exc:
+                problem("invalid UTF-8", path, number, f"byte {raw[exc.start]:#04x} at column {exc.start + 1}")
+                continue
+            yield number, text.rstrip("\r\n")
+
+
+def literal_nt(value: str, lang: str | None = None) -> str:
+    body = f'"{escape_string(value)}"'
+    return f"{body}@{lang}" if lang else body
+
+
+def count_lines(lines: Iterable[str]) -> int:
+    return sum(1 for _ in lines)

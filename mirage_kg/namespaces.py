@@ -1,0 +1,94 @@
+"""CURIEs in, CURIEs out: the prefix map shipped in ``ontologies/prefixes.json`` and the IRI <-> CURIE mapping."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import quote
+
+from mirage_kg.errors import InputError
+
+_HERE = Path(__file__).resolve().parent
+
+
+def ontologies_dir() -> Path:
+    """The shipped ``ontologies/`` folder (inside the wheel, or beside the package in a source checkout)."""
+    for candidate in (_HERE / "ontologies", _HERE.parent / "ontologies"):
+        if (candidate / "schema.ttl").is_file():
+            return candidate
+    raise FileNotFoundError("the shipped ontologies/ folder is missing; reinstall mirage-kg")
+
+
+MKG = "https://w3id.org/mirage-kg/schema#"
+ENTITY = "https://w3id.org/mirage-kg/entity/"
+GRAPH = "https://w3id.org/mirage-kg/graph/"
+RDF = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
+RDFS = "http://www.w3.org/2000/01/rdf-schema#"
+OWL = "http://www.w3.org/2002/07/owl#"
+SKOS = "http://www.w3.org/2004/02/skos/core#"
+XSD = "http://www.w3.org/2001/XMLSchema#"
+
+RDF_TYPE = RDF + "type"
+RDFS_LABEL = RDFS + "label"
+RDFS_SUBCLASS = RDFS + "subClassOf"
+SKOS_PREF = SKOS + "prefLabel"
+SKOS_ALT = SKOS + "altLabel"
+SKOS_NOTATION = SKOS + "notation"
+SKOS_DEFINITION = SKOS + "definition"
+SKOS_EXACT = SKOS + "exactMatch"
+SKOS_CLOSE = SKOS + "closeMatch"
+MKG_CONCEPT = MKG + "Concept"
+MKG_RELATION = MKG + "Relation"
+SCHEMA_GRAPH = GRAPH + "schema"
+
+
+@lru_cache(maxsize=1)
+def prefixes() -> dict[str, str]:
+    """Prefix -> namespace IRI, longest namespaces first so that compression picks the most specific."""
+    raw: dict[str, str] = json.loads((ontologies_dir() / "prefixes.json").read_text(encoding="utf-8"))
+    return dict(sorted(raw.items(), key=lambda kv: -len(kv[1])))
+
+
+def expand(curie_or_iri: str) -> str:
+    """``HP:0001945`` -> full IRI; ``<iri>`` and ``http(s)://`` IRIs pass through; anything else is an error."""
+    text = curie_or_iri.strip()
+    if text.startswith("<") and text.endswith(">"):
+        return text[1:-1]
+    if text.startswith(("http://", "https://", "urn:")):
+        return text
+    prefix, sep, local = text.partition(":")
+    if sep:
+        pmap = prefixes()
+        if prefix in pmap:
+            return pmap[prefix] + local
+        for known, ns in pmap.items():  # tolerate hp:0001945, Hp:...
+            if known.lower() == prefix.lower():
+                return ns + local
+    raise InputError(f"{curie_or_iri!r} is not a known CURIE or IRI (known prefixes: {', '.join(sorted(prefixes()))})")
+
+
+def is_identifier(text: str) -> bool:
+    """Whether ``text`` looks like a CURIE with a known prefix or an absolute IRI (not free text)."""
+    try:
+        expand(text)
+    except InputError:
+        return False
+    return " " not in text.strip()
+
+
+def compress(iri: str) -> str:
+    """Full IRI -> CURIE when a known namespace matches, else the IRI itself."""
+    for prefix, ns in prefixes().items():
+        if iri.startswith(ns) and len(iri) > len(ns):
+            return f"{prefix}:{iri[len(ns):]}"
+    return iri
+
+
+# Characters kept as they are in a minted IRI's local part; the rest is percent-encoded.
+_SAFE = "-._~()!*,;=+$@'"
+
+
+def mint(namespace: str, name: str) -> str:
+    """An IRI for ``name`` in ``namespace``: spaces become ``_``, unsafe characters are percent-encoded."""
+    return namespace + quote(name.strip().replace(" ", "_"), safe=_SAFE)

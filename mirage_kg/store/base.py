@@ -1,0 +1,263 @@
+"""The ``Store`` contract every backend implements, and the atomic-load protocol they share.
+
+A load is atomic through a journal in the manifest graph: the target graph is marked pending, streamed in, then
+marked committed in one update. A load into a graph that already holds triples is staged in a scratch graph and
+merged with one transactional ``ADD``. Opening a store drops whatever a killed load left pending, so a reader
+never sees half a load."""
+
+from __future__ import annotations
+
+import abc
+import datetime as _dt
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO
+
+from mirage_kg.namespaces import GRAPH, MKG
+from mirage_kg.terms import Term, iri_ref, literal
+
+MANIFEST_GRAPH = GRAPH + "manifest"
+PENDING = MKG + "pendingLoad"
+LOADED_FROM = MKG + "loadedFrom"
+LOADED_AT = MKG + "loadedAt"
+
+# Short format names users type -> (media type, file extensions)
+RDF_FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "nt": ("application/n-triples", (".nt",)),
+    "nq": ("application/n-quads", (".nq",)),
+    "ttl": ("text/turtle", (".ttl",)),
+    "trig": ("application/trig", (".trig",)),
+    "rdfxml": ("application/rdf+xml", (".rdf", ".owl", ".xml")),
+    "jsonld": ("application/ld+json", (".jsonld",)),
+}
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class LoadReceipt:
+    """What a load did: the graph it filled and how many triples the graph gained."""
+
+    graph: str
+    source: str
+    added: int
+
+
+class LineReader:
+    """A binary file-like view of an iterator of text lines, so a native parser can stream it.
+
+    Exceptions raised by the iterator (a loader's ``InputError``) are re-raised by ``read`` and kept in ``error``
+    so the caller can surface the original error even if the native parser wraps it."""
+
+    def __init__(self, lines: Iterable[str], progress: Progress | None = None, chunk_lines: int = 4096) -> None:
+        self._lines = iter(lines)
+        self._buffer = b""
+        self._done = False
+        self._progress = progress
+        self._chunk = chunk_lines
+        self.error: BaseException | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self, want: int) -> None:
+        parts = [self._buffer]
+        size = len(self._buffer)
+        while size < want and not self._done:
+            batch = []
+            try:
+                for _ in range(self._chunk):
+                    batch.append(next(self._lines))
+            except StopIteration:
+                self._done = True
+            except BaseException as exc:  # keep the loader's own error for the caller
+                self.error = exc
+                self._done = True
+                raise
+            if batch:
+                data = "".join(batch).encode("utf-8")
+                parts.append(data)
+                size += len(data)
+                if self._progress:
+                    self._progress(len(batch))
+        self._buffer = b"".join(parts)
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            self._fill(1 << 62)
+            out, self._buffer = self._buffer, b""
+            return out
+        if len(self._buffer) < size:
+            self._fill(size)
+        out, self._buffer = self._buffer[:size], self._buffer[size:]
+        return out
+
+    def readinto(self, b: bytearray | memoryview) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+class Store(abc.ABC):
+    """An RDF dataset MIRAGE-KG reads and writes. Queries see the union of all named graphs."""
+
+    #: where the store lives, for messages ("memory", a folder, an endpoint URL)
+    location: str
+
+    # --- reading -------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def select(self, query: str, *, timeout: float | None = None) -> list[dict[str, Term]]:
+        """Rows of a SELECT query; unbound variables are absent from a row."""
+
+    @abc.abstractmethod
+    def ask(self, query: str, *, timeout: float | None = None) -> bool:
+        """The answer of an ASK query."""
+
+    @abc.abstractmethod
+    def construct(self, query: str, *, timeout: float | None = None) -> list[tuple[Term, Term, Term]]:
+        """Triples of a CONSTRUCT or DESCRIBE query."""
+
+    def query(self, query: str, *, timeout: float | None = None) -> dict[str, object]:
+        """Any read-only query, as a SPARQL-JSON-like dict: ``{"vars", "rows"}``, ``{"boolean"}`` or ``{"triples"}``."""
+        kind = query_form(query)
+        if kind == "ASK":
+            return {"boolean": self.ask(query, timeout=timeout)}
+        if kind in ("CONSTRUCT", "DESCRIBE"):
+            return {"triples": self.construct(query, timeout=timeout)}
+        rows = self.select(query, timeout=timeout)
+        names: list[str] = []
+        for row in rows:
+            names.extend(k for k in row if k not in names)
+        return {"vars": names, "rows": rows}
+
+    @abc.abstractmethod
+    def graphs(self) -> list[str]:
+        """Names of the named graphs."""
+
+    def triple_count(self, graph: str | None = None) -> int:
+        where = f"GRAPH {iri_ref(graph)} {{ ?s ?p ?o }}" if graph else "GRAPH ?g { ?s ?p ?o }"
+        rows = self.select(f"SELECT (COUNT(*) AS ?n) WHERE {{ {where} }}")
+        return int(rows[0]["n"].value) if rows else 0
+
+    def triples(
+        self, subject: str | None = None, predicate: str | None = None, obj: Term | None = None
+    ) -> list[tuple[Term, Term, Term]]:
+        """Distinct triples (over all graphs) matching a pattern; None is a wildcard."""
+        s = iri_ref(subject) if subject else "?s"
+        p = iri_ref(predicate) if predicate else "?p"
+        o = obj.sparql() if obj is not None else "?o"
+        binds = "".join(f" BIND({t} AS ?{v})" for t, v in ((s, "s"), (p, "p"), (o, "o")) if not t.startswith("?"))
+        rows = self.select(f"SELECT DISTINCT ?s ?p ?o WHERE {{ GRAPH ?g {{ {s} {p} {o} }}{binds} }}")
+        return [(r["s"], r["p"], r["o"]) for r in rows]
+
+    # --- writing -------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def update(self, update: str) -> None:
+        """Run a SPARQL update as one transaction."""
+
+    @abc.abstractmethod
+    def _bulk_load(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
+        """Stream ``data`` into ``graph`` as fast as the backend allows; atomicity is handled by ``load``."""
+
+    def export(self, out: IO[bytes], media_type: str) -> None:
+        """Write the whole dataset (or its union, for a triple format) to ``out``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the store."""
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- atomic loading ------------------------------------------------------------------------------------
+    def load(
+        self,
+        data: IO[bytes] | Iterable[str],
+        *,
+        media_type: str,
+        graph: str,
+        source: str = "",
+        base_iri: str | None = None,
+        progress: Progress | None = None,
+    ) -> LoadReceipt:
+        """Load RDF (a binary stream, or N-Triples lines) into ``graph``, all or nothing.
+
+        Triples in a quad format keep their own graph names only when ``graph`` is empty; N-Triples lines
+        and triple formats always go to ``graph``."""
+        before = self.triple_count(graph)
+        target = graph if before == 0 else f"{graph}/staging/{uuid.uuid4().hex}"
+        token = uuid.uuid4().hex
+        self.update(
+            f"INSERT DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
+        )
+        reader: LineReader | None = None
+        try:
+            if isinstance(data, (bytes, bytearray)) or hasattr(data, "read"):
+                stream = data  # type: ignore[assignment]
+            else:
+                reader = LineReader(data, progress)  # type: ignore[arg-type]
+                stream = reader
+            self._bulk_load(stream, media_type, target, base_iri)  # type: ignore[arg-type]
+        except BaseException as exc:
+            self._discard(target, token)
+            if reader is not None and reader.error is not None and reader.error is not exc:
+                raise reader.error from None
+            raise
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+        record = (
+            f"INSERT DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(graph)} {iri_ref(LOADED_FROM)} {literal(source)} ; "
+            f"{iri_ref(LOADED_AT)} {literal(now, datatype='http://www.w3.org/2001/XMLSchema#dateTime')} }} }}"
+        )
+        unmark = f"DELETE DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
+        if target == graph:
+            self.update(f"{unmark} ;\n{record}")
+        else:
+            self.update(f"ADD {iri_ref(target)} TO {iri_ref(graph)} ;\nDROP SILENT GRAPH {iri_ref(target)} ;\n{unmark} ;\n{record}")
+        return LoadReceipt(graph=graph, source=source, added=self.triple_count(graph) - before)
+
+    def _discard(self, target: str, token: str) -> None:
+        self.update(
+            f"DROP SILENT GRAPH {iri_ref(target)} ;\n"
+            f"DELETE DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
+        )
+
+    def recover(self) -> list[str]:
+        """Drop the graphs of loads that were killed midway; returns their names."""
+        rows = self.select(
+            f"SELECT ?g ?t WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ ?g {iri_ref(PENDING)} ?t }} }}"
+        )
+        for row in rows:
+            self._discard(row["g"].value, row["t"].value)
+        return [row["g"].value for row in rows]
+
+    def loaded_graphs(self) -> dict[str, str]:
+        """Committed loads: graph -> source."""
+        rows = self.select(
+            f"SELECT ?g ?src WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ ?g {iri_ref(LOADED_FROM)} ?src }} }}"
+        )
+        return {r["g"].value: r["src"].value for r in rows}
+
+
+def query_form(query: str) -> str:
+    """SELECT, ASK, CONSTRUCT or DESCRIBE, read past the prologue (PREFIX/BASE lines and comments)."""
+    import re
+
+    text = re.sub(r"#[^\n]*", " ", query)
+    text = re.sub(r"(?is)^\s*((PREFIX\s+[^\s:]*:\s*<[^>]*>|BASE\s+<[^>]*>)\s*)*", "", text)
+    match = re.match(r"\s*(SELECT|ASK|CONSTRUCT|DESCRIBE)\b", text, re.IGNORECASE)
+    return match.group(1).upper() if match else "SELECT"
+
+
+def chunked(lines: Iterator[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -1,0 +1,174 @@
+"""The embedded store: pyoxigraph in memory or in a folder on disk. The default everywhere."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+import pyoxigraph as ox
+
+from mirage_kg.errors import QueryError, StoreError
+from mirage_kg.store.base import Store
+from mirage_kg.terms import Term
+
+_FORMATS = {
+    "application/n-triples": ox.RdfFormat.N_TRIPLES,
+    "application/n-quads": ox.RdfFormat.N_QUADS,
+    "text/turtle": ox.RdfFormat.TURTLE,
+    "application/trig": ox.RdfFormat.TRIG,
+    "application/rdf+xml": ox.RdfFormat.RDF_XML,
+    "application/ld+json": ox.RdfFormat.JSON_LD,
+}
+_QUAD_FORMATS = {"application/n-quads", "application/trig"}
+
+
+def to_term(node: object) -> Term:
+    """A pyoxigraph term as a plain ``Term``."""
+    if isinstance(node, ox.NamedNode):
+        return Term("uri", node.value)
+    if isinstance(node, ox.Literal):
+        dt = node.datatype.value if node.datatype is not None else None
+        return Term("literal", node.value, node.language, None if node.language else dt)
+    if isinstance(node, ox.BlankNode):
+        return Term("bnode", node.value)
+    return Term("triple", str(node))
+
+
+def to_node(term: Term) -> ox.NamedNode | ox.Literal | ox.BlankNode:
+    if term.kind == "uri":
+        return ox.NamedNode(term.value)
+    if term.kind == "bnode":
+        return ox.BlankNode(term.value)
+    if term.lang:
+        return ox.Literal(term.value, language=term.lang)
+    if term.datatype:
+        return ox.Literal(term.value, datatype=ox.NamedNode(term.datatype))
+    return ox.Literal(term.value)
+
+
+class OxigraphStore(Store):
+    """pyoxigraph's ``Store``: ``OxigraphStore()`` in memory, ``OxigraphStore(path)`` on disk (created if absent)."""
+
+    def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
+        self.path = Path(path) if path is not None else None
+        self.location = str(self.path) if self.path else "memory"
+        self._lock = threading.RLock()  # pyoxigraph is thread-safe for reads; serialise writes for the journal
+        try:
+            if self.path is None:
+                self.raw = ox.Store()
+            elif read_only:
+                self.raw = ox.Store.read_only(str(self.path))
+            else:
+                self.path.mkdir(parents=True, exist_ok=True)
+                self.raw = ox.Store(str(self.path))
+        except OSError as exc:
+            hint = " (is another mirage-kg process using it?)" if "lock" in str(exc).lower() else ""
+            raise StoreError(f"cannot open store {self.location}: {exc}{hint}") from exc
+        if not read_only:
+            self.recover()
+
+    # --- reading -------------------------------------------------------------------------------------------
+    def _run(self, query: str, timeout: float | None) -> object:
+        try:
+            return self.raw.query(query, use_default_graph_as_union=True)
+        except SyntaxError as exc:
+            raise QueryError(f"invalid SPARQL: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"store {self.location}: {exc}") from exc
+
+    def select(self, query: str, *, timeout: float | None = None) -> list[dict[str, Term]]:
+        result = self._run(query, timeout)
+        if not isinstance(result, ox.QuerySolutions):
+            raise QueryError("expected a SELECT query")
+        names = [v.value for v in result.variables]
+        deadline = time.monotonic() + timeout if timeout else None
+        rows: list[dict[str, Term]] = []
+        for i, solution in enumerate(result):
+            row = {}
+            for name in names:
+                value = solution[name]
+                if value is not None:
+                    row[name] = to_term(value)
+            rows.append(row)
+            if deadline and i % 1024 == 0 and time.monotonic() > deadline:
+                raise QueryError(f"query exceeded its timeout of {timeout} s")
+        return rows
+
+    def ask(self, query: str, *, timeout: float | None = None) -> bool:
+        result = self._run(query, timeout)
+        if not isinstance(result, ox.QueryBoolean):
+            raise QueryError("expected an ASK query")
+        return bool(result)
+
+    def construct(self, query: str, *, timeout: float | None = None) -> list[tuple[Term, Term, Term]]:
+        result = self._run(query, timeout)
+        if not isinstance(result, ox.QueryTriples):
+            raise QueryError("expected a CONSTRUCT or DESCRIBE query")
+        return [(to_term(t.subject), to_term(t.predicate), to_term(t.object)) for t in result]
+
+    def graphs(self) -> list[str]:
+        return sorted(g.value for g in self.raw.named_graphs() if isinstance(g, ox.NamedNode))
+
+    def triple_count(self, graph: str | None = None) -> int:
+        if graph is None:
+            return len(self.raw)
+        node = ox.NamedNode(graph)
+        if not self.raw.contains_named_graph(node):
+            return 0
+        return sum(1 for _ in self.raw.quads_for_pattern(None, None, None, node))
+
+    def match(
+        self, subject: str | None = None, predicate: str | None = None, obj: str | None = None
+    ) -> "list[tuple[str, str, object]]":
+        """Raw index access for the graph layer: (subject IRI, predicate IRI, pyoxigraph object), all graphs."""
+        s = ox.NamedNode(subject) if subject else None
+        p = ox.NamedNode(predicate) if predicate else None
+        o = ox.NamedNode(obj) if obj else None
+        return [(q.subject.value, q.predicate.value, q.object) for q in self.raw.quads_for_pattern(s, p, o, None)]
+
+    # --- writing -------------------------------------------------------------------------------------------
+    def update(self, update: str) -> None:
+        with self._lock:
+            try:
+                self.raw.update(update)
+            except SyntaxError as exc:
+                raise QueryError(f"invalid SPARQL update: {exc}") from exc
+            except OSError as exc:
+                raise StoreError(f"store {self.location}: {exc}") from exc
+
+    def _bulk_load(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
+        fmt = _FORMATS[media_type]
+        with self._lock:
+            if media_type in _QUAD_FORMATS:
+                # Quad formats name their own graphs; we re-home every quad into the load's graph so the
+                # journal covers it (provenance is the load's graph).
+                scratch = ox.Store()
+                scratch.bulk_load(input=data, format=fmt, base_iri=base_iri)
+                target = ox.NamedNode(graph)
+                self.raw.bulk_extend(ox.Quad(q.subject, q.predicate, q.object, target) for q in scratch)
+            else:
+                self.raw.bulk_load(input=data, format=fmt, to_graph=ox.NamedNode(graph), base_iri=base_iri)
+        if self.path is not None:
+            self.raw.flush()
+
+    def export(self, out: IO[bytes], media_type: str) -> None:
+        fmt = _FORMATS[media_type]
+        if media_type in _QUAD_FORMATS:
+            self.raw.dump(output=out, format=fmt)
+        else:
+            self._dump_union(out, fmt)
+
+    def _dump_union(self, out: IO[bytes], fmt: ox.RdfFormat) -> None:
+        triples = ox.Store()
+        triples.bulk_extend(ox.Quad(q.subject, q.predicate, q.object, ox.DefaultGraph()) for q in self.raw)
+        triples.dump(output=out, format=fmt, from_graph=ox.DefaultGraph())
+
+    def close(self) -> None:
+        raw = self.__dict__.pop("raw", None)
+        if raw is not None and self.path is not None:
+            try:
+                raw.flush()
+            except OSError:
+                pass
