@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import IO
 import pyoxigraph as ox
 
 from mirage_kg.errors import QueryError, StoreError
-from mirage_kg.store.base import Store
+from mirage_kg.store.base import LineReader, Store
 from mirage_kg.terms import Term
 
 _FORMATS = {
@@ -114,10 +115,9 @@ class OxigraphStore(Store):
     def triple_count(self, graph: str | None = None) -> int:
         if graph is None:
             return len(self.raw)
-        node = ox.NamedNode(graph)
-        if not self.raw.contains_named_graph(node):
+        if not self.raw.contains_named_graph(ox.NamedNode(graph)):
             return 0
-        return sum(1 for _ in self.raw.quads_for_pattern(None, None, None, node))
+        return super().triple_count(graph)  # a COUNT in Rust: far faster than iterating quads in Python
 
     def match(
         self, subject: str | None = None, predicate: str | None = None, obj: str | None = None
@@ -148,10 +148,38 @@ class OxigraphStore(Store):
                 scratch.bulk_load(input=data, format=fmt, base_iri=base_iri)
                 target = ox.NamedNode(graph)
                 self.raw.bulk_extend(ox.Quad(q.subject, q.predicate, q.object, target) for q in scratch)
+            elif isinstance(data, LineReader):
+                self._bulk_load_lines(data, fmt, graph, base_iri)
             else:
                 self.raw.bulk_load(input=data, format=fmt, to_graph=ox.NamedNode(graph), base_iri=base_iri)
         if self.path is not None:
             self.raw.flush()
+
+    def _bulk_load_lines(self, reader: LineReader, fmt: ox.RdfFormat, graph: str, base_iri: str | None) -> None:
+        """Python makes the lines in one thread while Rust parses and indexes them in another, through a pipe:
+        pyoxigraph reads the pipe's file descriptor without the GIL, so the two overlap on two cores."""
+        read_fd, write_fd = os.pipe()
+        failure: list[BaseException] = []
+
+        def produce() -> None:
+            try:
+                with os.fdopen(write_fd, "wb", buffering=1 << 20) as sink:
+                    while chunk := reader.read(1 << 20):
+                        sink.write(chunk)
+            except BrokenPipeError:
+                pass  # the parser stopped first; its own error is raised below
+            except BaseException as exc:  # the loader's error (bad row): re-raised in the caller's thread
+                failure.append(exc)
+
+        producer = threading.Thread(target=produce, name="mirage-kg-load", daemon=True)
+        producer.start()
+        try:
+            self.raw.bulk_load(path=f"/dev/fd/{read_fd}", format=fmt, to_graph=ox.NamedNode(graph), base_iri=base_iri)
+        finally:
+            os.close(read_fd)
+            producer.join()
+        if failure:
+            raise failure[0]
 
     def export(self, out: IO[bytes], media_type: str) -> None:
         fmt = _FORMATS[media_type]

@@ -1,0 +1,3 @@
+from mirage_kg.cli.main import main
+
+main(prog_name="mirage-kg")

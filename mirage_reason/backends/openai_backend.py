@@ -1,0 +1,347 @@
+"""Any OpenAI-compatible server (vLLM, SGLang, llama.cpp, ``mirage_reason.serve``) as a backend.
+
+The prompts of one ``generate`` call go out as concurrent requests, so a server that batches (vLLM) advances all
+chains together, and its prefix cache makes a resumed chain cheap. Transient failures (connection refused,
+timeouts, 429, 5xx) are retried with backoff; everything ends up as a ``BackendError`` naming the endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+from mirage_kg.errors import MissingExtraError
+
+from mirage_reason.backends.base import (
+    Completion,
+    GenerationParams,
+    ThinkMode,
+    apply_stop,
+    chatml,
+    normalize_stop,
+    parse_chatml,
+    strip_think,
+    whitespace_tokens,
+)
+from mirage_reason.errors import BackendError, MissingModelError
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise MissingExtraError("httpx", "llm") from exc
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["OpenAIBackend"]
+
+_MAX_RETRY_AFTER_S = 30.0
+
+
+class OpenAIBackend:
+    """Client for ``{base_url}/completions`` (``mode="completions"``) or ``{base_url}/chat/completions``.
+
+    ``base_url`` is the OpenAI-style root, e.g. ``http://127.0.0.1:8000/v1`` (a bare ``http://host:port`` gets
+    ``/v1``). ``model=None`` uses the first model the server lists. ``api_key`` defaults to ``$OPENAI_API_KEY``.
+    ``vllm_params`` sends vLLM's ``top_k`` and ``repetition_penalty``; turn it off for servers that reject them.
+
+    Token counts come from the server's ``usage``; a server that sends none gets a whitespace estimate instead.
+    Which stop string fired is known when the server says so (vLLM's ``stop_reason``, SGLang's ``matched_stop``)
+    or echoes the stop string in the text; otherwise ``Completion.stop`` is None even when ``finish_reason`` is
+    "stop".
+
+    In chat mode each prompt is read back as ChatML (what :meth:`format_chat` writes in that mode); a prompt that
+    ends inside an assistant turn is sent with vLLM's ``continue_final_message`` so a chain can be resumed.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        *,
+        mode: Literal["completions", "chat"] = "completions",
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        concurrency: int = 8,
+        backoff: float = 0.5,
+        tokenizer: str | None = None,
+        think: ThinkMode = "keep",
+        vllm_params: bool = True,
+        extra_body: Mapping[str, Any] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if mode not in ("completions", "chat"):
+            raise ValueError(f"mode must be 'completions' or 'chat', not {mode!r}")
+        self.base_url = _normalise_base_url(base_url)
+        self.mode = mode
+        self.max_retries = max_retries
+        self.concurrency = max(1, concurrency)
+        self.backoff = backoff
+        self.timeout = timeout
+        self.think: ThinkMode = think
+        self.vllm_params = vllm_params
+        self.extra_body = dict(extra_body or {})
+        self._model = model
+        self.name = f"openai:{model}" if model else f"openai:{self.base_url}"
+        self._tokenizer_id = tokenizer
+        self._tokenizer: PreTrainedTokenizerBase | None = None
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        self._client = httpx.Client(timeout=timeout, headers=headers, limits=limits, transport=transport)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # -- the Backend contract ------------------------------------------------------------------------------------
+
+    def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+        if self.mode == "completions" and self._tokenizer_id is not None:
+            text = self._local_tokenizer().apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+            return str(text)
+        return chatml(messages, add_generation_prompt=add_generation_prompt)
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        stop: Sequence[str] = (),
+        params: GenerationParams = GenerationParams(),
+    ) -> list[Completion]:
+        batch = [prompts] if isinstance(prompts, str) else list(prompts)
+        stops = normalize_stop(stop)
+        if not batch:
+            return []
+        model = self.model
+        if len(batch) == 1:
+            return [self._complete(batch[0], stops, params, model)]
+        pool = self._executor()
+        return list(pool.map(lambda p: self._complete(p, stops, params, model), batch))
+
+    # -- public helpers ------------------------------------------------------------------------------------------
+
+    @property
+    def model(self) -> str:
+        """The model name sent with each request; asks the server's ``/models`` when none was given."""
+        if self._model is None:
+            data = self._request("GET", "/models")
+            try:
+                self._model = str(data["data"][0]["id"])
+            except (KeyError, IndexError, TypeError) as exc:
+                raise BackendError(
+                    f"{self.base_url}/models lists no model", hint="pass model= explicitly", endpoint=self.base_url
+                ) from exc
+        return self._model
+
+    def list_models(self) -> list[str]:
+        data = self._request("GET", "/models")
+        return [str(m["id"]) for m in data.get("data", [])]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+        self._client.close()
+
+    def __enter__(self) -> OpenAIBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------------------------------------------
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="mirage-openai")
+            return self._pool
+
+    def _local_tokenizer(self) -> PreTrainedTokenizerBase:
+        if self._tokenizer is None:
+            try:
+                from transformers import AutoTokenizer
+            except ImportError as exc:
+                raise MissingExtraError("transformers", "llm") from exc
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_id)
+            except OSError as exc:
+                raise MissingModelError(
+                    str(self._tokenizer_id),
+                    "its tokenizer (for the chat template) is not available offline; pass a local directory as "
+                    "tokenizer=, or leave it out to use ChatML",
+                ) from exc
+        return self._tokenizer
+
+    def _payload(self, prompt: str, stop: tuple[str, ...], params: GenerationParams, model: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "n": 1,
+        }
+        if self.mode == "completions":
+            body["prompt"] = prompt
+        else:
+            messages, continue_final = parse_chatml(prompt)
+            body["messages"] = messages
+            if continue_final:
+                body["add_generation_prompt"] = False
+                body["continue_final_message"] = True
+        if stop:
+            body["stop"] = list(stop)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if self.vllm_params:
+            body["top_k"] = params.top_k if params.top_k > 0 else -1
+            body["repetition_penalty"] = params.repetition_penalty
+        body.update(self.extra_body)
+        return body
+
+    def _complete(self, prompt: str, stop: tuple[str, ...], params: GenerationParams, model: str) -> Completion:
+        path = "/completions" if self.mode == "completions" else "/chat/completions"
+        data = self._request("POST", path, self._payload(prompt, stop, params, model))
+        try:
+            choice = data["choices"][0]
+            if self.mode == "completions":
+                raw = str(choice["text"])
+            else:
+                message = choice["message"]
+                raw = str(message.get("content") or "")
+                reasoning = message.get("reasoning_content") or message.get("reasoning")
+                if reasoning:  # servers with a reasoning parser split QwQ's thoughts off; put them back
+                    raw = f"<think>\n{reasoning}\n</think>\n\n{raw}"
+        except (KeyError, IndexError, TypeError) as exc:
+            raise BackendError(
+                f"{self.base_url}{path} sent a response without choices",
+                hint="check that the server speaks the OpenAI API",
+                endpoint=f"{self.base_url}{path}",
+            ) from exc
+        text, fired = apply_stop(raw, stop)  # some servers include the stop string in the text
+        if fired is None:
+            reported = choice.get("stop_reason", choice.get("matched_stop"))
+            fired = reported if isinstance(reported, str) and reported in stop else None
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        usage = data.get("usage") or {}
+        prompt_tokens = usage.get("prompt_tokens")
+        completion_tokens = usage.get("completion_tokens")
+        if self.think == "strip":
+            text = strip_think(text)
+        return Completion(
+            text=text,
+            prompt_tokens=int(prompt_tokens) if prompt_tokens is not None else whitespace_tokens(prompt),
+            completion_tokens=int(completion_tokens) if completion_tokens is not None else whitespace_tokens(raw),
+            finish_reason=finish,
+            stop=fired,
+        )
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        url = f"{self.base_url}{path}"
+        error: BackendError | None = None
+        retry_after: float | None = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self._delay(attempt, retry_after))
+                retry_after = None
+            try:
+                response = self._client.request(method, url, json=body)
+            except httpx.TimeoutException as exc:
+                error = BackendError(
+                    f"{method} {url} timed out after {self.timeout} s",
+                    retryable=True,
+                    hint="raise timeout= or lower max_new_tokens; check that the server is not overloaded",
+                    endpoint=url,
+                )
+                error.__cause__ = exc
+                continue
+            except httpx.TransportError as exc:
+                error = BackendError(
+                    f"cannot reach {url}: {exc}",
+                    retryable=True,
+                    hint="start an OpenAI-compatible server there (`python -m mirage_reason.serve --model smollm2 "
+                    "--port 8000` or `vllm serve MODEL`) or fix base_url",
+                    endpoint=url,
+                )
+                error.__cause__ = exc
+                continue
+            if response.status_code < 400:
+                try:
+                    return dict(response.json())
+                except ValueError as exc:
+                    raise BackendError(
+                        f"{url} answered HTTP {response.status_code} with a body that is not JSON",
+                        hint="check that base_url points at an OpenAI-compatible API (it usually ends in /v1)",
+                        endpoint=url,
+                        status=response.status_code,
+                    ) from exc
+            error = _http_error(url, response)
+            if not error.retryable:
+                raise error
+            retry_after = _retry_after(response)
+        assert error is not None
+        if not self.max_retries:
+            raise error
+        raise BackendError(
+            f"{error.message} (gave up after {self.max_retries + 1} attempts)",
+            retryable=True,
+            hint=error.hint,
+            endpoint=url,
+            status=error.status,
+        ) from (error.__cause__ or error)
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        delay = self.backoff * 2 ** (attempt - 1) * (1 + 0.1 * random.random())
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, _MAX_RETRY_AFTER_S))
+        return delay
+
+
+def _normalise_base_url(base_url: str) -> str:
+    url = base_url.rstrip("/")
+    if urlsplit(url).path in ("", "/"):
+        url += "/v1"
+    return url
+
+
+def _http_error(url: str, response: httpx.Response) -> BackendError:
+    status = response.status_code
+    try:
+        detail = response.json()
+        message = detail.get("error", detail)
+        if isinstance(message, dict):
+            message = message.get("message", message)
+    except ValueError:
+        message = response.text[:500]
+    retryable = status == 429 or status >= 500
+    if status == 429:
+        hint = "the server is rate limiting; lower concurrency= or retry later"
+    elif status >= 500:
+        hint = "the server failed; check its log"
+    elif status in (401, 403):
+        hint = "check api_key= or $OPENAI_API_KEY"
+    elif status == 404:
+        hint = (
+            "check base_url (it usually ends in /v1) and the model name; "
+            "if the server has no completions API use mode='chat'"
+        )
+    else:
+        hint = "the server rejected the request; if it does not accept top_k/repetition_penalty pass vllm_params=False"
+    return BackendError(
+        f"{url} answered HTTP {status}: {message}", retryable=retryable, hint=hint, endpoint=url, status=status
+    )
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds from a ``Retry-After`` header (the HTTP-date form is rare from LLM servers and is ignored)."""
+    try:
+        return float(response.headers["retry-after"])
+    except (KeyError, ValueError):
+        return None

@@ -1,0 +1,111 @@
+"""A deterministic stand-in for an LLM, so the chain runner, the decomposer and the synthesizer test without one.
+
+It obeys stop strings and token limits the way a real model does (counting whitespace-separated tokens) and
+records every call, so a test can check what was asked and that chains were batched together.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from mirage_reason.backends.base import (
+    Completion,
+    GenerationParams,
+    ThinkMode,
+    apply_stop,
+    chatml,
+    normalize_stop,
+    strip_think,
+    whitespace_tokens,
+)
+from mirage_reason.errors import BackendError
+
+__all__ = ["ScriptedBackend", "ScriptedCall"]
+
+_TOKEN = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class ScriptedCall:
+    """One ``generate`` call as the backend saw it."""
+
+    prompts: tuple[str, ...]
+    stop: tuple[str, ...]
+    params: GenerationParams
+
+
+class ScriptedBackend:
+    """Replays ``script``: a list of raw completions handed out in order, or a function ``prompt -> completion``.
+
+    With a list, ``cycle=True`` starts over when the list runs out; otherwise running out is a ``BackendError``.
+    """
+
+    def __init__(
+        self,
+        script: Sequence[str] | Callable[[str], str],
+        *,
+        cycle: bool = False,
+        think: ThinkMode = "keep",
+        name: str = "scripted",
+    ) -> None:
+        if isinstance(script, str):
+            raise TypeError("script must be a list of completions or a callable, not a single string")
+        self.name = name
+        self.think: ThinkMode = think
+        self.calls: list[ScriptedCall] = []
+        self._script = script if callable(script) else list(script)
+        self._cycle = cycle
+        self._next = 0
+        self._lock = threading.Lock()
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return [len(call.prompts) for call in self.calls]
+
+    @property
+    def prompts(self) -> list[str]:
+        return [p for call in self.calls for p in call.prompts]
+
+    def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+        return chatml(messages, add_generation_prompt=add_generation_prompt)
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        stop: Sequence[str] = (),
+        params: GenerationParams = GenerationParams(),
+    ) -> list[Completion]:
+        batch = (prompts,) if isinstance(prompts, str) else tuple(prompts)
+        stops = normalize_stop(stop)
+        with self._lock:
+            self.calls.append(ScriptedCall(batch, stops, params))
+            raws = [self._raw(p) for p in batch]
+        return [self._complete(p, raw, stops, params) for p, raw in zip(batch, raws)]
+
+    def _raw(self, prompt: str) -> str:
+        if callable(self._script):
+            return self._script(prompt)
+        if self._next >= len(self._script):
+            if not self._cycle or not self._script:
+                raise BackendError(
+                    f"scripted backend ran out after {self._next} completions",
+                    hint="add entries to the script or pass cycle=True",
+                )
+            self._next = 0
+        self._next += 1
+        return self._script[self._next - 1]
+
+    def _complete(self, prompt: str, raw: str, stop: tuple[str, ...], params: GenerationParams) -> Completion:
+        text, fired = apply_stop(raw, stop)
+        tokens = list(_TOKEN.finditer(text))
+        if len(tokens) > params.max_new_tokens:  # a real model runs out of tokens before it reaches the stop
+            cut = tokens[params.max_new_tokens - 1].end() if params.max_new_tokens > 0 else 0
+            text, fired, finish = text[:cut], None, "length"
+        else:
+            finish = "stop"
+        if self.think == "strip":
+            text = strip_think(text)
+        return Completion(text, whitespace_tokens(prompt), min(len(tokens), params.max_new_tokens), finish, fired)

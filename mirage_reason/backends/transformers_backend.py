@@ -1,0 +1,303 @@
+"""Run a Hugging Face causal LM in-process: one batched ``generate`` call advances every live chain.
+
+Prompts are left-padded so that all rows end at the same position and generation appends to them in lockstep.
+Two things stock ``generate`` gets wrong for us are fixed here: the repetition penalty also counted the padding
+tokens (so a padded row sampled differently from the same prompt alone), and a stop string may end inside a
+token, so the text is trimmed again at the first stop occurrence after decoding.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mirage_kg.errors import MissingExtraError
+
+from mirage_reason.backends.base import (
+    Completion,
+    GenerationParams,
+    ThinkMode,
+    apply_stop,
+    chatml,
+    normalize_stop,
+    strip_think,
+)
+from mirage_reason.backends.local_models import SMOLLM2_ALIAS, smollm2_dir
+from mirage_reason.errors import MissingModelError
+
+try:
+    import torch
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        LogitsProcessor,
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise MissingExtraError(exc.name or "transformers", "llm") from exc
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["TransformersBackend"]
+
+DEFAULT_MODEL = "Qwen/QwQ-32B"
+_SMALL_MODEL_PARAMS = 1_000_000_000
+
+
+class PromptAwareRepetitionPenalty(LogitsProcessor):
+    """CTRL-style repetition penalty over the prompt and the generated tokens, ignoring left padding.
+
+    ``pad_lengths[i]`` is the number of padding positions at the start of row ``i``.
+    """
+
+    def __init__(self, penalty: float, pad_lengths: torch.Tensor) -> None:
+        self.penalty = penalty
+        self.pad_lengths = pad_lengths
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        real = (positions[None, :] >= self.pad_lengths[:, None].to(input_ids.device)).to(torch.int32)
+        # scatter_add, not scatter: a token id can sit at a pad position and a real one in the same row.
+        seen = torch.zeros(scores.shape, dtype=torch.int32, device=scores.device).scatter_add_(1, input_ids, real) > 0
+        penalised = torch.where(scores < 0, scores * self.penalty, scores / self.penalty)
+        return torch.where(seen, penalised, scores)
+
+
+class TransformersBackend:
+    """A local model through ``transformers``; ``model`` is a hub id, a local directory or ``"smollm2"``.
+
+    ``device_map="auto"`` is used only when a GPU and accelerate are present; on the CPU the model loads plainly.
+    ``threads=None`` on the CPU sets torch to one thread for models under 1B parameters (on small machines torch's
+    default thread count made SmolLM2 about 4x slower); ``torch.set_num_threads`` is process-wide.
+    ``think="strip"`` drops a finished ``<think>...</think>`` block from every completion; ``"keep"`` (the default,
+    what a resumable chain needs) returns the text as generated.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] = DEFAULT_MODEL,
+        *,
+        device_map: str | dict[str, Any] | None = "auto",
+        dtype: str | torch.dtype = "auto",
+        trust_remote_code: bool = False,
+        threads: int | None = None,
+        gguf_file: str | None = None,
+        think: ThinkMode = "keep",
+        max_batch_size: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        model_id = str(model)
+        hf_model, tokenizer = _load(model_id, device_map, dtype, trust_remote_code, gguf_file)
+        self._setup(hf_model, tokenizer, name or model_id, threads, think, max_batch_size)
+
+    @classmethod
+    def from_model(
+        cls,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        name: str | None = None,
+        threads: int | None = None,
+        think: ThinkMode = "keep",
+        max_batch_size: int | None = None,
+    ) -> TransformersBackend:
+        """Wrap a model and tokenizer that are already loaded (a fine-tuned model, :func:`tiny_model`, ...)."""
+        self = cls.__new__(cls)
+        self._setup(model, tokenizer, name or str(model.config._name_or_path or type(model).__name__), threads,
+                    think, max_batch_size)
+        return self
+
+    def _setup(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        name: str,
+        threads: int | None,
+        think: ThinkMode,
+        max_batch_size: int | None,
+    ) -> None:
+        if think not in ("keep", "strip"):
+            raise ValueError(f"think must be 'keep' or 'strip', not {think!r}")
+        self.name = name
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.think: ThinkMode = think
+        self.max_batch_size = max_batch_size
+        self._lock = threading.Lock()  # generate() reseeds torch's global RNG: one call at a time
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
+        self._pad_id = int(tokenizer.pad_token_id)
+        self._eos_ids = _eos_ids(model, tokenizer)
+        self.device = model.device
+        if self.device.type == "cpu":
+            if threads is None and model.num_parameters() < _SMALL_MODEL_PARAMS:
+                threads = 1
+            if threads is not None:
+                torch.set_num_threads(threads)
+
+    # -- the Backend contract ------------------------------------------------------------------------------------
+
+    def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+        if not getattr(self.tokenizer, "chat_template", None):
+            return chatml(messages, add_generation_prompt=add_generation_prompt)
+        text = self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+        return str(text)
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        stop: Sequence[str] = (),
+        params: GenerationParams = GenerationParams(),
+    ) -> list[Completion]:
+        batch = [prompts] if isinstance(prompts, str) else list(prompts)
+        stops = normalize_stop(stop)
+        size = self.max_batch_size or len(batch) or 1
+        out: list[Completion] = []
+        with self._lock:
+            if not params.greedy and params.seed is not None:
+                torch.manual_seed(params.seed)
+            for start in range(0, len(batch), size):
+                out.extend(self._generate_batch(batch[start : start + size], stops, params))
+        return out
+
+    # -- internals -----------------------------------------------------------------------------------------------
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._encode(text))
+
+    def _encode(self, prompt: str) -> list[int]:
+        # A prompt built by a chat template already carries its BOS; adding another one changes the output.
+        bos = self.tokenizer.bos_token
+        add_special = not (bos and prompt.startswith(bos))
+        return list(self.tokenizer(prompt, add_special_tokens=add_special)["input_ids"])
+
+    def _generate_batch(self, prompts: list[str], stop: tuple[str, ...], params: GenerationParams) -> list[Completion]:
+        encoded = [self._encode(p) for p in prompts]
+        width = max(len(ids) for ids in encoded)
+        pad_lengths = [width - len(ids) for ids in encoded]
+        input_ids = torch.tensor([[self._pad_id] * n + ids for n, ids in zip(pad_lengths, encoded)])
+        attention = torch.tensor([[0] * n + [1] * len(ids) for n, ids in zip(pad_lengths, encoded)])
+        processors = LogitsProcessorList()
+        if params.repetition_penalty != 1.0:
+            processors.append(PromptAwareRepetitionPenalty(params.repetition_penalty, torch.tensor(pad_lengths)))
+        if not params.greedy:
+            # Our own warpers, in vLLM's order (penalty, temperature, top-k, top-p); the stock ones are switched off
+            # below so the model's generation_config defaults cannot slip in.
+            processors.append(TemperatureLogitsWarper(params.temperature))
+            if params.top_k > 0:
+                processors.append(TopKLogitsWarper(params.top_k))
+            if 0.0 < params.top_p < 1.0:
+                processors.append(TopPLogitsWarper(params.top_p))
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": params.max_new_tokens,
+            "do_sample": not params.greedy,
+            "temperature": 1.0,
+            "top_k": 0 if not params.greedy else 50,  # 50 is the stock default: greedy then raises no warning
+            "top_p": 1.0,
+            "repetition_penalty": 1.0,
+            "pad_token_id": self._pad_id,
+            "eos_token_id": sorted(self._eos_ids),
+            "logits_processor": processors,
+        }
+        if stop:
+            kwargs["stop_strings"] = list(stop)
+            kwargs["tokenizer"] = self.tokenizer
+        with torch.inference_mode():
+            output = self.model.generate(
+                input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
+            )
+        generated = output[:, width:].tolist()
+        return [self._finish(ids, len(prompt), stop) for ids, prompt in zip(generated, encoded)]
+
+    def _finish(self, ids: list[int], prompt_tokens: int, stop: tuple[str, ...]) -> Completion:
+        end = next((i for i, t in enumerate(ids) if t in self._eos_ids), None)
+        body = ids if end is None else ids[:end]
+        if self._pad_id not in self._eos_ids:  # rows that finished early are filled with padding
+            while body and body[-1] == self._pad_id:
+                body = body[:-1]
+        text, fired = apply_stop(self.tokenizer.decode(body, skip_special_tokens=False), stop)
+        if fired is not None:
+            finish, used = "stop", len(body)
+        elif end is not None:
+            finish, used = "stop", end + 1  # the EOS token was generated too
+        else:
+            finish, used = "length", len(body)
+        if self.think == "strip":
+            text = strip_think(text)
+        return Completion(text, prompt_tokens, used, finish, fired)
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    ids: set[int] = set()
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    if configured is None:
+        configured = model.config.eos_token_id
+    for value in configured if isinstance(configured, list) else [configured]:
+        if value is not None:
+            ids.add(int(value))
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
+
+
+def _looks_like_path(model_id: str) -> bool:
+    # Hub ids are "name" or "namespace/name"; anything else is meant as a local path.
+    return model_id.startswith((".", "/", "~")) or model_id.count("/") > 1 or "\\" in model_id
+
+
+def _load(
+    model_id: str,
+    device_map: str | dict[str, Any] | None,
+    dtype: str | torch.dtype,
+    trust_remote_code: bool,
+    gguf_file: str | None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    source: str | Path = model_id
+    if model_id.lower() == SMOLLM2_ALIAS:
+        source = smollm2_dir()
+    elif Path(model_id).expanduser().exists():
+        source = Path(model_id).expanduser()
+    elif _looks_like_path(model_id):
+        raise MissingModelError(model_id, "no such directory; pass an existing model directory or a hub id")
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    model_kwargs: dict[str, Any] = {"dtype": dtype}
+    if device_map is not None and (device_map != "auto" or _gpu_with_accelerate()):
+        model_kwargs["device_map"] = device_map
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs, **model_kwargs)
+    except OSError as exc:
+        raise MissingModelError(model_id, _missing_hint(model_id, source, exc)) from exc
+    return model, tokenizer
+
+
+def _gpu_with_accelerate() -> bool:
+    try:
+        import accelerate  # noqa: F401
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _missing_hint(model_id: str, source: str | Path, exc: OSError) -> str:
+    if isinstance(source, Path):
+        return f"{source} exists but could not be loaded as a model ({exc}); it needs config.json and weights"
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub cannot be reached"
+    return (
+        f"it is not in the local Hugging Face cache and {why}; run `huggingface-cli download {model_id}` on a machine "
+        "with network access and copy the cache (~/.cache/huggingface) here, or pass a local model directory; "
+        f"for a small offline model use model={SMOLLM2_ALIAS!r}"
+    )

