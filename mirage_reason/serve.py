@@ -238,12 +238,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _generate(self, body: dict[str, Any], prompts: list[str]) -> list[Completion]:
         model = body.get("model")
         if model is not None and model != self.server.model_name:
-            raise RequestError(f"model {model!r} is not served here; this server serves {self.server.model_name!r}", 404)
+            served = self.server.model_name
+            raise RequestError(f"model {model!r} is not served here; this server serves {served!r}", 404)
         if body.get("stream"):
             raise RequestError("streaming is not supported by this server")
         if body.get("n", 1) != 1:
             raise RequestError("only n=1 is supported")
-        stop = body.get("stop") or ()
+        stop = body.get("stop") or []
         if not isinstance(stop, (str, list)) or (isinstance(stop, list) and not all(isinstance(s, str) for s in stop)):
             raise RequestError("'stop' must be a string or a list of strings")
         return self.server.batcher.submit(prompts, normalize_stop(stop), _params(body))
@@ -356,7 +357,10 @@ def start_in_thread(
 ) -> tuple[BackendServer, str]:
     """Serve from a daemon thread; returns the server (call ``server.stop()``) and its ``.../v1`` base URL."""
     server = make_server(backend, host, port, model_name=model_name, max_batch=max_batch, verbose=verbose)
-    server._thread = threading.Thread(target=server.serve_forever, name="mirage-serve", daemon=True)
+    # A short poll interval makes stop() return quickly, which matters in test suites that start many servers.
+    server._thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="mirage-serve", daemon=True
+    )
     server._thread.start()
     return server, server.base_url
 

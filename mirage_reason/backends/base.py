@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "THINK_CLOSE",
+    "THINK_OPEN",
     "Backend",
     "Completion",
     "GenerationParams",

@@ -314,12 +314,13 @@ def _normalise_base_url(base_url: str) -> str:
 def _http_error(url: str, response: httpx.Response) -> BackendError:
     status = response.status_code
     try:
-        detail = response.json()
-        message = detail.get("error", detail)
-        if isinstance(message, dict):
-            message = message.get("message", message)
+        message: Any = response.json()
     except ValueError:
         message = response.text[:500]
+    if isinstance(message, dict):  # OpenAI: {"error": {"message": ...}}; others: {"error": "..."} or {"detail": ...}
+        message = message.get("error", message.get("detail", message))
+    if isinstance(message, dict):
+        message = message.get("message", message)
     retryable = status == 429 or status >= 500
     if status == 429:
         hint = "the server is rate limiting; lower concurrency= or retry later"

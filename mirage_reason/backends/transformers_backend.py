@@ -93,6 +93,7 @@ class TransformersBackend:
         max_batch_size: int | None = None,
         name: str | None = None,
     ) -> None:
+        _check_think(think)  # before a possibly long load
         model_id = str(model)
         hf_model, tokenizer = _load(model_id, device_map, dtype, trust_remote_code, gguf_file)
         self._setup(hf_model, tokenizer, name or model_id, threads, think, max_batch_size)
@@ -110,8 +111,8 @@ class TransformersBackend:
     ) -> TransformersBackend:
         """Wrap a model and tokenizer that are already loaded (a fine-tuned model, :func:`tiny_model`, ...)."""
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, name or str(model.config._name_or_path or type(model).__name__), threads,
-                    think, max_batch_size)
+        name = name or str(model.config._name_or_path or type(model).__name__)
+        self._setup(model, tokenizer, name, threads, think, max_batch_size)
         return self
 
     def _setup(
@@ -123,8 +124,7 @@ class TransformersBackend:
         think: ThinkMode,
         max_batch_size: int | None,
     ) -> None:
-        if think not in ("keep", "strip"):
-            raise ValueError(f"think must be 'keep' or 'strip', not {think!r}")
+        _check_think(think)
         self.name = name
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -173,6 +173,7 @@ class TransformersBackend:
     # -- internals -----------------------------------------------------------------------------------------------
 
     def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` takes as a prompt (what ``Completion.prompt_tokens`` reports)."""
         return len(self._encode(text))
 
     def _encode(self, prompt: str) -> list[int]:
@@ -235,6 +236,11 @@ class TransformersBackend:
         if self.think == "strip":
             text = strip_think(text)
         return Completion(text, prompt_tokens, used, finish, fired)
+
+
+def _check_think(think: str) -> None:
+    if think not in ("keep", "strip"):
+        raise ValueError(f"think must be 'keep' or 'strip', not {think!r}")
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:

@@ -1,0 +1,762 @@
+"""The graph API the reasoner and the CLI share: entity lookup, anchor (an entity's neighbourhood), bridge (the
+paths between two entities), verbalisation and path checks, the same over the embedded store and any endpoint.
+
+A *fact* is an edge between two concepts: an IRI object, not ``rdf:type`` nor a label, outside the schema and
+manifest graphs (as in ``mirage_kg.stats``); relation and class declarations are not concepts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import string
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import TYPE_CHECKING, Any
+
+from mirage_kg.errors import InputError, UnknownEntityError
+from mirage_kg.model import Entity, Path, Relation, Step
+from mirage_kg.namespaces import (MKG, MKG_RELATION, OWL, RDF, RDF_TYPE, RDFS, RDFS_LABEL, SCHEMA_GRAPH, SKOS_ALT,
+                                  SKOS_DEFINITION, SKOS_NOTATION, SKOS_PREF, compress, expand, is_identifier)
+from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, PENDING, Store
+from mirage_kg.store.oxigraph import OxigraphStore
+from mirage_kg.terms import iri_ref, literal
+
+if TYPE_CHECKING:
+    from mirage_kg.linking import Linker, Mention
+    from mirage_kg.retrieval import RetrievalResult
+
+#: predicates that never make a fact (their objects are classes, literals or bookkeeping)
+NON_FACT_PREDICATES: frozenset[str] = frozenset({
+    RDF_TYPE, RDFS_LABEL, SKOS_PREF, SKOS_ALT, SKOS_NOTATION, SKOS_DEFINITION, LOADED_FROM, LOADED_AT, PENDING,
+    MKG + "inverseLabel", MKG + "forwardTemplate", MKG + "backwardTemplate",
+})
+#: types that mark a declaration (a relation, property or ontology), never a concept
+DECLARATION_TYPES: tuple[str, ...] = (
+    MKG_RELATION, RDF + "Property", OWL + "ObjectProperty", OWL + "DatatypeProperty", OWL + "AnnotationProperty",
+    OWL + "TransitiveProperty", OWL + "SymmetricProperty", OWL + "FunctionalProperty", OWL + "Ontology",
+)
+INVERSE_LABEL = MKG + "inverseLabel"
+FORWARD_TEMPLATE = MKG + "forwardTemplate"
+BACKWARD_TEMPLATE = MKG + "backwardTemplate"
+
+DIRECTIONS = {"out": "out", "forward": "out", "in": "in", "backward": "in", "both": "both"}
+_VALUES_CHUNK = 400  # IRIs per VALUES block: keeps queries well under any endpoint's size limit
+_SPARQL_RECHECK_S = 2.0  # how often a remote store's manifest is re-read to notice loads
+
+_NOT_FACT = ", ".join(iri_ref(p) for p in sorted(NON_FACT_PREDICATES))
+_SYSTEM_GRAPHS = f"{iri_ref(SCHEMA_GRAPH)}, {iri_ref(MANIFEST_GRAPH)}"
+
+
+# --- store identity and caches ------------------------------------------------------------------------------------
+
+def load_records(store: Store) -> tuple[tuple[str, str, str], ...]:
+    """The manifest's committed loads (graph, source, loadedAt), sorted: changes whenever a load commits."""
+    if isinstance(store, OxigraphStore):
+        import pyoxigraph as ox
+
+        found: dict[str, list[str]] = {}
+        for quad in store.raw.quads_for_pattern(None, None, None, ox.NamedNode(MANIFEST_GRAPH)):
+            if quad.predicate.value in (LOADED_FROM, LOADED_AT):
+                found.setdefault(quad.subject.value, []).append(f"{quad.predicate.value}={quad.object.value}")
+        return tuple(sorted((g, *sorted(v)) for g, v in found.items()))  # type: ignore[misc]
+    rows = store.select(
+        f"SELECT ?g ?k ?v WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ ?g ?k ?v }} "
+        f"VALUES ?k {{ {iri_ref(LOADED_FROM)} {iri_ref(LOADED_AT)} }} }}")
+    found = {}
+    for row in rows:
+        found.setdefault(row["g"].value, []).append(f"{row['k'].value}={row['v'].value}")
+    return tuple(sorted((g, *sorted(v)) for g, v in found.items()))  # type: ignore[misc]
+
+
+def store_fingerprint(store: Store) -> str:
+    """A short hash of the store's load records and triple count: caches built from the store are keyed by it."""
+    payload = json.dumps([store.location if store.location != "memory" else "", load_records(store),
+                          store.triple_count()])
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:20]
+
+
+_USER_CACHE_KEEP = 24  # fingerprint folders kept under ~/.cache/mirage-kg (memory stores make a new one each run)
+
+
+def cache_folder(store: Store, fingerprint: str, cache_dir: FsPath | None = None) -> FsPath:
+    """Where caches for this store live: ``<store>/.mirage-cache/`` for an on-disk store, else a fingerprint folder
+    under ``cache_dir`` or ``$MIRAGE_KG_CACHE`` or ``~/.cache/mirage-kg``. Stale entries inside are the caller's to
+    judge by fingerprint; old fingerprint folders are pruned."""
+    if cache_dir is None and isinstance(store, OxigraphStore) and store.path is not None:
+        folder = store.path / ".mirage-cache"
+        try:
+            folder.mkdir(exist_ok=True)
+            if os.access(folder, os.W_OK):
+                return folder
+        except OSError:
+            pass
+    root = FsPath(cache_dir or os.environ.get("MIRAGE_KG_CACHE") or FsPath.home() / ".cache" / "mirage-kg")
+    folder = root / fingerprint
+    folder.mkdir(parents=True, exist_ok=True)
+    os.utime(folder)
+    if cache_dir is None:
+        _prune(root)
+    return folder
+
+
+def _prune(root: FsPath) -> None:
+    try:
+        entries = sorted((p for p in root.iterdir() if p.is_dir() and len(p.name) == 20),
+                         key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    import shutil
+
+    for old in entries[_USER_CACHE_KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# --- labels and relation metadata ---------------------------------------------------------------------------------
+
+def pick_label(values: Iterable[tuple[str, str | None]]) -> str | None:
+    """The preferred one of several ``(text, language)`` labels: English, then untagged, then any; ties by text."""
+    def rank(item: tuple[str, str | None]) -> tuple[int, str, str]:
+        text, lang = item
+        low = (lang or "").lower()
+        group = 0 if low == "en" or low.startswith("en-") else 1 if not low else 2
+        return group, low, text
+
+    best = min(values, key=rank, default=None)
+    return best[0] if best is not None else None
+
+
+def readable_name(iri: str) -> str:
+    """A relation's fallback label: its local name with ``_`` and camelCase spaced, or its CURIE."""
+    import re
+
+    curie = compress(iri)
+    local = curie.split(":", 1)[1] if curie != iri else re.split(r"[#/]", iri.rstrip("/#"))[-1]
+    if not re.search(r"[A-Za-z]{2}", local):
+        return curie
+    local = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", local.replace("_", " ").replace("-", " "))
+    return " ".join(local.split()).lower() if local.strip() else curie
+
+
+def _safe_template(template: str | None) -> str | None:
+    """A template is used only if its placeholders are exactly ``{subject}``/``{object}``: data must not steer
+    ``str.format`` (attribute access, positional fields) or make it raise."""
+    if not template:
+        return None
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError:
+        return None
+    if any(name not in ("subject", "object") or spec or conv for name, spec, conv in fields):
+        return None
+    return template
+
+
+def _guess_inverse(label: str) -> str | None:
+    """An inverse reading for a label with no declared one: "has part" -> "is part of", "part of" -> "has part"."""
+    words = label.split()
+    if len(words) >= 2 and words[0].lower() == "has":
+        return "is " + " ".join(words[1:]) + " of"
+    if len(words) >= 3 and words[0].lower() == "is" and words[-1].lower() == "of":
+        return "has " + " ".join(words[1:-1])
+    if len(words) >= 2 and words[-1].lower() == "of" and words[0].lower() not in ("is", "are"):
+        return "has " + " ".join(words[:-1])
+    return None
+
+
+# --- the per-store state that changes only when a load commits -----------------------------------------------------
+
+@dataclass
+class _State:
+    token: tuple[tuple[str, ...], ...]
+    non_concepts: frozenset[str]
+    relations: dict[str, Relation] = field(default_factory=dict)
+    declared_relations: dict[str, str] | None = None  # lower-cased label/local name -> IRI
+    degrees: dict[str, int] | None = None  # embedded: the whole degree index
+    degree_cache: dict[str, int] = field(default_factory=dict)  # remote: degrees fetched so far
+
+
+class KnowledgeGraph:
+    """Graph queries over a ``Store``. ``embedding_model`` (a sentence-transformers name or path; ``"none"`` to
+    switch embeddings off) and ``cache_dir`` are passed to the linker, which is built on first use."""
+
+    def __init__(self, store: Store, *, embedding_model: str | None = None, cache_dir: FsPath | None = None) -> None:
+        self.store = store
+        self.embedding_model = embedding_model
+        self.cache_dir = FsPath(cache_dir) if cache_dir is not None else None
+        self._embedded = isinstance(store, OxigraphStore)
+        self._state_: _State | None = None
+        self._checked_at = 0.0
+        self._linker: Linker | None = None
+        self._linker_token: tuple[tuple[str, ...], ...] | None = None
+        self._retriever: Any = None
+
+    def __repr__(self) -> str:
+        return f"KnowledgeGraph({self.store.location})"
+
+    # --- state ---------------------------------------------------------------------------------------------------
+    def _state(self) -> _State:
+        """The cached schema-level state, rebuilt when a load has committed since (remote: checked every 2 s)."""
+        now = time.monotonic()
+        state = self._state_
+        if state is not None and not self._embedded and now - self._checked_at < _SPARQL_RECHECK_S:
+            return state
+        token = load_records(self.store)
+        self._checked_at = now
+        if state is None or state.token != token:
+            state = self._state_ = _State(token=token, non_concepts=self._non_concepts())
+        return state
+
+    def refresh(self) -> None:
+        """Forget cached state (for changes made with raw updates rather than ``load``)."""
+        self._state_ = None
+        self._linker = None
+
+    def _non_concepts(self) -> frozenset[str]:
+        types = " ".join(iri_ref(t) for t in DECLARATION_TYPES)
+        rows = self.store.select(
+            f"SELECT DISTINCT ?x WHERE {{ {{ GRAPH {iri_ref(SCHEMA_GRAPH)} {{ ?x ?p ?o }} }} UNION "
+            f"{{ GRAPH ?g {{ ?x {iri_ref(RDF_TYPE)} ?t }} VALUES ?t {{ {types} }} }} FILTER(isIRI(?x)) }}")
+        return frozenset(r["x"].value for r in rows)
+
+    def is_concept(self, iri: str) -> bool:
+        return iri not in self._state().non_concepts
+
+    # --- entities ------------------------------------------------------------------------------------------------
+    def entity(self, ref: str | Entity) -> Entity:
+        """A CURIE, an IRI or an exact label -> the ``Entity``; ``UnknownEntityError`` when the graph lacks it."""
+        if isinstance(ref, Entity):
+            return ref
+        text = ref.strip()
+        if not text:
+            raise UnknownEntityError(ref, "an empty name links to nothing")
+        if is_identifier(text):
+            iri = expand(text)
+            if not self._exists(iri):
+                raise UnknownEntityError(ref)
+            if iri in self._state().non_concepts:
+                raise UnknownEntityError(ref, "it is a relation or class declaration, not a concept")
+            return Entity(iri, self.labels([iri])[iri])
+        found = self._by_label(text)
+        if not found:
+            raise UnknownEntityError(ref)
+        return found[0]
+
+    def _by_label(self, text: str) -> list[Entity]:
+        """Concepts whose preferred label (or rdfs:label, or synonym) is exactly ``text``, best kind first."""
+        labels = [literal(text), literal(text, lang="en")]
+        rows = self.store.select(
+            f"SELECT DISTINCT ?e ?k WHERE {{ VALUES ?l {{ {' '.join(labels)} }} "
+            f"VALUES ?k {{ {iri_ref(SKOS_PREF)} {iri_ref(RDFS_LABEL)} {iri_ref(SKOS_ALT)} }} "
+            f"GRAPH ?g {{ ?e ?k ?l }} FILTER(isIRI(?e)) }}")
+        order = {SKOS_PREF: 0, RDFS_LABEL: 1, SKOS_ALT: 2}
+        non = self._state().non_concepts
+        hits = sorted({(order[r["k"].value], compress(r["e"].value), r["e"].value) for r in rows
+                       if r["e"].value not in non})
+        seen: list[str] = []
+        for _, _, iri in hits:
+            if iri not in seen:
+                seen.append(iri)
+        names = self.labels(seen)
+        return [Entity(iri, names[iri]) for iri in seen]
+
+    def _exists(self, iri: str) -> bool:
+        if self._embedded:
+            import pyoxigraph as ox
+
+            raw = self.store.raw  # type: ignore[attr-defined]
+            node = ox.NamedNode(iri)
+            return (next(iter(raw.quads_for_pattern(node, None, None, None)), None) is not None
+                    or next(iter(raw.quads_for_pattern(None, None, node, None)), None) is not None)
+        ref = iri_ref(iri)
+        return self.store.ask(f"ASK {{ {{ GRAPH ?g {{ {ref} ?p ?o }} }} UNION {{ GRAPH ?g {{ ?s ?p {ref} }} }} }}")
+
+    def labels(self, iris: Iterable[str]) -> dict[str, str]:
+        """Preferred labels: skos:prefLabel (English first), else rdfs:label, else the CURIE."""
+        wanted = list(dict.fromkeys(iris))
+        pref: dict[str, list[tuple[str, str | None]]] = {}
+        plain: dict[str, list[tuple[str, str | None]]] = {}
+        if self._embedded:
+            import pyoxigraph as ox
+
+            raw = self.store.raw  # type: ignore[attr-defined]
+            p_pref, p_label = ox.NamedNode(SKOS_PREF), ox.NamedNode(RDFS_LABEL)
+            for iri in wanted:
+                node = ox.NamedNode(iri)
+                for predicate, bucket in ((p_pref, pref), (p_label, plain)):
+                    for quad in raw.quads_for_pattern(node, predicate, None, None):
+                        if isinstance(quad.object, ox.Literal):
+                            bucket.setdefault(iri, []).append((quad.object.value, quad.object.language))
+                    if iri in pref:
+                        break
+        else:
+            for chunk in _chunks(wanted):
+                rows = self.store.select(
+                    f"SELECT ?e ?k ?l WHERE {{ VALUES ?e {{ {' '.join(iri_ref(i) for i in chunk)} }} "
+                    f"VALUES ?k {{ {iri_ref(SKOS_PREF)} {iri_ref(RDFS_LABEL)} }} GRAPH ?g {{ ?e ?k ?l }} "
+                    f"FILTER(isLiteral(?l)) }}")
+                for r in rows:
+                    bucket = pref if r["k"].value == SKOS_PREF else plain
+                    bucket.setdefault(r["e"].value, []).append((r["l"].value, r["l"].lang))
+        out = {}
+        for iri in wanted:
+            out[iri] = pick_label(pref.get(iri) or plain.get(iri) or []) or compress(iri)
+        return out
+
+    # --- relations -----------------------------------------------------------------------------------------------
+    def relation(self, iri: str) -> Relation:
+        """A relation with its label, inverse label and templates from the schema; falls back to its label or
+        local name (and a guessed inverse reading for "has X" / "X of" labels)."""
+        full = expand(iri) if not iri.startswith(("http://", "https://", "urn:")) else iri
+        return self.relations([full])[full]
+
+    def relations(self, iris: Iterable[str]) -> dict[str, Relation]:
+        state = self._state()
+        wanted = [i for i in dict.fromkeys(iris)]
+        missing = [i for i in wanted if i not in state.relations]
+        if missing:
+            meta: dict[str, dict[str, list[tuple[str, str | None]]]] = {}
+            keys = (RDFS_LABEL, SKOS_PREF, INVERSE_LABEL, FORWARD_TEMPLATE, BACKWARD_TEMPLATE)
+            for chunk in _chunks(missing):
+                rows = self.store.select(
+                    f"SELECT ?r ?k ?v WHERE {{ VALUES ?r {{ {' '.join(iri_ref(i) for i in chunk)} }} "
+                    f"VALUES ?k {{ {' '.join(iri_ref(k) for k in keys)} }} GRAPH ?g {{ ?r ?k ?v }} "
+                    f"FILTER(isLiteral(?v)) }}")
+                for r in rows:
+                    meta.setdefault(r["r"].value, {}).setdefault(r["k"].value, []).append((r["v"].value, r["v"].lang))
+            for iri in missing:
+                m = meta.get(iri, {})
+                label = pick_label(m.get(RDFS_LABEL) or m.get(SKOS_PREF) or []) or readable_name(iri)
+                inverse = pick_label(m.get(INVERSE_LABEL, [])) or _guess_inverse(label)
+                state.relations[iri] = Relation(
+                    iri, label, inverse,
+                    _safe_template(pick_label(m.get(FORWARD_TEMPLATE, []))),
+                    _safe_template(pick_label(m.get(BACKWARD_TEMPLATE, []))),
+                )
+        return {i: state.relations[i] for i in wanted}
+
+    def _resolve_relations(self, relations: Sequence[str] | None) -> frozenset[str] | None:
+        """CURIEs, IRIs, labels ("has symptom") or local names ("has_symptom") -> relation IRIs."""
+        if relations is None:
+            return None
+        if isinstance(relations, str):
+            relations = [relations]
+        out = set()
+        for rel in relations:
+            if is_identifier(rel):
+                out.add(expand(rel))
+                continue
+            known = self._declared_relations()
+            key = " ".join(rel.replace("_", " ").lower().split())
+            if key not in known:
+                names = ", ".join(sorted({compress(v) for v in known.values()}))
+                raise InputError(f"unknown relation {rel!r}; give a CURIE or IRI, or one of: {names}")
+            out.add(known[key])
+        return frozenset(out)
+
+    def _declared_relations(self) -> dict[str, str]:
+        state = self._state()
+        if state.declared_relations is None:
+            rows = self.store.select(
+                f"SELECT DISTINCT ?r WHERE {{ {{ GRAPH ?g {{ ?r {iri_ref(RDF_TYPE)} ?t }} "
+                f"VALUES ?t {{ {iri_ref(MKG_RELATION)} {iri_ref(OWL + 'ObjectProperty')} {iri_ref(RDF + 'Property')} }} }} "
+                f"UNION {{ SELECT DISTINCT ?r WHERE {{ GRAPH ?g {{ ?s ?r ?o }} FILTER(isIRI(?o)) }} LIMIT 5000 }} }}")
+            iris = sorted({r["r"].value for r in rows} - NON_FACT_PREDICATES)
+            table: dict[str, str] = {}
+            for iri, rel in sorted(self.relations(iris).items(), reverse=True):
+                for name in (rel.label, readable_name(iri), compress(iri).split(":", 1)[-1]):
+                    table[" ".join(name.replace("_", " ").lower().split())] = iri
+            state.declared_relations = table
+        return state.declared_relations
+
+    # --- adjacency -----------------------------------------------------------------------------------------------
+    def _adjacent(self, iri: str, relations: frozenset[str] | None = None) -> list[tuple[str, str, str]]:
+        """Fact edges at ``iri``: (predicate, "out"|"in", other concept), distinct, self-loops once (as "out")."""
+        non = self._state().non_concepts
+        seen: set[tuple[str, str, str]] = set()
+        if self._embedded:
+            import pyoxigraph as ox
+
+            store: OxigraphStore = self.store  # type: ignore[assignment]
+            for _, p, o in store.match(iri, None, None):
+                if isinstance(o, ox.NamedNode) and p not in NON_FACT_PREDICATES and o.value not in non:
+                    if relations is None or p in relations:
+                        seen.add((p, "out", o.value))
+            for s, p, _ in store.match(None, None, iri):
+                if s != iri and p not in NON_FACT_PREDICATES and s not in non:
+                    if relations is None or p in relations:
+                        seen.add((p, "in", s))
+        else:
+            ref = iri_ref(iri)
+            rel_filter = _in_filter("?p", relations)
+            rows = self.store.select(
+                f"SELECT DISTINCT ?p ?d ?n WHERE {{ "
+                f"{{ GRAPH ?g {{ {ref} ?p ?n }} BIND(\"out\" AS ?d) }} UNION "
+                f"{{ GRAPH ?g {{ ?n ?p {ref} }} FILTER(?n != {ref}) BIND(\"in\" AS ?d) }} "
+                f"FILTER(isIRI(?n) && ?p NOT IN ({_NOT_FACT})) {rel_filter} }}")
+            for r in rows:
+                if r["n"].value not in non:
+                    seen.add((r["p"].value, r["d"].value, r["n"].value))
+        return sorted(seen)
+
+    def degrees(self, iris: Iterable[str]) -> dict[str, int]:
+        """Fact degree of each entity: distinct fact triples it takes part in (a self-loop counts twice)."""
+        wanted = list(dict.fromkeys(iris))
+        state = self._state()
+        if self._embedded:
+            if state.degrees is None:
+                state.degrees = self._degree_index()
+            return {i: state.degrees.get(i, 0) for i in wanted}
+        missing = [i for i in wanted if i not in state.degree_cache]
+        for chunk in _chunks(missing):
+            rows = self.store.select(
+                f"SELECT ?n (COUNT(*) AS ?d) WHERE {{ SELECT DISTINCT ?n ?dir ?p ?x WHERE {{ "
+                f"VALUES ?n {{ {' '.join(iri_ref(i) for i in chunk)} }} "
+                f"{{ GRAPH ?g {{ ?n ?p ?x }} BIND(1 AS ?dir) }} UNION {{ GRAPH ?g {{ ?x ?p ?n }} BIND(2 AS ?dir) }} "
+                f"FILTER(isIRI(?x) && ?p NOT IN ({_NOT_FACT})) }} }} GROUP BY ?n")
+            got = {r["n"].value: int(r["d"].value) for r in rows}
+            for i in chunk:
+                state.degree_cache[i] = got.get(i, 0)
+        return {i: state.degree_cache[i] for i in wanted}
+
+    _DEGREE_QUERY = (
+        f"SELECT ?n (COUNT(*) AS ?d) WHERE {{ {{ SELECT DISTINCT ?s ?p ?o WHERE {{ GRAPH ?g {{ ?s ?p ?o }} "
+        f"FILTER(isIRI(?o) && ?p NOT IN ({_NOT_FACT})) }} }} VALUES ?pos {{ 1 2 }} "
+        f"BIND(IF(?pos = 1, ?s, ?o) AS ?n) }} GROUP BY ?n")
+
+    def _degree_index(self) -> dict[str, int]:
+        """Every entity's degree in one pass over the store, cached on disk by store fingerprint (seconds at 1M
+        triples, so it is worth keeping)."""
+        fingerprint = store_fingerprint(self.store)
+        size = self.store.triple_count()
+        folder = cache_folder(self.store, fingerprint, self.cache_dir) if size > 200_000 else None
+        path = folder / "degrees.json" if folder else None
+        if path is not None and path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                if data.get("fingerprint") == fingerprint:
+                    return {k: int(v) for k, v in data["degrees"].items()}
+            except (OSError, ValueError, KeyError):
+                pass
+        degrees = {r["n"].value: int(r["d"].value) for r in self.store.select(self._DEGREE_QUERY)}
+        if path is not None:
+            _write_atomic(path, json.dumps({"fingerprint": fingerprint, "degrees": degrees}))
+        return degrees
+
+    # --- anchor --------------------------------------------------------------------------------------------------
+    def anchor(self, entity: str | Entity, k: int = 10, relations: Sequence[str] | None = None,
+               direction: str = "both", rank_by: str | None = None) -> list[Step]:
+        """The entity's neighbourhood: for each (relation, direction) up to ``k`` neighbours, ranked by degree or,
+        with ``rank_by``, by similarity to that text; ordered by relation id, direction (out first), rank, id.
+        Every step starts at the anchor (outgoing edges forward, incoming edges backward)."""
+        if k < 1:
+            raise InputError(f"k must be at least 1, not {k}")
+        want = DIRECTIONS.get(direction)
+        if want is None:
+            raise InputError(f"direction must be out, in or both, not {direction!r}")
+        center = self.entity(entity)
+        rels = self._resolve_relations(relations)
+        edges = [e for e in self._adjacent(center.iri, rels) if want == "both" or e[1] == want]
+        if not edges:
+            return []
+        others = sorted({n for _, _, n in edges})
+        score = self._rank_scores(others, rank_by)
+        groups: dict[tuple[str, str], list[str]] = {}
+        for p, d, n in edges:
+            groups.setdefault((p, d), []).append(n)
+        chosen: list[tuple[str, str, str]] = []
+        for (p, d), members in groups.items():
+            members.sort(key=lambda n: (-score[n], compress(n)))
+            chosen.extend((p, d, n) for n in members[:k])
+        chosen.sort(key=lambda e: (compress(e[0]), 0 if e[1] == "out" else 1, -score[e[2]], compress(e[2])))
+        names = self.labels({n for _, _, n in chosen})
+        relmeta = self.relations({p for p, _, _ in chosen})
+        steps = []
+        for p, d, n in chosen:
+            other = Entity(n, names[n])
+            if d == "out":
+                steps.append(Step(center, relmeta[p], other, "forward"))
+            else:
+                steps.append(Step(other, relmeta[p], center, "backward"))
+        return steps
+
+    def _rank_scores(self, iris: list[str], rank_by: str | None) -> dict[str, float]:
+        if not rank_by:
+            return {i: float(d) for i, d in self.degrees(iris).items()}
+        names = self.labels(iris)
+        sims = self.linker.similarity(rank_by, [names[i] for i in iris])
+        degree = self.degrees(iris)
+        # similarity decides; degree only breaks exact ties (it is far below any similarity difference)
+        return {i: s + 1e-9 * math.log1p(degree[i]) for i, s in zip(iris, sims)}
+
+    # --- bridge --------------------------------------------------------------------------------------------------
+    def bridge(self, a: str | Entity, b: str | Entity, max_hops: int = 3, max_paths: int = 20,
+               relations: Sequence[str] | None = None) -> list[Path]:
+        """All simple paths of at most ``max_hops`` edges between ``a`` and ``b``, each edge walked either way
+        (its step says which). Shortest first; equal lengths ordered by node ids, then relation ids, then
+        directions (forward first); the first ``max_paths``."""
+        if max_hops < 1:
+            raise InputError(f"max_hops must be at least 1, not {max_hops}")
+        if max_paths < 1:
+            raise InputError(f"max_paths must be at least 1, not {max_paths}")
+        source, target = self.entity(a), self.entity(b)
+        if source.iri == target.iri:
+            return []
+        rels = self._resolve_relations(relations)
+        if not self.connected(source.iri, target.iri, max_hops, rels):
+            return []
+        raw_paths: list[tuple[tuple[str, str, str, str], ...]] = []
+        memo: dict[str, list[tuple[str, str, str]]] = {}
+        for hops in range(1, max_hops + 1):
+            if self._embedded:
+                found = self._paths_by_search(source.iri, target.iri, hops, rels, memo)
+            else:
+                found = self._paths_by_sparql(source.iri, target.iri, hops, rels)
+            raw_paths.extend(sorted(found, key=path_sort_key))
+            if len(raw_paths) >= max_paths:
+                break
+        return self._materialise(raw_paths[:max_paths])
+
+    def connected(self, a: str, b: str, max_hops: int, relations: frozenset[str] | None = None) -> bool:
+        """Whether any walk of at most ``max_hops`` fact-like edges joins ``a`` and ``b``: one bounded
+        property-path ASK (never ``*``/``+``). It may say yes where no simple path through concepts exists;
+        it never says no where one does."""
+        if relations is not None:
+            if not relations:
+                return False
+            step = "(" + "|".join(f"{iri_ref(r)}|^{iri_ref(r)}" for r in sorted(relations)) + ")"
+        else:
+            banned = sorted(NON_FACT_PREDICATES)
+            step = "!(" + "|".join([iri_ref(p) for p in banned] + ["^" + iri_ref(p) for p in banned]) + ")"
+        expr = step
+        for _ in range(max_hops - 1):
+            expr = f"{step}/({expr})?"
+        return self.store.ask(f"ASK {{ {iri_ref(a)} {expr} {iri_ref(b)} }}")
+
+    def _paths_by_search(self, a: str, b: str, hops: int, rels: frozenset[str] | None,
+                         memo: dict[str, list[tuple[str, str, str]]]) -> list[tuple[tuple[str, str, str, str], ...]]:
+        """Paths of exactly ``hops`` edges by meeting in the middle over the store's index: partial paths of
+        ``hops // 2`` edges from ``a`` and ``hops - 1 - hops // 2`` from ``b``, joined by one middle edge."""
+
+        def adj(n: str) -> list[tuple[str, str, str]]:
+            if n not in memo:
+                memo[n] = self._adjacent(n, rels)
+            return memo[n]
+
+        left_depth = hops // 2
+        right_depth = hops - 1 - left_depth
+        left = _partials(a, left_depth, adj, avoid=b)
+        right = _partials(b, right_depth, adj, avoid=a)
+        left_ends: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
+        right_ends: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
+        for nodes, steps in left:
+            left_ends.setdefault(nodes[-1], []).append((nodes, steps))
+        for nodes, steps in right:
+            right_ends.setdefault(nodes[-1], []).append((nodes, steps))
+        middle = self._middle_edges(set(left_ends), set(right_ends), memo, rels)
+        out = []
+        for (x, y), edges in middle.items():
+            for lnodes, lsteps in left_ends[x]:
+                for rnodes, rsteps in right_ends[y]:
+                    if not set(lnodes).isdisjoint(rnodes):
+                        continue
+                    back = [(s, p, o, "backward" if d == "forward" else "forward") for s, p, o, d in reversed(rsteps)]
+                    for edge in edges:
+                        out.append(tuple(lsteps) + (edge,) + tuple(back))
+        return out
+
+    def _middle_edges(self, xs: set[str], ys: set[str], memo: dict[str, list[tuple[str, str, str]]],
+                      rels: frozenset[str] | None) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
+        """Fact edges between a node of ``xs`` and a different node of ``ys``, as steps walked from x to y: from
+        adjacency already in hand, else whichever is cheaper of point lookups per pair and expanding one side
+        (estimated from the degree index when it is built)."""
+        out: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
+
+        def adj(n: str) -> list[tuple[str, str, str]]:
+            if n not in memo:
+                memo[n] = self._adjacent(n, rels)
+            return memo[n]
+
+        def from_xs() -> None:
+            for x in xs:
+                for p, d, n in adj(x):
+                    if n in ys and n != x:
+                        out.setdefault((x, n), []).append((x, p, n, "forward") if d == "out" else (n, p, x, "backward"))
+
+        def from_ys() -> None:
+            for y in ys:
+                for p, d, n in adj(y):
+                    if n in xs and n != y:
+                        out.setdefault((n, y), []).append((y, p, n, "backward") if d == "out" else (n, p, y, "forward"))
+
+        if all(x in memo for x in xs):
+            from_xs()
+            return out
+        if all(y in memo for y in ys):
+            from_ys()
+            return out
+        known = self._state().degrees
+        if known is not None:
+            cost_x = sum(known.get(x, 0) for x in xs if x not in memo) + len(xs)
+            cost_y = sum(known.get(y, 0) for y in ys if y not in memo) + len(ys)
+        else:  # no index: assume a typical degree
+            cost_x, cost_y = 32 * len(xs), 32 * len(ys)
+        cost_pairs = 8 * len(xs) * len(ys)
+        if cost_pairs < min(cost_x, cost_y):
+            store: OxigraphStore = self.store  # type: ignore[assignment]
+            for x in xs:
+                for y in ys:
+                    if x == y:
+                        continue
+                    found = [(x, p, y, "forward") for _, p, _ in store.match(x, None, y)]
+                    found += [(y, p, x, "backward") for _, p, _ in store.match(y, None, x)]
+                    found = sorted({f for f in found if f[1] not in NON_FACT_PREDICATES
+                                    and (rels is None or f[1] in rels)})
+                    if found:
+                        out[(x, y)] = found
+        elif cost_x <= cost_y:
+            from_xs()
+        else:
+            from_ys()
+        return out
+
+    def _paths_by_sparql(self, a: str, b: str, hops: int,
+                         rels: frozenset[str] | None) -> list[tuple[tuple[str, str, str, str], ...]]:
+        """Paths of exactly ``hops`` edges with one explicit SPARQL pattern (any endpoint)."""
+        nodes = [iri_ref(a)] + [f"?n{i}" for i in range(1, hops)] + [iri_ref(b)]
+        parts = []
+        for i in range(hops):
+            x, y = nodes[i], nodes[i + 1]
+            parts.append(f"{{ {{ GRAPH ?g{i} {{ {x} ?p{i} {y} }} BIND(\"f\" AS ?d{i}) }} UNION "
+                         f"{{ GRAPH ?g{i} {{ {y} ?p{i} {x} }} BIND(\"b\" AS ?d{i}) }} "
+                         f"FILTER(?p{i} NOT IN ({_NOT_FACT})) {_in_filter(f'?p{i}', rels)} }}")
+        inner = [f"?n{i}" for i in range(1, hops)]
+        filters = [f"isIRI({v})" for v in inner]
+        for i, v in enumerate(inner):
+            filters += [f"{v} != {nodes[0]}", f"{v} != {nodes[-1]}"] + [f"{v} != {w}" for w in inner[i + 1:]]
+        where = " ".join(parts) + (f" FILTER({' && '.join(filters)})" if filters else "")
+        names = " ".join([f"?p{i} ?d{i}" for i in range(hops)] + inner)
+        rows = self.store.select(f"SELECT DISTINCT {names} WHERE {{ {where} }}")
+        non = self._state().non_concepts
+        out = []
+        for r in rows:
+            path_nodes = [a] + [r[f"n{i}"].value for i in range(1, hops)] + [b]
+            if any(n in non for n in path_nodes[1:-1]):
+                continue
+            steps = []
+            for i in range(hops):
+                x, y, p = path_nodes[i], path_nodes[i + 1], r[f"p{i}"].value
+                steps.append((x, p, y, "forward") if r[f"d{i}"].value == "f" else (y, p, x, "backward"))
+            out.append(tuple(steps))
+        return out
+
+    def _materialise(self, raw_paths: list[tuple[tuple[str, str, str, str], ...]]) -> list[Path]:
+        iris = {n for path in raw_paths for s, _, o, _ in path for n in (s, o)}
+        names = self.labels(iris)
+        relmeta = self.relations({p for path in raw_paths for _, p, _, _ in path})
+        return [Path(tuple(Step(Entity(s, names[s]), relmeta[p], Entity(o, names[o]), d)  # type: ignore[arg-type]
+                           for s, p, o, d in path)) for path in raw_paths]
+
+    # --- checks and text -----------------------------------------------------------------------------------------
+    def path_exists(self, path: Path) -> bool:
+        """Whether every step's triple is in the store (a cited path must be real)."""
+        if not path.steps:
+            return False
+        if self._embedded:
+            store: OxigraphStore = self.store  # type: ignore[assignment]
+            return all(store.match(s.subject.iri, s.relation.iri, s.object.iri) for s in path.steps)
+        body = " ".join(f"GRAPH ?g{i} {{ {iri_ref(s.subject.iri)} {iri_ref(s.relation.iri)} {iri_ref(s.object.iri)} }}"
+                        for i, s in enumerate(path.steps))
+        return self.store.ask(f"ASK {{ {body} }}")
+
+    def sources(self, triples: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], tuple[str, ...]]:
+        """The named graphs (sources) that hold each triple."""
+        wanted = list(dict.fromkeys(triples))
+        out: dict[tuple[str, str, str], set[str]] = {t: set() for t in wanted}
+        for chunk in _chunks(wanted, 200):
+            values = " ".join(f"({iri_ref(s)} {iri_ref(p)} {iri_ref(o)})" for s, p, o in chunk)
+            rows = self.store.select(
+                f"SELECT ?s ?p ?o ?g WHERE {{ VALUES (?s ?p ?o) {{ {values} }} GRAPH ?g {{ ?s ?p ?o }} "
+                f"FILTER(?g NOT IN ({_SYSTEM_GRAPHS})) }}")
+            for r in rows:
+                out[(r["s"].value, r["p"].value, r["o"].value)].add(r["g"].value)
+        return {t: tuple(sorted(g)) for t, g in out.items()}
+
+    def verbalise(self, item: Step | Path) -> str:
+        """The sentence(s) for a step or a path, read in its walking direction."""
+        return item.text
+
+    # --- linking and retrieval -----------------------------------------------------------------------------------
+    @property
+    def linker(self) -> Linker:
+        """The entity linker, built on first use and rebuilt after a load commits."""
+        token = self._state().token
+        if self._linker is None or self._linker_token != token:
+            from mirage_kg.linking import Linker
+
+            self._linker = Linker(self, embedding_model=self.embedding_model, cache_dir=self.cache_dir)
+            self._linker_token = token
+        return self._linker
+
+    def link(self, text: str, top: int = 5) -> list[Mention]:
+        """Mentions of KG entities in free text, each with its ranked candidates."""
+        return self.linker.link(text, top=top)
+
+    def retrieve(self, question: str, budget: int = 100) -> RetrievalResult:
+        """LLM-free evidence for a question, within ``budget`` entities (see ``mirage_kg.retrieval``)."""
+        from mirage_kg.retrieval import Retriever
+
+        if self._retriever is None:
+            self._retriever = Retriever(self)
+        return self._retriever.retrieve(question, budget=budget)
+
+
+# --- helpers ----------------------------------------------------------------------------------------------------------
+
+def path_sort_key(path: Sequence[tuple[str, str, str, str]]) -> tuple[Any, ...]:
+    """Bridge order: length, then the walked node ids, then relation ids, then directions (forward first)."""
+    nodes = [path[0][0] if path[0][3] == "forward" else path[0][2]]
+    for s, _, o, d in path:
+        nodes.append(o if d == "forward" else s)
+    return (len(path), tuple(compress(n) for n in nodes), tuple(compress(p) for _, p, _, _ in path),
+            tuple(0 if d == "forward" else 1 for *_, d in path))
+
+
+def _partials(start: str, depth: int, adj: Any, avoid: str) -> list[tuple[list[str], list[tuple[str, str, str, str]]]]:
+    """Simple partial paths of exactly ``depth`` edges from ``start`` that never touch ``avoid``."""
+    layer: list[tuple[list[str], list[tuple[str, str, str, str]]]] = [([start], [])]
+    for _ in range(depth):
+        nxt = []
+        for nodes, steps in layer:
+            for p, d, n in adj(nodes[-1]):
+                if n == avoid or n in nodes:
+                    continue
+                step = (nodes[-1], p, n, "forward") if d == "out" else (n, p, nodes[-1], "backward")
+                nxt.append((nodes + [n], steps + [step]))
+        layer = nxt
+    return layer
+
+
+def _in_filter(var: str, relations: frozenset[str] | None) -> str:
+    if relations is None:
+        return ""
+    if not relations:
+        return "FILTER(false)"
+    return f"FILTER({var} IN ({', '.join(iri_ref(r) for r in sorted(relations))}))"
+
+
+def _chunks(items: Sequence[Any], size: int = _VALUES_CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _write_atomic(path: FsPath, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)

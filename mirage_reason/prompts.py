@@ -1,0 +1,124 @@
+"""The words the pipeline says to the model: chain instructions, the search-block tags, the decomposer, the
+synthesizer, the no-synthesizer merge and the LLM-only baseline. All wording lives here so it can be read and tuned
+in one place; nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "ABSTAIN_TEXT",
+    "QUERY_BEGIN",
+    "QUERY_END",
+    "RESULT_BEGIN",
+    "RESULT_END",
+    "abstain_text",
+    "budget_spent_note",
+    "last_search_note",
+    "chain_messages",
+    "decomposer_messages",
+    "llm_only_messages",
+    "merge_messages",
+    "result_block",
+    "synthesizer_messages",
+]
+
+# The reference code's search block. Plain-text tags, not special tokens, so that stop strings fire on them.
+QUERY_BEGIN = "<|KG_QUERY_BEGIN|>"
+QUERY_END = "<|KG_QUERY_END|>"
+RESULT_BEGIN = "<|KG_RESULT_BEGIN|>"
+RESULT_END = "<|KG_RESULT_END|>"
+
+Messages = list[dict[str, str]]
+
+_CHAIN_SYSTEM = """\
+You are a careful medical assistant who reasons step by step and checks facts in a medical knowledge graph.
+To look facts up, write a search block and stop:
+- {begin}entity name{end} lists the facts around one entity (its symptoms, tests, drugs, related diseases);
+- {begin}first entity||second entity{end} shows how two entities are connected.
+The facts then appear between {rbegin} and {rend}. You may search at most {n_r} times.
+Rely on the facts from the knowledge graph; when they are not enough, say so instead of guessing.
+Finish with a short final answer (two or three sentences) to the question."""
+
+
+def chain_messages(
+    sub_question: str, question: str, facts: Sequence[str], n_r: int, *, search: bool = True
+) -> Messages:
+    """The opening of one reasoning chain: instructions, the seed facts, the (sub-)question."""
+    system = _CHAIN_SYSTEM.format(begin=QUERY_BEGIN, end=QUERY_END, rbegin=RESULT_BEGIN, rend=RESULT_END, n_r=n_r)
+    if not search or n_r == 0:
+        system = ("You are a careful medical assistant. Rely on the facts from the medical knowledge graph given "
+                  "below; when they are not enough, say so instead of guessing. Finish with a short final answer "
+                  "(two or three sentences).")
+    parts = []
+    if facts:
+        parts.append("Facts from the knowledge graph:\n" + "\n".join(f"- {fact}" for fact in facts))
+    if sub_question.strip() != question.strip():
+        parts.append(f"This is part of a larger question: {question}")
+    parts.append(f"Question: {sub_question}")
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def result_block(lines: Sequence[str], note: str | None = None) -> str:
+    """The text inserted after a search block; a note (no match, budget spent, ...) goes first."""
+    body = ([note] if note else []) + list(lines)
+    return f"\n\n{RESULT_BEGIN}\n" + "\n".join(body) + f"\n{RESULT_END}\n\n"
+
+
+def budget_spent_note(n_r: int) -> str:
+    return f"The search budget of {n_r} searches is spent: no more searches. Answer now from the facts you have."
+
+
+def last_search_note(n_r: int) -> str:
+    return f"(That was your last search of {n_r}. Answer from the facts you have.)"
+
+
+def decomposer_messages(question: str, entity_labels: Sequence[str], n_q: int) -> Messages:
+    entities = ", ".join(entity_labels)
+    system = ("You split medical questions into simple sub-questions. Each sub-question is about one medical "
+              "entity of the question, names that entity explicitly (never 'it' or 'this condition') and can be "
+              "answered on its own.")
+    user = (f"Question: {question}\n"
+            f"Medical entities in it: {entities}\n\n"
+            f"Write at most {n_q} sub-questions, one per line, numbered 1., 2., ... and nothing else.")
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence[str] = ()) -> Messages:
+    """The final wording step: the model may use the numbered facts and nothing else."""
+    numbered = "\n".join(f"[{i}] {fact}" for i, fact in enumerate(facts, start=1))
+    system = ("You write short, clear answers for patients. Use ONLY the numbered facts you are given, cite them "
+              "by number like [1], and never add a diagnosis, drug or test that is not in the facts. Remind the "
+              "reader to see a doctor.")
+    user = f"Question: {question}\n\nFacts:\n{numbered}\n"
+    if warnings:
+        user += "\nWarnings (mention them):\n" + "\n".join(f"- {w}" for w in warnings) + "\n"
+    user += "\nWrite the answer in one or two paragraphs."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def merge_messages(question: str, answers: Sequence[tuple[str, str]]) -> Messages:
+    """Without the synthesizer: one prompt that combines the chains' answers (the reference code's way)."""
+    parts = [f"Sub-question {i}: {sub}\nAnswer {i}: {ans or '(no answer)'}"
+             for i, (sub, ans) in enumerate(answers, start=1)]
+    user = (f"Question: {question}\n\nAnswers to its sub-questions:\n\n" + "\n\n".join(parts)
+            + "\n\nCombine them into one final answer to the question, in one or two paragraphs.")
+    return [{"role": "system", "content": "You are a careful medical assistant."}, {"role": "user", "content": user}]
+
+
+def llm_only_messages(question: str) -> Messages:
+    return [{"role": "system", "content": "You are a careful medical assistant."},
+            {"role": "user", "content": f"{question}\n\nAnswer in one or two paragraphs."}]
+
+
+ABSTAIN_TEXT = ("The knowledge graph holds nothing that supports an answer to this question, so I will not guess. "
+                "Please ask a doctor.")
+
+
+def abstain_text(known_labels: Sequence[str]) -> str:
+    if not known_labels:
+        return ("I could not match this question to anything in the knowledge graph, so I will not guess. "
+                "Please ask a doctor.")
+    return (f"The knowledge graph knows {', '.join(known_labels)}, but none of its facts supports an answer to this "
+            "question, so I will not guess. Please ask a doctor.")

