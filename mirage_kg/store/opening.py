@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -12,13 +13,17 @@ from mirage_kg.store.oxigraph import OxigraphStore
 from mirage_kg.store.sparql import SparqlStore
 
 DEMO_GRAPH = GRAPH + "demo"
+SCHEMA_FILES = ("schema.ttl", "sources.ttl")
 
 
 def ensure_schema(store: Store) -> None:
-    """Load the shipped schema into its own graph once, so every relation reads right."""
+    """Load the shipped schema (core model plus the source loaders' vocabulary) into its own graph once, so every
+    relation reads right. Both files go in as one load, so the schema graph is never half there."""
     if store.triple_count(SCHEMA_GRAPH) == 0:
-        with open(ontologies_dir() / "schema.ttl", "rb") as handle:
-            store.load(handle, media_type="text/turtle", graph=SCHEMA_GRAPH, source="mirage-kg schema")
+        parts = [(ontologies_dir() / name).read_bytes() for name in SCHEMA_FILES
+                 if (ontologies_dir() / name).is_file()]
+        store.load(io.BytesIO(b"\n".join(parts)), media_type="text/turtle", graph=SCHEMA_GRAPH,
+                   source="mirage-kg schema")
 
 
 def demo_store() -> OxigraphStore:
