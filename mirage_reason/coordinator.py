@@ -22,7 +22,7 @@ from mirage_reason.chain import Chain, ChainResult, ChainRunner, ChainSpec, path
 from mirage_reason.config import MirageConfig
 from mirage_reason.decomposer import Decomposer, Decomposition
 from mirage_reason.errors import ReasonerError
-from mirage_reason.synthesizer import Claim, Conflict, Synthesis, Synthesizer, normalise_units
+from mirage_reason.synthesizer import Claim, Conflict, Synthesis, Synthesizer, normalise_units, whole_sentences
 
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
@@ -124,6 +124,7 @@ class Workspace:
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     tokens: dict[str, int] = field(default_factory=lambda: {**dict.fromkeys(TOKEN_STAGES, 0), "prompt": 0})
     answer: Answer | None = None
+    reported: bool = False  # on_answer has been told
 
     def charge(self, stage: str, seconds: float, completion: Completion | None = None) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
@@ -180,23 +181,25 @@ class Mirage:
 
     def _advance_all(self, spaces: Sequence[Workspace], on_answer: Callable[[int, Answer], None] | None) -> None:
         for ws in spaces:
-            was_done = ws.stage == "done"
             self._advance(ws)
-            if not was_done and ws.stage == "done" and on_answer is not None and ws.answer is not None:
-                on_answer(ws.index, ws.answer)
+            if ws.answer is not None and not ws.reported:
+                ws.reported = True
+                if on_answer is not None:
+                    on_answer(ws.index, ws.answer)
 
     def _advance(self, ws: Workspace) -> None:
         """Do every CPU step whose inputs exist; stop where the model is needed or the question is done."""
         cfg = self.config
         while True:
             if ws.stage == "link":
+                if cfg.llm_only:  # the model alone: the KG is never touched
+                    ws.prompt = self.backend.format_chat(prompts.llm_only_messages(ws.question))
+                    ws.stage = "llm"
+                    continue
                 t = time.perf_counter()
                 ws.entities = self.decomposer.link(ws.question)
                 ws.charge("link", time.perf_counter() - t)
-                if cfg.llm_only:
-                    ws.prompt = self.backend.format_chat(prompts.llm_only_messages(ws.question))
-                    ws.stage = "llm"
-                elif cfg.use_decomposer and not cfg.single_chain and self.decomposer.needs_model(ws.entities):
+                if cfg.use_decomposer and not cfg.single_chain and self.decomposer.needs_model(ws.entities):
                     ws.prompt = self.decomposer.prompt(ws.question, ws.entities)
                     ws.stage = "decompose"
                 else:
@@ -236,7 +239,10 @@ class Mirage:
         resolve = cfg.use_synthesizer and not cfg.single_chain
         ws.synthesis = self.synthesizer.analyse(ws.question, ws.entities, ws.results, resolve=resolve)
         if cfg.single_chain:
-            ws.text = normalise_units(ws.results[0].answer) if ws.results else ""
+            first = ws.results[0] if ws.results else None
+            answer = first.answer if first is not None else ""
+            cut = first is not None and first.finish_reason == "max_tokens"
+            ws.text = normalise_units(whole_sentences(answer) if cut else answer)
             ws.charge("synthesize", time.perf_counter() - t)
             self._finish(ws)
         elif not cfg.use_synthesizer:
@@ -278,12 +284,12 @@ class Mirage:
                 ws.decomposition = self.decomposer.parse(ws.question, ws.entities, completion)
                 ws.stage = "seed"
             elif stage == "llm":
-                ws.text = _tidy(completion.text)
+                ws.text = _final(completion)
             elif cfg.use_synthesizer:
                 assert ws.synthesis is not None
                 ws.text, ws.flags = self.synthesizer.finish(ws.synthesis, completion)
             else:
-                ws.text = normalise_units(_tidy(completion.text))
+                ws.text = normalise_units(_final(completion))
             ws.charge(stage, wall + time.perf_counter() - t, completion)
             if stage != "decompose":
                 self._finish(ws)
@@ -330,8 +336,10 @@ class Mirage:
         )
 
 
-def _tidy(text: str) -> str:
-    text = strip_think(text)
+def _final(completion: Completion) -> str:
+    """A final answer as the model wrote it, minus its reasoning and any sentence cut off by the token limit."""
+    text = strip_think(completion.text)
     if "<think>" in text:
         text = text.split("<think>", 1)[0]
-    return text.strip()
+    text = text.strip()
+    return whole_sentences(text) if completion.finish_reason == "length" else text

@@ -1,8 +1,9 @@
 """The question decomposer: split a question that names several medical entities into at most N_q entity-anchored
 sub-questions, each linked to at least one KG entity.
 
-The model proposes the split; the code checks it. A sub-question that links to no KG entity is repaired (its vague
-reference replaced by an entity of the question no other sub-question covers) or dropped; when nothing usable is
+The model proposes the split; the code checks it. A sub-question must link to an entity of the question: one that
+links to nothing is repaired (its vague reference, "it", "this condition", replaced by a question entity no other
+sub-question covers) or dropped, and one about entities the question never names is dropped; when nothing usable is
 left, the fallback is one sub-question per group of linked entities. A question with fewer than two distinct
 linked entities is not split at all, and the model is not asked.
 """
@@ -72,7 +73,7 @@ def link_entities(kg: KnowledgeGraph, text: str, config: MirageConfig) -> tuple[
 
 
 _ITEM = re.compile(r"^\s*(?:(?:sub-?\s?question\s*)?\d+\s*[.):-]|[-*•])\s*(?P<text>.+?)\s*$", re.IGNORECASE)
-_LEAD = re.compile(r"^(?:sub-?\s?question\s*\d*\s*[:.-]\s*)", re.IGNORECASE)
+_LEAD = re.compile(r"^(?:(?:sub-?\s?)?question\s*\d*\s*[:.-]\s*)", re.IGNORECASE)
 _VAGUE = re.compile(r"\b(?:this condition|the condition|this disease|the disease|this problem|these symptoms|"
                     r"this symptom|this drug|this medication|it|this|that|they|them)\b", re.IGNORECASE)
 
@@ -128,16 +129,22 @@ class Decomposer:
         n_q = self.config.n_q
         notes: list[str] = []
         proposed = parse_sub_questions(raw, n_q)
+        own = {e.iri for e in entities}
         linked = [(text, self.link(text)) for text in proposed]
-        covered = {e.iri for _, ents in linked for e in ents}
+        # Anchored means anchored on the question's own entities: a sub-question about something the question never
+        # names (copied from an example, made up) would send a chain off topic.
+        linked = [(text, tuple(e for e in ents if e.iri in own) if own else ents, bool(ents)) for text, ents in linked]
+        covered = {e.iri for _, ents, _ in linked for e in ents}
         uncovered = [e for e in entities if e.iri not in covered]
         subs: list[SubQuestion] = []
-        for text, ents in linked:
+        for text, ents, links_elsewhere in linked:
             if ents:
                 subs.append(SubQuestion(text, ents, "model"))
-            elif uncovered:
+            elif links_elsewhere:
+                notes.append(f"dropped {text!r}: it names no entity of the question")
+            elif uncovered and _VAGUE.search(text):  # "what treats it?": name the entity it must mean
                 entity = uncovered.pop(0)
-                repaired = _repair(text, entity)
+                repaired = _VAGUE.sub(entity.label, text, count=1)
                 notes.append(f"repaired {text!r} (links to no KG entity) as {repaired!r}")
                 subs.append(SubQuestion(repaired, (entity,), "repaired"))
             else:
@@ -179,12 +186,6 @@ class Decomposer:
 
     def decompose(self, question: str) -> Decomposition:
         return self.decompose_many([question])[0]
-
-
-def _repair(text: str, entity: Entity) -> str:
-    if _VAGUE.search(text):
-        return _VAGUE.sub(entity.label, text, count=1)
-    return f"{text.rstrip(' ?')} ({entity.label})?"
 
 
 def _focus(question: str, group: Sequence[Entity]) -> str:

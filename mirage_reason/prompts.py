@@ -81,7 +81,8 @@ def decomposer_messages(question: str, entity_labels: Sequence[str], n_q: int) -
               "answered on its own.")
     user = (f"Question: {question}\n"
             f"Medical entities in it: {entities}\n\n"
-            f"Write at most {n_q} sub-questions, one per line, numbered 1., 2., ... and nothing else.")
+            f"Write at most {n_q} sub-questions, one per line, numbered 1., 2., ... and nothing else.\n"
+            "Sub-questions:")
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

@@ -26,7 +26,7 @@ from mirage_reason.config import MirageConfig
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
 
-__all__ = ["Claim", "Conflict", "Synthesis", "Synthesizer", "entity_kind", "normalise_units"]
+__all__ = ["Claim", "Conflict", "Synthesis", "Synthesizer", "entity_kind", "normalise_units", "whole_sentences"]
 
 Status = Literal["kept", "unsupported", "outvoted", "off-diagnosis", "contraindicated"]
 
@@ -50,17 +50,28 @@ def _local(iri: str) -> str:
     return re.split(r"[#/:]", iri)[-1].lower()
 
 
-def entity_kind(entity: Entity, paths: Sequence[Path]) -> str:
-    """What an entity is (disease, symptom, test, drug, or concept), read off the relations it takes part in."""
+def entity_kind(entity: Entity, paths: Sequence[Path], _inherit: bool = True) -> str:
+    """What an entity is (disease, symptom, test, drug, or concept), read off the relations it takes part in; an
+    entity seen only in is-a edges takes the kind of its parent or child."""
     votes: dict[str, int] = {}
+    kin: list[Entity] = []
     for path in paths:
         for step in path.steps:
+            if step.relation.iri == RDFS_SUBCLASS:
+                if entity.iri in (step.subject.iri, step.object.iri):
+                    kin.append(step.object if step.subject.iri == entity.iri else step.subject)
+                continue
             roles = _ROLES.get(_local(step.relation.iri))
             if roles is None:
                 continue
             for node, kind in ((step.subject, roles[0]), (step.object, roles[1])):
                 if kind and node.iri == entity.iri:
                     votes[kind] = votes.get(kind, 0) + 1
+    if not votes and _inherit:
+        for other in kin:
+            kind = entity_kind(other, paths, _inherit=False)
+            if kind != "concept":
+                votes[kind] = votes.get(kind, 0) + 1
     return max(sorted(votes), key=lambda k: votes[k]) if votes else "concept"
 
 
@@ -71,7 +82,7 @@ _UNITS = [
     (r"millilit(?:er|re)s?|mls?", "mL"),
     (r"international units?|i\.u\.|iu", "IU"),
 ]
-_UNIT_RES = [(re.compile(rf"(\d+(?:[.,]\d+)?)\s*(?:{pat})(?![\w.])", re.IGNORECASE), unit) for pat, unit in _UNITS]
+_UNIT_RES = [(re.compile(rf"(\d+(?:[.,]\d+)?)\s*(?:{pat})(?!\w)", re.IGNORECASE), unit) for pat, unit in _UNITS]
 
 
 def normalise_units(text: str) -> str:
@@ -307,10 +318,11 @@ class Synthesizer:
         key = (a.iri, b.iri) if a.iri < b.iri else (b.iri, a.iri)
         if key not in self._isa:
             try:
-                paths = self.kg.bridge(a, b, max_hops=2, max_paths=10)
+                paths = self.kg.bridge(a, b, max_hops=3, max_paths=5, relations=[RDFS_SUBCLASS])
             except MirageError:
                 paths = []
-            self._isa[key] = any(all(s.relation.iri == RDFS_SUBCLASS for s in p.steps) for p in paths)
+            # siblings (a <- parent -> b) share a parent but neither is a kind of the other: still a conflict
+            self._isa[key] = any(len({s.direction for s in p.steps}) == 1 for p in paths)
         return self._isa[key]
 
     def _contraindications(self, drug: Entity) -> tuple[Path, ...]:
@@ -370,6 +382,8 @@ class Synthesizer:
             return self.abstention(synthesis), ()
         raw = completion if isinstance(completion, str) or completion is None else completion.text
         text = _tidy(raw or "")
+        if isinstance(completion, Completion) and completion.finish_reason == "length":
+            text = whole_sentences(text)
         flags: list[str] = []
         if not text:
             flags.append("the model wrote no usable answer; the claims are listed as they are")
@@ -399,6 +413,15 @@ class Synthesizer:
             completion = self.backend.generate([prompt], (), self.config.synthesizer_params(seed))[0]
         text, flags = self.finish(synthesis, completion)
         return synthesis, text, flags, completion
+
+
+_SENTENCE_END = re.compile(r"[.!?](?:[\"')\]]|\s*\[\d+\])*(?=\s|$)")
+
+
+def whole_sentences(text: str) -> str:
+    """``text`` cut after its last complete sentence (a model that ran out of tokens stops mid-sentence)."""
+    ends = list(_SENTENCE_END.finditer(text))
+    return text[: ends[-1].end()].rstrip() if ends else text
 
 
 def _tidy(text: str) -> str:

@@ -1,4 +1,4 @@
-"""``query sparql|anchor|bridge`` and ``link``."""
+"""``query sparql|anchor|bridge``, ``link`` and ``retrieve``."""
 
 from __future__ import annotations
 
@@ -62,3 +62,343 @@ def _looks_like_update(text: str) -> bool:
     body = re.sub(r"#[^\n]*|\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|<[^>\s]*>", " ", text)
     return re.search(r"\b(INSERT|DELETE|LOAD|CLEAR|DROP|CREATE|ADD|MOVE|COPY)\b\s", body, re.IGNORECASE) is not None \
         and re.search(r"\b(SELECT|ASK|CONSTRUCT|DESCRIBE)\b", body, re.IGNORECASE) is None
+
+
+# --- anchor, bridge, link, retrieve ---------------------------------------------------------------------------------
+
+def _embedding_option(func):  # type: ignore[no-untyped-def]
+    return click.option("--embedding-model", metavar="NAME|PATH|none", envvar="MIRAGE_KG_EMBEDDING_MODEL",
+                        help="sentence-transformers model for soft matching [default: the offline "
+                             "all-MiniLM-L6-v2; 'none' switches embeddings off].")(func)
+
+
+def _open_graph(store: str | None, endpoint: str | None, embedding_model: str | None = None):  # type: ignore[no-untyped-def]
+    from mirage_kg.graph import KnowledgeGraph
+    from mirage_kg.store import open_store
+
+    return KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model)
+
+
+def resolve_entity(kg, text: str):  # type: ignore[no-untyped-def]
+    """A CURIE, IRI or exact label as is; any other name linked, the best candidate taken with a note on stderr
+    naming the others (exit 1 when nothing matches)."""
+    from mirage_kg.errors import UnknownEntityError
+    from mirage_kg.namespaces import is_identifier
+
+    if is_identifier(text):
+        return kg.entity(text)
+    try:
+        return kg.entity(text)
+    except UnknownEntityError:
+        pass
+    candidates = kg.linker.link_one(text, top=5)
+    if not candidates:
+        raise UnknownEntityError(text, "no entity has that name or one close to it; try `mirage-kg link`")
+    best = candidates[0]
+    others = ", ".join(f"{c.entity.id} ({c.entity.label}, {c.score:.2f})" for c in candidates[1:])
+    click.echo(f"note: {text!r} linked to {best.entity.id} ({best.entity.label}) by {best.method} match, "
+               f"score {best.score:.2f}" + (f"; other candidates: {others}" if others else ""), err=True)
+    return best.entity
+
+
+@query.command()
+@click.argument("entity")
+@store_options
+@click.option("-k", "k", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Neighbours per (relation, direction).")
+@click.option("--relation", "relations", multiple=True, metavar="R",
+              help="Only this relation (CURIE, IRI or label; repeatable).")
+@click.option("--direction", type=click.Choice(["out", "in", "both"]), default="both", show_default=True,
+              help="Outgoing edges, incoming edges, or both.")
+@click.option("--rank-by", metavar="TEXT", help="Rank neighbours by similarity to TEXT instead of by degree.")
+@_embedding_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=str),
+              help="Also write a self-contained HTML picture of the neighbourhood.")
+def anchor(entity: str, store: str | None, endpoint: str | None, k: int, relations: tuple[str, ...],
+           direction: str, rank_by: str | None, embedding_model: str | None, as_json: bool,
+           html_path: str | None) -> None:
+    """The neighbourhood of ENTITY (a CURIE, IRI or name): up to K neighbours per relation and direction."""
+    kg = _open_graph(store, endpoint, embedding_model)
+    try:
+        center = resolve_entity(kg, entity)
+        steps = kg.anchor(center, k=k, relations=list(relations) or None, direction=direction, rank_by=rank_by)
+    finally:
+        kg.store.close()
+    neighbours = [{
+        "relation": s.relation.id, "relation_label": s.relation.label,
+        "direction": "out" if s.direction == "forward" else "in",
+        "id": s.end.id, "label": s.end.label, "text": s.text,
+    } for s in steps]
+    if html_path:
+        _write_text(html_path, anchor_html(center, steps))
+    if as_json:
+        click.echo(json.dumps({"entity": center.to_json(), "neighbours": neighbours}, indent=2, ensure_ascii=False))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{center.label} ({center.id}): {len(steps)} neighbours", title_justify="left")
+    for name in ("relation", "dir", "neighbour", "id"):
+        table.add_column(name, overflow="fold")
+    for n in neighbours:
+        table.add_row(str(n["relation_label"]), str(n["direction"]), str(n["label"]), str(n["id"]))
+    Console(soft_wrap=True).print(table if neighbours else f"{center.label} ({center.id}) has no facts")
+
+
+@query.command()
+@click.argument("a")
+@click.argument("b")
+@store_options
+@click.option("--max-hops", type=click.IntRange(min=1, max=6), default=3, show_default=True,
+              help="Longest path, in edges.")
+@click.option("--max-paths", type=click.IntRange(min=1), default=20, show_default=True, help="Paths to show.")
+@click.option("--relation", "relations", multiple=True, metavar="R", help="Only this relation (repeatable).")
+@_embedding_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=str),
+              help="Also write a self-contained HTML picture of the paths.")
+def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: int, max_paths: int,
+           relations: tuple[str, ...], embedding_model: str | None, as_json: bool, html_path: str | None) -> None:
+    """How A and B connect: every simple path of at most --max-hops edges, edges walked either way, shortest
+    first (A and B: CURIEs, IRIs or names)."""
+    kg = _open_graph(store, endpoint, embedding_model)
+    try:
+        source, target = resolve_entity(kg, a), resolve_entity(kg, b)
+        paths = kg.bridge(source, target, max_hops=max_hops, max_paths=max_paths, relations=list(relations) or None)
+    finally:
+        kg.store.close()
+    if html_path:
+        _write_text(html_path, bridge_html(source, target, paths))
+    if as_json:
+        click.echo(json.dumps({"source": source.to_json(), "target": target.to_json(),
+                               "paths": [p.to_json() for p in paths]}, indent=2, ensure_ascii=False))
+        return
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(soft_wrap=True)
+    if not paths:
+        console.print(f"no path of at most {max_hops} edges between {escape(source.label)} and {escape(target.label)}")
+        return
+    console.print(f"[bold]{escape(source.label)}[/] ({source.id}) to [bold]{escape(target.label)}[/] ({target.id}): "
+                  f"{len(paths)} path(s)")
+    for i, path in enumerate(paths, 1):
+        chain = " ".join([escape(path.nodes[0].label)] + [
+            f"-[{escape(s.relation.label)}]-> {escape(s.end.label)}" if s.direction == "forward"
+            else f"<-[{escape(s.relation.label)}]- {escape(s.end.label)}" for s in path.steps])
+        console.print(f"{i:>3}. ({path.length}) {chain}")
+        console.print(f"     [dim]{escape(path.text)}[/]")
+
+
+@click.command()
+@click.argument("text")
+@store_options
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Candidates per mention.")
+@click.option("--whole", is_flag=True, help="Take TEXT as one mention (as a search block does).")
+@_embedding_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def link(text: str, store: str | None, endpoint: str | None, top: int, whole: bool, embedding_model: str | None,
+         as_json: bool) -> None:
+    """Find mentions of KG entities in TEXT and rank candidates for each (id, exact, normalised, synonym, fuzzy,
+    embedding)."""
+    from mirage_kg.linking import Mention
+
+    kg = _open_graph(store, endpoint, embedding_model)
+    try:
+        if whole:
+            candidates = kg.linker.link_one(text, top=top)
+            mentions = [Mention(text, 0, len(text), tuple(candidates))] if candidates else []
+        else:
+            mentions = kg.link(text, top=top)
+    finally:
+        kg.store.close()
+    if as_json:
+        click.echo(json.dumps({"mentions": [m.to_json() for m in mentions]}, indent=2, ensure_ascii=False))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    if not mentions:
+        click.echo("no mentions found")
+        return
+    table = Table(show_lines=False)
+    for name in ("mention", "span", "candidate", "id", "score", "method"):
+        table.add_column(name, overflow="fold")
+    for m in mentions:
+        for i, c in enumerate(m.candidates):
+            table.add_row(m.text if i == 0 else "", f"{m.start}-{m.end}" if i == 0 else "", c.entity.label,
+                          c.entity.id, f"{c.score:.2f}", c.method)
+    Console(soft_wrap=True).print(table)
+
+
+@click.command()
+@click.argument("question", required=False)
+@store_options
+@click.option("--budget", type=click.IntRange(min=1), default=100, show_default=True, help="Entities at most.")
+@click.option("--batch", "batch", type=click.Path(exists=True, dir_okay=False, path_type=str),
+              help="A JSONL file, one question per line (field 'question' or 'input'); one result per line out.")
+@_embedding_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def retrieve(question: str | None, store: str | None, endpoint: str | None, budget: int, batch: str | None,
+             embedding_model: str | None, as_json: bool) -> None:
+    """LLM-free evidence for QUESTION: linked entities, the hubs they point to, and verbalised facts."""
+    if (question is None) == (batch is None):
+        raise click.UsageError("give a QUESTION or --batch FILE.jsonl (not both)")
+    kg = _open_graph(store, endpoint, embedding_model)
+    try:
+        if batch is not None:
+            from pathlib import Path
+
+            from mirage_kg.errors import InputError
+
+            for number, line in enumerate(Path(batch).read_text(encoding="utf-8").splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    text = row.get("question", row.get("input"))
+                except (ValueError, AttributeError):
+                    raise InputError("not a JSON object", batch, number) from None
+                if not isinstance(text, str):
+                    raise InputError("no 'question' or 'input' string field", batch, number)
+                click.echo(json.dumps(kg.retrieve(text, budget=budget).to_json(), ensure_ascii=False))
+            return
+        result = kg.retrieve(question or "", budget=budget)
+    finally:
+        kg.store.close()
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+        return
+    click.echo("entities: " + (", ".join(f"{e.label} ({e.id})" for e in result.entities) or "none linked"))
+    click.echo(f"evidence: {len(result.evidence)} facts, {len(result.evidence_entities())} entities")
+    for line in result.to_text().splitlines():
+        click.echo(f"  {line}")
+
+
+def _write_text(path: str, text: str) -> None:
+    from pathlib import Path
+
+    target = Path(path)
+    tmp = target.with_name(target.name + ".part")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(target)
+    click.echo(f"wrote {target}", err=True)
+
+
+# --- HTML pictures (self-contained: inline SVG and CSS, no scripts, no network) -----------------------------------
+
+_PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+            "#bab0ac"]
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }}
+h1 {{ font-size: 20px; }} .muted {{ color: #666; font-size: 13px; }}
+svg text {{ font-size: 12px; }} .node rect {{ fill: #fff; stroke: #555; rx: 6; }}
+.center rect {{ fill: #fde9c9; stroke: #c77c02; }} .edge {{ stroke-width: 1.6; fill: none; }}
+.rel {{ font-size: 10.5px; fill: #444; }} ol li {{ margin: 4px 0; }} table {{ border-collapse: collapse; }}
+td, th {{ border-bottom: 1px solid #ddd; padding: 3px 10px; text-align: left; font-size: 13px; }}
+</style></head><body>
+<h1>{title}</h1><p class="muted">{subtitle}</p>
+{body}
+<p class="muted">Drawn by mirage-kg. Edge arrows follow the stored direction of each fact.</p>
+</body></html>
+"""
+
+
+def _esc(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=True)
+
+
+def _colour(key: str) -> str:
+    import zlib
+
+    return _PALETTE[zlib.crc32(key.encode("utf-8")) % len(_PALETTE)]
+
+
+def _short(text: str, limit: int = 28) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _node(x: float, y: float, label: str, title: str, css: str = "node") -> str:
+    width = 8 + 6.6 * len(_short(label))
+    return (f'<g class="{css}"><title>{_esc(title)}</title><rect x="{x - width / 2:.1f}" y="{y - 12:.1f}" '
+            f'width="{width:.1f}" height="24"/><text x="{x:.1f}" y="{y + 4:.1f}" text-anchor="middle">'
+            f"{_esc(_short(label))}</text></g>")
+
+
+def _arrow_defs(colours: set[str]) -> str:
+    marks = "".join(f'<marker id="m{c[1:]}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+                    f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{c}"/></marker>'
+                    for c in sorted(colours))
+    return f"<defs>{marks}</defs>"
+
+
+def anchor_html(center: "object", steps: "list") -> str:  # type: ignore[type-arg]
+    """A star: the entity in the middle, its neighbours on a circle, one coloured arrow per fact."""
+    import math
+
+    n = max(len(steps), 1)
+    radius = max(180.0, 24.0 * n / math.pi)
+    size = 2 * radius + 260
+    cx = cy = size / 2
+    parts, colours, rows = [], set(), []
+    for i, step in enumerate(steps):
+        angle = 2 * math.pi * i / n - math.pi / 2
+        x, y = cx + radius * math.cos(angle), cy + radius * math.sin(angle)
+        colour = _colour(step.relation.iri)
+        colours.add(colour)
+        # the arrow runs subject -> object whichever end the anchor is
+        (x1, y1), (x2, y2) = ((cx, cy), (x, y)) if step.direction == "forward" else ((x, y), (cx, cy))
+        dx, dy = x2 - x1, y2 - y1
+        dist = math.hypot(dx, dy) or 1.0
+        sx, sy, ex, ey = x1 + dx / dist * 30, y1 + dy / dist * 16, x2 - dx / dist * 30, y2 - dy / dist * 16
+        parts.append(f'<line class="edge" x1="{sx:.1f}" y1="{sy:.1f}" x2="{ex:.1f}" y2="{ey:.1f}" stroke="{colour}" '
+                     f'marker-end="url(#m{colour[1:]})"><title>{_esc(step.text)}</title></line>')
+        mx, my = (cx + x) / 2, (cy + y) / 2
+        parts.append(f'<text class="rel" x="{mx:.1f}" y="{my - 4:.1f}" text-anchor="middle">'
+                     f"{_esc(_short(step.relation.label, 22))}</text>")
+        parts.append(_node(x, y, step.end.label, f"{step.end.label} ({step.end.id})"))
+        rows.append(f"<tr><td>{_esc(step.relation.label)}</td><td>{'out' if step.direction == 'forward' else 'in'}"
+                    f"</td><td>{_esc(step.end.label)}</td><td>{_esc(step.end.id)}</td><td>{_esc(step.text)}</td></tr>")
+    parts.append(_node(cx, cy, center.label, f"{center.label} ({center.id})", "node center"))  # type: ignore[attr-defined]
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{size:.0f}" height="{size:.0f}" '
+           f'viewBox="0 0 {size:.0f} {size:.0f}" role="img">{_arrow_defs(colours)}{"".join(parts)}</svg>')
+    table = ("<table><tr><th>relation</th><th>dir</th><th>neighbour</th><th>id</th><th>fact</th></tr>"
+             + "".join(rows) + "</table>")
+    return _PAGE.format(title=_esc(f"Neighbourhood of {center.label}"),  # type: ignore[attr-defined]
+                        subtitle=_esc(f"{center.id}: {len(steps)} neighbours"), body=svg + table)  # type: ignore[attr-defined]
+
+
+def bridge_html(source: "object", target: "object", paths: "list") -> str:  # type: ignore[type-arg]
+    """One row per path, left to right from source to target; arrows follow each fact's stored direction."""
+    gap, top, row_h = 210.0, 30.0, 70.0
+    longest = max((p.length for p in paths), default=1)
+    width = 120 + gap * longest
+    height = top + row_h * max(len(paths), 1)
+    parts, colours, items = [], set(), []
+    for r, path in enumerate(paths):
+        y = top + r * row_h + 20
+        nodes = path.nodes
+        for i, step in enumerate(path.steps):
+            x1, x2 = 60 + gap * i, 60 + gap * (i + 1)
+            colour = _colour(step.relation.iri)
+            colours.add(colour)
+            a, b = (x1 + 62, x2 - 62) if step.direction == "forward" else (x2 - 62, x1 + 62)
+            parts.append(f'<line class="edge" x1="{a:.1f}" y1="{y:.1f}" x2="{b:.1f}" y2="{y:.1f}" stroke="{colour}" '
+                         f'marker-end="url(#m{colour[1:]})"><title>{_esc(step.text)}</title></line>')
+            parts.append(f'<text class="rel" x="{(x1 + x2) / 2:.1f}" y="{y - 8:.1f}" text-anchor="middle">'
+                         f"{_esc(_short(step.relation.label, 26))}</text>")
+        for i, node in enumerate(nodes):
+            css = "node center" if i in (0, len(nodes) - 1) else "node"
+            parts.append(_node(60 + gap * i, y, node.label, f"{node.label} ({node.id})", css))
+        items.append(f"<li>{_esc(path.text)}</li>")
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+           f'viewBox="0 0 {width:.0f} {height:.0f}" role="img">{_arrow_defs(colours)}{"".join(parts)}</svg>')
+    title = f"Paths from {source.label} to {target.label}"  # type: ignore[attr-defined]
+    body = svg + ("<ol>" + "".join(items) + "</ol>" if items else "<p>No path found.</p>")
+    return _PAGE.format(title=_esc(title), subtitle=_esc(f"{source.id} to {target.id}: {len(paths)} path(s)"),  # type: ignore[attr-defined]
+                        body=body)

@@ -26,13 +26,16 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--fail-on", type=click.Choice(["error", "warning", "none"]), default="error", show_default=True,
               help="Exit 1 when a finding reaches this level.")
 @click.option("--no-shipped-shapes", is_flag=True, help="Do not run the shapes shipped in ontologies/shapes.ttl.")
+@click.option("--shacl-limit", type=click.IntRange(0), default=250_000, show_default=True, metavar="TRIPLES",
+              help="Skip the shipped shapes (with an info finding) when they need more triples than this; "
+                   "0: no limit. Shapes given with --shapes always run.")
 @click.option("--examples", "max_examples", type=click.IntRange(0, 1000), default=5, show_default=True,
               help="Examples kept per finding.")
 @click.option("--timings", is_flag=True, help="Also print the seconds each check took (text output).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def validate(store: str | None, endpoint: str | None, shapes: tuple[Path, ...], checks: tuple[Path, ...],
-             reason: bool, fail_on: str, no_shipped_shapes: bool, max_examples: int, timings: bool,
-             as_json: bool) -> None:
+             reason: bool, fail_on: str, no_shipped_shapes: bool, shacl_limit: int, max_examples: int,
+             timings: bool, as_json: bool) -> None:
     """Check a KG before shipping it: dangling references, labels, IS-A cycles, relation signatures, inactive
     concepts, datatypes, connectivity; SHACL shapes; optionally OWL consistency and your own SPARQL checks."""
     from mirage_kg.errors import InputError
@@ -41,6 +44,8 @@ def validate(store: str | None, endpoint: str | None, shapes: tuple[Path, ...], 
     from mirage_kg.validation import validate as run_validation
     from mirage_kg.validation.shacl import check_shapes_files
 
+    if store is not None and endpoint is not None:
+        raise click.UsageError("give either --store or --endpoint, not both")
     # The user's files are checked before the store opens: a bad one is a usage error (exit 2), not a finding.
     try:
         custom = [read_check(path) for path in checks]
@@ -54,7 +59,8 @@ def validate(store: str | None, endpoint: str | None, shapes: tuple[Path, ...], 
 
     with open_store(store, endpoint) as opened:
         report = run_validation(opened, shapes=shapes, checks=custom, reason=reason,
-                                shipped_shapes=not no_shipped_shapes, max_examples=max_examples)
+                                shipped_shapes=not no_shipped_shapes, max_examples=max_examples,
+                                shacl_limit=shacl_limit)
         location = opened.location
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import re
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,7 +108,7 @@ def term_iri(curie: str, namespace: str) -> str:
     if sep and local:
         ns = prefixes().get(prefix)
         if ns is not None:
-            return ns + local
+            return mint(ns, local)
         if re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", prefix) and re.fullmatch(r"[A-Za-z0-9_.-]+", local):
             return f"{OBO_PURL}{prefix}_{local}"
     return mint(namespace, text)
@@ -134,7 +134,7 @@ class TermWriter:
     """N-Triples for ontology terms, declaring each relation once (with its label) and mapping xrefs."""
 
     def __init__(self, lang: str | None) -> None:
-        self.lang = lang or None
+        self.lang = checked_lang(lang)
         self.declared: set[str] = set()
 
     def relation(self, iri: str, label: str, inverse: str | None = None) -> str:
@@ -175,6 +175,15 @@ class TermWriter:
         return "".join(out)
 
 
+def checked_lang(lang: str | None) -> str | None:
+    """``--lang`` as the language tag of the labels a loader writes (``en``, ``pt-BR``); empty for none."""
+    if not lang:
+        return None
+    if not re.fullmatch(r"[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*", lang):
+        raise InputError(f"--lang {lang!r} is not a language tag (such as en or pt-BR) for the labels of this source")
+    return lang
+
+
 def readable(identifier: str) -> str:
     """``part_of`` -> ``part of`` for a relation with no name."""
     return identifier.replace("_", " ")
@@ -185,6 +194,8 @@ _ID = re.compile(r"id:\s*(\S+)")
 _IS_A = re.compile(r"is_a:\s*(\S+)")
 _RELATIONSHIP = re.compile(r"relationship:\s*(\S+)\s+(\S+)")
 _XREF = re.compile(r"xref:\s*(\S+)(.*)")
+_SYNONYM = re.compile(r'synonym:\s*"(?:[^"\\]|\\.)*"\s+([A-Z_]+)(?:\s+([^\s\[]+))?\s*\[')
+_SYNONYM_TYPEDEF = re.compile(r"synonymtypedef:\s*(\S+)")
 _TREAT_EQUIVALENT = re.compile(r"treat-xrefs-as-equivalent:\s*(\S+)")
 # Relations pronto knows without a [Typedef] stanza.
 _BUILTIN_RELATIONS = {"is_a"}
@@ -207,6 +218,7 @@ def scan_obo(path: Path, problem: Problem, advance: Callable[[float], None]) -> 
     terms: set[str] = set()
     typedefs: set[str] = set(_BUILTIN_RELATIONS)
     references: list[tuple[int, str, str]] = []  # (line, kind, id)
+    synonym_types: set[str] = set()
     exact: set[tuple[str, str]] = set()
     exact_prefixes: set[str] = set()
     data_version = ontology = None
@@ -232,6 +244,8 @@ def scan_obo(path: Path, problem: Problem, advance: Callable[[float], None]) -> 
                 ontology = text.split(":", 1)[1].strip()
             elif (m := _TREAT_EQUIVALENT.match(text)) is not None:
                 exact_prefixes.add(m.group(1))
+            elif (m := _SYNONYM_TYPEDEF.match(text)) is not None:
+                synonym_types.add(m.group(1))
             continue
         if text.startswith("id:"):
             m = _ID.match(text)
@@ -250,16 +264,21 @@ def scan_obo(path: Path, problem: Problem, advance: Callable[[float], None]) -> 
             if m:
                 references.append((number, "relation", m.group(1)))
                 references.append((number, "term", m.group(2)))
+        elif text.startswith("synonym:"):
+            m = _SYNONYM.match(text)
+            if m and m.group(2):
+                references.append((number, "synonym type", m.group(2)))
         elif text.startswith("xref:"):
             m = _XREF.match(text)
             if m and "{" in m.group(2) and _EXACT_QUALIFIER.search(m.group(2)):
                 exact.add((current, m.group(1)))
     while len(kept) < number:
         kept.append(b"\n")
+    declared = {"term": (terms, "term"), "relation": (typedefs, "relation ([Typedef])"),
+                "synonym type": (synonym_types, "synonym type (synonymtypedef: in the header)")}
     for line, kind, ident in references:
-        known = terms if kind == "term" else typedefs
+        known, what = declared[kind]
         if ident not in known:
-            what = "term" if kind == "term" else "relation ([Typedef])"
             problem("unknown id", path, line, f"{ident} is not a declared {what} in this file")
             kept[line - 1] = b"\n"  # lenient: drop the dangling clause
     return OboScan(kept, exact, exact_prefixes, data_version, ontology)
@@ -293,7 +312,7 @@ def obo_graph_name(ontology: str | None, data_version: str | None, path: Path) -
     version = data_version or ""
     match = re.search(r"\d{4}-\d{2}-\d{2}", version)
     release = match.group(0) if match else version.rsplit("/", 1)[-1]
-    return mint(GRAPH + "obo/", f"{name}/{release}" if release else name)
+    return GRAPH + "obo/" + "/".join(mint("", s) for s in (name, release) if s)
 
 
 class OboLoader(Loader):
@@ -358,7 +377,10 @@ class OboLoader(Loader):
         version = scan.data_version or getattr(ontology.metadata, "data_version", None)  # type: ignore[attr-defined]
         if version:
             yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt(version)} .\n"
-        yield from self.records(ontology, scan, options, TermWriter(options.lang))
+        try:
+            yield from self.records(ontology, scan, options, TermWriter(options.lang))
+        except (KeyError, ValueError) as exc:  # pronto checks some clauses only when they are read
+            raise InputError(f"pronto cannot read the ontology: {exc}", path) from exc
 
     def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
         if not path.is_file():
@@ -388,7 +410,3 @@ def graph_for_obo(path: Path) -> str:
 def count_newlines(path: Path) -> int:
     with open(path, "rb") as handle:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
-
-
-def join_lines(chunks: Iterable[str]) -> str:
-    return "".join(chunks)

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from mirage_kg.errors import MissingExtraError
 from mirage_kg.namespaces import OWL, RDF, RDF_TYPE, RDFS, compress
@@ -68,10 +69,17 @@ def run_reasoner(store: Store, *, max_examples: int = 5, java: str | None = None
         import owlready2
     except ImportError as exc:
         raise MissingExtraError("owlready2", "owl") from exc
-    exe = shutil.which(java or owlready2.JAVA_EXE)
+    exe = shutil.which(java or "java")
     if exe is None:
         return [_skipped("skipped: no `java` on PATH; HermiT needs Java 8+ (e.g. apt install default-jre-headless)")]
-    owlready2.JAVA_EXE = exe
+    previous, owlready2.JAVA_EXE = owlready2.JAVA_EXE, exe  # owlready2 reads a module global; put it back after
+    try:
+        return _reason(store, owlready2, max_examples)
+    finally:
+        owlready2.JAVA_EXE = previous
+
+
+def _reason(store: Store, owlready2: Any, max_examples: int) -> list[Finding]:
     axioms = class_axioms(store)
     if not axioms:
         return []

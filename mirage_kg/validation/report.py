@@ -107,10 +107,11 @@ def render(report: Report, console: "Console", *, location: str = "", show_timin
                 if i:
                     lines.append("\n")
                 lines.append(example.id, style="bold")
-                if example.label:
-                    lines.append(f" {example.label}")
+                if example.label and example.label != example.id:
+                    lines.append(f" ({example.label})")
                 if example.detail:
-                    lines.append(f" - {example.detail}", style="dim")
+                    lines.append(": ")
+                    lines.append(example.detail, style="dim")
             if finding.count > len(finding.examples) and finding.examples:
                 lines.append(f"\n... and {finding.count - len(finding.examples):,} more", style="dim")
             table.add_row(Text(finding.level, style=_STYLE[finding.level]), finding.check, f"{finding.count:,}",

@@ -79,10 +79,28 @@ def _needs_whole_graph(shapes: "rdflib.Graph") -> bool:
     return False
 
 
-def _mentioned_iris(shapes: "rdflib.Graph") -> set[str]:
+def _mentions(shapes: "rdflib.Graph") -> tuple[set[str], bool]:
+    """IRIs the shapes name (paths, targets, classes...), and whether rdf:type or rdfs:subClassOf is among them
+    as more than the type of a shape, i.e. read as a path or target, in which case every such triple counts."""
     rdflib = _rdflib()
-    iris = {str(t) for triple in shapes for t in triple if isinstance(t, rdflib.URIRef)}
-    return {i for i in iris if not i.startswith(SH)} | {RDF_TYPE, RDFS_SUBCLASS}
+    iris: set[str] = set()
+    for s, p, o in shapes:
+        for term in (s, o) if p == rdflib.RDF.type else (s, p, o):
+            if isinstance(term, rdflib.URIRef) and not str(term).startswith(SH):
+                iris.add(str(term))
+    whole_hierarchy = bool({RDF_TYPE, RDFS_SUBCLASS} & iris)
+    return iris - {RDF_TYPE, RDFS_SUBCLASS}, whole_hierarchy
+
+
+def _descendants(store: Store, roots: set[str]) -> set[str]:
+    """``roots`` and every class below one of them, walked down one level per query (a few index lookups)."""
+    seen, frontier = set(roots), sorted(roots)
+    while frontier:
+        rows = store.select(f"SELECT DISTINCT ?s WHERE {{ VALUES ?o {{ {' '.join(iri_ref(c) for c in frontier)} }} "
+                            f"?s {iri_ref(RDFS_SUBCLASS)} ?o FILTER(isIRI(?s)) }}")
+        frontier = sorted({r["s"].value for r in rows} - seen)
+        seen.update(frontier)
+    return seen
 
 
 def _to_rdflib(term: Term) -> Any:
@@ -96,6 +114,23 @@ def _to_rdflib(term: Term) -> Any:
     # normalize=False keeps an ill-typed lexical form ("yes"^^xsd:boolean) as it is, for the report to show
     return rdflib.Literal(term.value, datatype=rdflib.URIRef(term.datatype) if term.datatype else None,
                           normalize=False)
+
+
+def _from_oxigraph(node: Any, iris: dict[str, Any]) -> Any:
+    """A pyoxigraph term as an rdflib one; ``iris`` caches IRIs, which repeat (a subject per label, each type)."""
+    import pyoxigraph as ox
+
+    rdflib = _rdflib()
+    if isinstance(node, ox.NamedNode):
+        iri = iris.get(node.value)
+        if iri is None:
+            iri = iris[node.value] = rdflib.URIRef(node.value)
+        return iri
+    if isinstance(node, ox.BlankNode):
+        return rdflib.BNode(node.value)
+    if node.language:
+        return rdflib.Literal(node.value, lang=node.language)
+    return rdflib.Literal(node.value, datatype=rdflib.URIRef(node.datatype.value), normalize=False)
 
 
 @contextmanager
@@ -114,21 +149,63 @@ def _quiet() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def data_graph(store: Store, shapes: "rdflib.Graph") -> tuple["rdflib.Graph", str]:
-    """The triples pySHACL will see, and how they were chosen (for the report's timings)."""
+class SubsetTooLarge(Exception):
+    """The triples the shapes need exceed the caller's limit; ``size`` says how many."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def data_graph(store: Store, shapes: "rdflib.Graph", *, limit: int | None = None) -> tuple["rdflib.Graph", str]:
+    """The triples pySHACL will see, and how they were chosen (a note for the report's reader).
+
+    The subset: triples of every predicate the shapes name; ``rdf:type`` triples to a class the shapes name or
+    a subclass of one, with the subClassOf edges among those classes (what class targets and ``sh:class``
+    need); the schema graph's triples of the same kinds. The embedded store is read through its index.
+    Past ``limit`` triples (counted first, cheaply) it raises ``SubsetTooLarge`` instead of building."""
+    import pyoxigraph as ox
+
     rdflib = _rdflib()
-    if _needs_whole_graph(shapes):
-        where = f"GRAPH ?g {{ ?s ?p ?o }} FILTER(?g != {iri_ref(MANIFEST_GRAPH)})"
-        how = "whole dataset"
-    else:
-        preds = " ".join(iri_ref(i) for i in sorted(_mentioned_iris(shapes)))
-        where = f"VALUES ?p {{ {preds} }} GRAPH ?g {{ ?s ?p ?o }} FILTER(?g != {iri_ref(MANIFEST_GRAPH)})"
-        how = "predicates named by the shapes"
-    triples = store.construct(f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ {where} }}")
     graph = rdflib.Graph()
+    raw = getattr(store, "raw", None)
+    manifest = ox.NamedNode(MANIFEST_GRAPH)
+    patterns: list[tuple[Any, Any, Any]] = [(None, None, None)]
+    if _needs_whole_graph(shapes):
+        how = "whole dataset"
+        where = f"GRAPH ?g {{ ?s ?p ?o }} FILTER(?g != {iri_ref(MANIFEST_GRAPH)})"
+    else:
+        how = "the predicates and classes the shapes name"
+        mentioned, whole_hierarchy = _mentions(shapes)
+        classes = set() if whole_hierarchy else _descendants(store, mentioned)
+        predicates = sorted(mentioned | ({RDF_TYPE, RDFS_SUBCLASS} if whole_hierarchy else set()))
+        type_node, sub_node = ox.NamedNode(RDF_TYPE), ox.NamedNode(RDFS_SUBCLASS)
+        patterns = [(None, ox.NamedNode(p), None) for p in predicates]
+        patterns += [(None, type_node, ox.NamedNode(c)) for c in sorted(classes)]
+        patterns += [(ox.NamedNode(c), sub_node, None) for c in sorted(classes)]
+        branches = [f"{{ VALUES ?p {{ {' '.join(iri_ref(p) for p in predicates)} }} GRAPH ?g {{ ?s ?p ?o }} }}"]
+        if classes:
+            listed = " ".join(iri_ref(c) for c in sorted(classes))
+            branches.append(f"{{ VALUES ?o {{ {listed} }} GRAPH ?g {{ ?s {iri_ref(RDF_TYPE)} ?o }} "
+                            f"BIND({iri_ref(RDF_TYPE)} AS ?p) }}")
+            branches.append(f"{{ VALUES ?s {{ {listed} }} GRAPH ?g {{ ?s {iri_ref(RDFS_SUBCLASS)} ?o }} "
+                            f"BIND({iri_ref(RDFS_SUBCLASS)} AS ?p) }}")
+        where = f"{' UNION '.join(branches)} FILTER(?g != {iri_ref(MANIFEST_GRAPH)})"
+    if limit:  # an unfiltered COUNT is cheap (no term is decoded); building the rdflib graph is not
+        rows = store.select(f"SELECT (COUNT(*) AS ?n) WHERE {{ {where} }}")
+        size = int(rows[0]["n"].value) if rows and "n" in rows[0] else 0
+        if size > limit:
+            raise SubsetTooLarge(size)
     with _quiet():
-        for s, p, o in triples:
-            graph.add((_to_rdflib(s), _to_rdflib(p), _to_rdflib(o)))
+        if isinstance(raw, ox.Store):
+            iris: dict[str, Any] = {}
+            for s, p, o in patterns:
+                graph.addN((_from_oxigraph(q.subject, iris), _from_oxigraph(q.predicate, iris),
+                            _from_oxigraph(q.object, iris), graph)
+                           for q in raw.quads_for_pattern(s, p, o, None) if q.graph_name != manifest)
+        else:
+            triples = store.construct(f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ {where} }}")
+            graph.addN((_to_rdflib(s), _to_rdflib(p), _to_rdflib(o), graph) for s, p, o in triples)
     return graph, f"{how}: {len(graph):,} triples"
 
 
@@ -177,15 +254,25 @@ def shape_name(shape: Any, shapes: "rdflib.Graph") -> str:
     return f"{base}/{_path_text(path, shapes)}" if path is not None else base
 
 
-def run_shacl(store: Store, shapes: "rdflib.Graph", *, max_examples: int = 5,
+SKIPPED = "shacl-skipped"
+
+
+def run_shacl(store: Store, shapes: "rdflib.Graph", *, max_examples: int = 5, limit: int | None = None,
               notes: dict[str, str] | None = None) -> list[Finding]:
-    """Validate the store against ``shapes``; one finding per (shape, constraint component), counted."""
+    """Validate the store against ``shapes``; one finding per (shape, constraint component), counted.
+
+    When the triples the shapes need exceed ``limit``, nothing runs and one info finding says so."""
     try:
         import pyshacl
     except ImportError as exc:
         raise MissingExtraError("pyshacl", "all") from exc
     rdflib = _rdflib()
-    data, how = data_graph(store, shapes)
+    try:
+        data, how = data_graph(store, shapes, limit=limit)
+    except SubsetTooLarge as big:
+        return [Finding(SKIPPED, "info", 1, (Example(id="--shacl-limit", detail=(
+            f"the shapes need {big.size:,} triples, over the limit of {limit:,} (pySHACL works through about "
+            f"25,000 a second); they were not run: rerun with --shacl-limit 0 to run them")),))]
     if notes is not None:
         notes["shacl"] = how
     advanced = any(True for _ in shapes.subject_objects(rdflib.URIRef(SH + "rule")))

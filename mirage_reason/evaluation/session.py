@@ -53,6 +53,7 @@ class EvalRequest:
     judge_model: str | None = None
     judge_api_key: str | None = None
     progress: bool | None = None
+    threads: int | None = 1  # torch CPU threads; None leaves torch's default
 
 
 @dataclass
@@ -93,16 +94,42 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def reasoner_config(request: EvalRequest) -> MirageConfig:
-    """The reasoner settings shared by every model pipeline: defaults, the seed, the token cap, then ``--set``."""
-    changes: dict[str, Any] = {"seed": request.seed}
+SMALL_MODEL = "smollm2"
+GPU_MODEL = "Qwen/QwQ-32B"
+
+
+def model_name(request: EvalRequest) -> str | None:
+    """The model this run uses: as given, else (transformers) QwQ-32B with a CUDA GPU and SmolLM2 without one,
+    as ``mirage-kg ask`` chooses."""
+    if request.model or request.backend != "transformers":
+        return request.model
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            return GPU_MODEL
+    return SMALL_MODEL
+
+
+def reasoner_config(request: EvalRequest, model: str | None = None) -> MirageConfig:
+    """The reasoner settings shared by every model pipeline, as ``mirage-kg ask`` builds them: the small-model
+    budgets for SmolLM2, then ``--max-new-tokens`` (per step; a chain gets 2x with SmolLM2, else 4x), the seed, and
+    finally every ``--set``."""
+    from mirage_reason import config as config_module
+
+    small = request.backend == "transformers" and (model or "").lower() == SMALL_MODEL
+    changes: dict[str, Any] = dict(getattr(config_module, "SMALL_MODEL_BUDGETS", {})) if small else {}
+    changes["seed"] = request.seed
     if request.max_new_tokens is not None:
         n = request.max_new_tokens
-        changes.update(max_new_tokens=n, decomposer_max_new_tokens=n, synthesizer_max_new_tokens=n)
+        changes.update(max_new_tokens=n, max_chain_tokens=(2 if small else 4) * n, decomposer_max_new_tokens=n,
+                       synthesizer_max_new_tokens=n)
     changes.update(request.overrides)
     try:
         return MirageConfig(**changes)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         raise InputError(str(exc)) from None
 
 
@@ -128,6 +155,11 @@ def _kg_source(request: EvalRequest) -> str:
     return "demo"
 
 
+def _given_kg(kg: Any) -> str:
+    location = getattr(getattr(kg, "store", None), "location", None)
+    return f"given {type(kg).__name__}" + (f" at {location}" if location else "")
+
+
 def open_kg(source: str, workdir: FsPath) -> KnowledgeGraph:
     """The KG of ``source``: the demo KG; a store folder as it is; a file loaded once into an on-disk store under
     ``workdir/kg-store/`` (reused by later runs, reloaded if the file changed)."""
@@ -149,7 +181,7 @@ def open_kg(source: str, workdir: FsPath) -> KnowledgeGraph:
     return KnowledgeGraph(store)
 
 
-def build_backend(request: EvalRequest) -> Backend:
+def build_backend(request: EvalRequest, model: str | None) -> Backend:
     from mirage_reason.backends import get_backend
 
     name = request.backend.strip().lower()
@@ -172,7 +204,7 @@ def build_backend(request: EvalRequest) -> Backend:
             raise InputError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
         return get_backend("openai", base_url=request.base_url, model=request.model)
     if name == "transformers":
-        return get_backend("transformers", **({"model": request.model} if request.model else {}))
+        return get_backend("transformers", model=model)
     try:
         return get_backend(name, **({"model": request.model} if request.model else {}))
     except ValueError as exc:
@@ -186,17 +218,40 @@ def _judge_backend(request: EvalRequest) -> Backend:
                        api_key=request.judge_api_key, mode="chat")
 
 
+def _needs_model(request: EvalRequest, pipelines: Sequence[Pipeline] | None) -> bool:
+    if pipelines is not None:
+        return any(p.uses_model for p in pipelines)
+    return any(p != "retrieve" for p in request.pipelines)
+
+
+def _set_threads(threads: int | None) -> None:
+    """On small CPUs torch's default thread count made the MiniLM linker about 5x slower per question (0.38 s vs
+    0.07 s on 2 cores) and SmolLM2 about 4x slower: one thread is the default here."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise InputError(f"--threads must be at least 1, not {threads}")
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def default_output(request: EvalRequest, settings: RunSettings) -> FsPath:
     return FsPath("mirage-eval") / f"{request.dataset.lower()}-{settings.fingerprint[:8]}"
 
 
-def evaluate(request: EvalRequest, *, backend: Backend | None = None, pipelines: Sequence[Pipeline] | None = None,
-             examples: Sequence[Example] | None = None, judge_backend: Backend | None = None,
-             on_output: Callable[[FsPath], None] | None = None) -> EvalRun:
+def evaluate(request: EvalRequest, *, kg: KnowledgeGraph | None = None, backend: Backend | None = None,
+             examples: Sequence[Example] | None = None, pipelines: Sequence[Pipeline] | None = None,
+             judge_backend: Backend | None = None, on_output: Callable[[FsPath], None] | None = None) -> EvalRun:
     """Run (or resume) an evaluation and return its report; the report is also written to ``<output>/report.json``.
 
-    ``backend``, ``pipelines``, ``examples`` and ``judge_backend`` replace what the request would build (tests)."""
+    ``kg``, ``backend``, ``examples``, ``pipelines`` and ``judge_backend`` replace what the request would build
+    (an application's own graph or model, or test doubles)."""
     started = time.perf_counter()
+    _set_threads(request.threads)
     unknown = [p for p in request.pipelines if p not in PIPELINE_NAMES]
     if unknown and pipelines is None:
         raise InputError(f"unknown pipeline(s) {', '.join(unknown)}; choose from {', '.join(PIPELINE_NAMES)}")
@@ -206,14 +261,15 @@ def evaluate(request: EvalRequest, *, backend: Backend | None = None, pipelines:
         raise InputError(f"--batch-size must be at least 1, not {request.batch_size}")
     if examples is None:
         examples = load_dataset(request.dataset, request.data, request.limit, request.seed)
-    kg_source = _kg_source(request)
-    config = reasoner_config(request)
+    kg_source = _kg_source(request) if kg is None else _given_kg(kg)
+    model = model_name(request) if backend is None and _needs_model(request, pipelines) else request.model
+    config = reasoner_config(request, model)
     settings = RunSettings(
         dataset=request.dataset.lower(),
         data=str(FsPath(request.data).resolve()) if request.data else None,
         kg=kg_source,
         backend=(backend.name if backend is not None else request.backend),
-        model=request.model,
+        model=model,
         base_url=request.base_url,
         seed=request.seed,
         reasoner=config.to_json(),
@@ -223,10 +279,12 @@ def evaluate(request: EvalRequest, *, backend: Backend | None = None, pipelines:
     output.mkdir(parents=True, exist_ok=True)
     if on_output is not None:
         on_output(output)
-    resources = EvalResources(kg_factory=lambda: open_kg(kg_source, output),
+    resources = EvalResources(kg_factory=(lambda: kg) if kg is not None else (lambda: open_kg(kg_source, output)),
                               backend_factory=(lambda: backend) if backend is not None else
-                              (lambda: build_backend(request)), config=config)
+                              (lambda: build_backend(request, model)), config=config)
     chosen = list(pipelines) if pipelines is not None else [build_pipeline(p, resources) for p in request.pipelines]
+    if len({p.name for p in chosen}) != len(chosen):
+        raise InputError("each pipeline may run once per evaluation")
     scorer = BertScorer() if request.bertscore else None
     outcome = run_pipelines(examples, chosen, settings, output, batch_size=request.batch_size,
                             kg=lambda: resources.kg, scorer=scorer, progress=request.progress)
@@ -241,20 +299,10 @@ def evaluate(request: EvalRequest, *, backend: Backend | None = None, pipelines:
         judge_summary = summarise_verdicts(verdicts, names, model)
     scorer_name = None
     if scorer is not None and any(r.get("bertscore_f1") is not None for r in outcome.records):
-        scorer_name = scorer.implementation or _stored_scorer(output)
+        scorer_name = scorer.implementation
     report = summarise(outcome.records, pipelines=[p.name for p in chosen], dataset=request.dataset.lower(),
                        examples=len(examples), settings=settings.to_json(), fingerprint=settings.fingerprint,
                        errors=outcome.errors, judge=judge_summary, scorer=scorer_name,
                        seconds_wall=round(time.perf_counter() - started, 3))
     (output / REPORT_FILE).write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
     return EvalRun(report, output, outcome.records)
-
-
-def _stored_scorer(output: FsPath) -> str | None:
-    """A resumed run that had nothing left to score never loaded the scorer: name the one the package would use."""
-    try:
-        import bert_score
-
-        return f"bert_score {bert_score.__version__}"
-    except ImportError:
-        return "mirage_reason greedy cosine matching"

@@ -23,7 +23,8 @@ RELATIONS = {
                                 "{subject} is treated with the medication {object}",
                                 "{object} is a medication for {subject}"),
     "need_medical_test": Relation(MKG + "need_medical_test", "need medical test", "is a test needed for",
-                                  "{subject} needs the medical test {object}", "{object} is a test needed for {subject}"),
+                                  "{subject} needs the medical test {object}",
+                                  "{object} is a test needed for {subject}"),
     "contraindicated_in": Relation(MKG + "contraindicated_in", "contraindicated in", "contraindicates",
                                    "{subject} is contraindicated in {object}",
                                    "{object} is a contraindication for {subject}"),
@@ -35,7 +36,8 @@ RELATIONS = {
 ENTITIES: dict[str, tuple[str, ...]] = {
     "Influenza": ("flu",), "Common cold": ("cold",), "Peptic ulcer disease": ("stomach ulcer",),
     "Asthma": (), "Hypertension": ("high blood pressure",), "Diabetes mellitus": ("diabetes",),
-    "Type 2 diabetes mellitus": ("type 2 diabetes",), "Migraine": (),
+    "Type 2 diabetes mellitus": ("type 2 diabetes",), "Type 1 diabetes mellitus": ("type 1 diabetes",),
+    "Migraine": (),
     "Fever": (), "Cough": (), "Fatigue": ("tiredness",), "Sore throat": (), "Abdominal pain": (), "Wheezing": (),
     "Headache": (), "Polyuria": (), "Nausea": (),
     "Oseltamivir": ("Tamiflu",), "Paracetamol": ("acetaminophen",), "Omeprazole": (), "Ibuprofen": (),
@@ -62,6 +64,8 @@ TRIPLES = [
     ("Diabetes mellitus", "need_medical_test", "Blood glucose test"),
     ("Type 2 diabetes mellitus", "is_a", "Diabetes mellitus"),
     ("Type 2 diabetes mellitus", "need_medication", "Metformin"),
+    ("Type 1 diabetes mellitus", "is_a", "Diabetes mellitus"),
+    ("Type 1 diabetes mellitus", "has_symptom", "Polyuria"),
 ]
 
 
@@ -170,7 +174,8 @@ class FakeKG:
             groups.setdefault((s.relation.iri, s.direction), []).append(s)
         return [s for g in groups.values() for s in g[:k]]
 
-    def bridge(self, a: str | Entity, b: str | Entity, max_hops: int = 3, max_paths: int = 20) -> list[Path]:
+    def bridge(self, a: str | Entity, b: str | Entity, max_hops: int = 3, max_paths: int = 20,
+               relations: Sequence[str] | None = None) -> list[Path]:
         self.counts["bridge"] += 1
         source, target = self.entity(a), self.entity(b)
         found: list[tuple[Step, ...]] = []
@@ -179,6 +184,8 @@ class FakeKG:
             nxt = []
             for node, steps, seen in frontier:
                 for step in self._steps(node):
+                    if relations is not None and step.relation.iri not in relations:
+                        continue
                     other = step.end
                     if other.iri == target.iri:
                         found.append(steps + (step,))

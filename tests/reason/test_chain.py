@@ -8,7 +8,7 @@ import re
 import pytest
 from fake_kg import FakeKG, ent
 
-from mirage_reason.backends import ScriptedBackend
+from mirage_reason.backends import Completion, GenerationParams, ScriptedBackend
 from mirage_reason.chain import ChainRunner, ChainSpec, extract_answer, parse_search_block
 from mirage_reason.config import MirageConfig
 from mirage_reason.prompts import QUERY_BEGIN as QB
@@ -71,7 +71,8 @@ def test_extract_answer() -> None:
     assert extract_answer(text) == "It is the flu."
     assert extract_answer("<think>hmm, maybe cold</think>\n\nFinal answer: influenza") == "influenza"
     assert extract_answer(f"Answer: rest well. {QB}Influenza") == "rest well."  # a dangling block is dropped
-    assert extract_answer(f"Reasoning here.\n\n{QB}x{QE}\n\n{RESULT_BEGIN}\nfacts\n{RESULT_END}\n\n") == "Reasoning here."
+    trailing = f"Reasoning here.\n\n{QB}x{QE}\n\n{RESULT_BEGIN}\nfacts\n{RESULT_END}\n\n"
+    assert extract_answer(trailing) == "Reasoning here."
     assert extract_answer("") == ""
 
 
@@ -109,6 +110,7 @@ def test_bridge_with_one_unknown_side_falls_back_to_anchor() -> None:
     _, [result] = run(kg, backend, [ChainSpec("q")])
     [search] = result.searches
     assert search.entities == (ent("Asthma"),) and "not in the knowledge graph" in (search.note or "")
+    assert search.mode == "anchor"  # what actually ran
     assert "Asthma has symptom Wheezing" in search.lines
 
 
@@ -172,15 +174,27 @@ def test_token_limit_and_step_cap() -> None:
     assert result.completion_tokens == 25 and result.turns == 3
 
 
+class PiecesBackend(ScriptedBackend):
+    """Hands out fixed completions with their finish reasons, as a model cut by max_new_tokens would."""
+
+    def __init__(self, pieces: list[Completion]) -> None:
+        super().__init__(["unused"], cycle=True)
+        self.pieces = iter(pieces)
+
+    def generate(self, prompts, stop=(), params=GenerationParams()):  # type: ignore[no-untyped-def]
+        super().generate(prompts, stop, params)  # records the call
+        return [next(self.pieces) for _ in prompts]
+
+
 def test_length_cut_continues_the_same_text() -> None:
     kg = FakeKG()
-    # first step runs out inside the block; the next step closes it: the block spans two steps
-    pieces = iter([f"thinking {QB}Influ", f"enza{QE}", "It is influenza."])
-    backend = ScriptedBackend(lambda p: next(pieces))
+    # the first step runs out inside the block; the next step closes it: the block spans two steps
+    backend = PiecesBackend([Completion(f"thinking {QB}Influ", 5, 2, "length"),
+                             Completion("enza", 9, 1, "stop", QE), Completion("It is influenza.", 20, 3, "stop")])
     runner = ChainRunner(kg, backend, MirageConfig(rank_by_question=False, max_new_tokens=2))
     [result] = runner.run([ChainSpec("q")])
     assert [s.entities[0].label for s in result.searches] == ["Influenza"]
-    assert result.answer == "It is influenza."
+    assert result.answer == "It is influenza." and result.turns == 3 and result.completion_tokens == 6
 
 
 # -- caches -----------------------------------------------------------------------------------------------------------

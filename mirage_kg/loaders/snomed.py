@@ -1,0 +1,335 @@
+"""SNOMED CT RF2 releases (Snapshot or Full): concepts, descriptions, relationships and the language refset.
+
+Order of reading, so nothing but ids is held: concepts (the known and the inactive ids), relationships (edges, and
+which concepts serve as attribute types), the language refset (the preferred description ids), descriptions
+(labels; an attribute type's preferred term also labels its relation). In a Full release each file is read twice:
+first the latest effectiveTime of every id, then only the rows that carry it.
+
+- active concepts are ``MKG:Concept``; inactive ones are left out with their edges and labels, or with
+  ``--keep-inactive`` kept and marked ``MKG:active false``;
+- the preferred synonym in the language refset (acceptability 900000000000548007) is the ``skos:prefLabel``, other
+  synonyms ``skos:altLabel``, the FSN ``MKG:fullySpecifiedName`` (its text minus the semantic tag is the prefLabel
+  of a concept with no preferred synonym); text definitions ``skos:definition``;
+- active inferred relationships (``--stated``: stated ones): IS-A 116680003 is ``rdfs:subClassOf``, any other type
+  a typed edge ``SNOMEDCT:<typeId>``, declared a ``MKG:Relation`` labelled with the type's preferred term.
+  Relationship groups are not kept (each attribute is one edge)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mirage_kg.errors import InputError
+from mirage_kg.loaders.base import LoadOptions, LoadReport, Loader, Problem, literal_nt
+from mirage_kg.namespaces import (GRAPH, MKG, MKG_CONCEPT, MKG_RELATION, OWL, RDF_TYPE, RDFS_LABEL, RDFS_SUBCLASS,
+                                  SKOS_ALT, SKOS_DEFINITION, SKOS_PREF, mint, prefixes)
+from mirage_kg.progress import progress_bar
+from mirage_kg.store.base import LoadReceipt, Store
+from mirage_kg.terms import iri_ref
+
+IS_A = "116680003"
+FSN = "900000000000003001"
+SYNONYM = "900000000000013009"
+DEFINITION = "900000000000550004"
+PREFERRED = "900000000000548007"
+INFERRED = "900000000000011006"
+STATED = "900000000000010007"
+ADDITIONAL = "900000000000227009"
+US_ENGLISH = "900000000000509007"
+GB_ENGLISH = "900000000000508004"
+
+HEADERS = {
+    "concept": ("id", "effectiveTime", "active", "moduleId", "definitionStatusId"),
+    "description": ("id", "effectiveTime", "active", "moduleId", "conceptId", "languageCode", "typeId", "term",
+                    "caseSignificanceId"),
+    "relationship": ("id", "effectiveTime", "active", "moduleId", "sourceId", "destinationId", "relationshipGroup",
+                     "typeId", "characteristicTypeId", "modifierId"),
+    "language": ("id", "effectiveTime", "active", "moduleId", "refsetId", "referencedComponentId", "acceptabilityId"),
+}
+# file kind -> (glob pattern with {kind}, header, required)
+PATTERNS = {
+    "concepts": ("sct2_Concept_{kind}*.txt", "concept", True),
+    "descriptions": ("sct2_Description_{kind}*.txt", "description", True),
+    "definitions": ("sct2_TextDefinition_{kind}*.txt", "description", False),
+    "relationships": ("sct2_Relationship_{kind}*.txt", "relationship", True),
+    "stated": ("sct2_StatedRelationship_{kind}*.txt", "relationship", False),
+    "language": ("der2_cRefset_Language{kind}*.txt", "language", True),
+}
+
+_TYPE = iri_ref(RDF_TYPE)
+_CONCEPT = iri_ref(MKG_CONCEPT)
+_RELATION = iri_ref(MKG_RELATION)
+_OBJECT_PROPERTY = iri_ref(OWL + "ObjectProperty")
+_LABEL = iri_ref(RDFS_LABEL)
+_PREF = iri_ref(SKOS_PREF)
+_ALT = iri_ref(SKOS_ALT)
+_DEFINITION = iri_ref(SKOS_DEFINITION)
+_FSN = iri_ref(MKG + "fullySpecifiedName")
+_SUBCLASS = iri_ref(RDFS_SUBCLASS)
+_ACTIVE = iri_ref(MKG + "active")
+_FALSE = '"false"^^<http://www.w3.org/2001/XMLSchema#boolean>'
+_SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
+# Per-concept flags
+_ACTIVE_CONCEPT, _INACTIVE_CONCEPT, _HAS_PREF, _ATTRIBUTE = 1, 2, 4, 8
+_SEMANTIC_TAG = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+@dataclass
+class Rf2Release:
+    """The files of one release: ``kind`` is Snapshot or Full."""
+
+    kind: str
+    files: dict[str, list[Path]] = field(default_factory=dict)
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.files.get("concepts", [])]
+
+
+def locate_release(path: Path, kind: str | None = None) -> Rf2Release:
+    """The RF2 files under ``path``: the Snapshot when there is one (or ``kind``), else the Full release."""
+    if not path.is_dir():
+        raise InputError("a SNOMED CT release is a folder of RF2 files (Snapshot/ or Full/)", path)
+    kinds = [kind.capitalize()] if kind else ["Snapshot", "Full"]
+    for candidate in kinds:
+        concepts = sorted(path.rglob(PATTERNS["concepts"][0].format(kind=candidate)))
+        if concepts:
+            release = Rf2Release(candidate)
+            for key, (pattern, _, required) in PATTERNS.items():
+                found = sorted(path.rglob(pattern.format(kind=candidate)))
+                if required and not found:
+                    expected = pattern.format(kind=candidate)
+                    raise InputError(f"missing required file {expected} (the {candidate} release has no {key} file)",
+                                     path / expected)
+                release.files[key] = found
+            return release
+    expected = PATTERNS["concepts"][0].format(kind=kinds[0])
+    raise InputError(f"missing required file {expected}: no RF2 concept file in this folder", path / expected)
+
+
+def rf2_rows(path: Path, header: tuple[str, ...], problem: Problem,
+             advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
+    """Fields of each well-formed row after the header; the line number rides along as the last item."""
+    width = len(header)
+    done = 0
+    with open(path, "rb") as handle:
+        first = handle.readline()
+        try:
+            names = tuple(first.decode("utf-8-sig").rstrip("\r\n").split("\t"))
+        except UnicodeDecodeError:
+            names = ()
+        if names != header:
+            problem("unexpected header", path, 1, f"expected {' '.join(header)}")
+        for number, raw in enumerate(handle, start=2):
+            done += len(raw)
+            if number & 0x3FFF == 0 and advance is not None:
+                advance(done)
+                done = 0
+            if raw[-1:] != b"\n":
+                problem("truncated last line", path, number, "the file ends inside a row (no line break)")
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problem("invalid UTF-8", path, number, f"byte {raw[exc.start]:#04x} at column {exc.start + 1}")
+                continue
+            fields = text.rstrip("\r\n").split("\t")
+            if len(fields) != width:
+                problem("wrong column count", path, number, f"expected {width} tab-separated columns, "
+                        f"found {len(fields)}")
+                continue
+            fields.append(number)  # type: ignore[arg-type]
+            yield fields
+    if advance is not None:
+        advance(done)
+
+
+def latest_rows(path: Path, header: tuple[str, ...], problem: Problem, full: bool,
+                advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
+    """Snapshot: every row. Full: for each id only the row with the latest effectiveTime (the first of equals)."""
+    if not full:
+        yield from rf2_rows(path, header, problem, advance)
+        return
+    quiet = Problem(LoadOptions(lenient=True), LoadReport())  # the second pass reports bad rows
+    latest: dict[str, str] = {}
+    times: dict[str, str] = {}
+    for fields in rf2_rows(path, header, quiet, advance):
+        ident, when = fields[0], fields[1]
+        held = latest.get(ident)
+        if held is None or when > held:
+            latest[ident] = times.setdefault(when, when)  # one string object per distinct effectiveTime
+    for fields in rf2_rows(path, header, problem, advance):
+        ident = fields[0]
+        if latest.get(ident) == fields[1]:
+            del latest[ident]
+            yield fields
+
+
+class SnomedLoader(Loader):
+    name = "snomed"
+    description = "SNOMED CT RF2 release folder (Snapshot or Full)"
+
+    @classmethod
+    def can_load(cls, path: Path, head: bytes) -> bool:
+        if not path.is_dir():
+            return False
+        return any(path.rglob("sct2_Concept_*.txt"))
+
+    def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
+        release = locate_release(path, options.extra.get("snomed_release"))
+        graph = options.graph or self.graph_name(release, bool(options.extra.get("stated")))
+        total = sum(p.stat().st_size for paths in release.files.values() for p in paths)
+        if release.kind == "Full":
+            total *= 2
+        with progress_bar(f"loading SNOMED CT {release.kind}", total=total, unit="bytes") as advance:
+            receipt = store.load(self.lines(release, options, report, graph, advance),
+                                 media_type="application/n-triples", graph=graph, source=str(path))
+        return [receipt]
+
+    @staticmethod
+    def graph_name(release: Rf2Release, stated: bool) -> str:
+        """``GRAPH:snomedct/INT_20240101`` (edition and date from the concept file names), ``/stated`` if so."""
+        parts = []
+        for name in release.names():
+            match = re.match(r"sct2_Concept_(?:Snapshot|Full)_(.+)\.txt$", name)
+            parts.append(match.group(1) if match else Path(name).stem)
+        segments = ["+".join(parts)] + ([] if release.kind == "Snapshot" else ["full"]) + (["stated"] if stated else [])
+        return GRAPH + "snomedct/" + "/".join(mint("", s) for s in segments)
+
+    def lines(self, release: Rf2Release, options: LoadOptions, report: LoadReport, graph: str,
+              advance: Callable[[float], None]) -> Iterator[str]:
+        problem = Problem(options, report)
+        full = release.kind == "Full"
+        keep = bool(options.extra.get("keep_inactive"))
+        ns = prefixes()["SNOMEDCT"]
+        for name in release.names():
+            yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt(Path(name).stem)} .\n"
+
+        # 1. concepts. One int -> flags entry per concept is all the state (ints: half the memory of strings).
+        state: dict[int, int] = {}
+        for path in release.files["concepts"]:
+            for fields in latest_rows(path, HEADERS["concept"], problem, full, advance):
+                ident, active = fields[0], fields[2]
+                if not ident.isdigit():
+                    problem("malformed SCTID", path, fields[-1], f"concept id {ident!r}")  # type: ignore[arg-type]
+                    continue
+                if active not in ("0", "1"):
+                    problem("bad active flag", path, fields[-1], f"{active!r} is neither 0 nor 1")  # type: ignore[arg-type]
+                    continue
+                key = int(ident)
+                if key in state:
+                    problem("duplicate id", path, fields[-1],  # type: ignore[arg-type]
+                            f"concept {ident} has several rows; a Snapshot holds one per id")
+                    continue
+                if active == "1":
+                    state[key] = _ACTIVE_CONCEPT
+                    yield f"<{ns}{ident}> {_TYPE} {_CONCEPT} .\n"
+                else:
+                    state[key] = _INACTIVE_CONCEPT
+                    if keep:
+                        yield f"<{ns}{ident}> {_TYPE} {_CONCEPT} .\n<{ns}{ident}> {_ACTIVE} {_FALSE} .\n"
+        usable = _ACTIVE_CONCEPT | _INACTIVE_CONCEPT if keep else _ACTIVE_CONCEPT
+
+        # 2. relationships
+        stated = bool(options.extra.get("stated"))
+        wanted = {STATED} if stated else {INFERRED, ADDITIONAL}
+        paths = release.files["relationships"] + (release.files.get("stated", []) if stated else [])
+        for path in paths:
+            for fields in latest_rows(path, HEADERS["relationship"], problem, full, advance):
+                if fields[2] != "1" or fields[8] not in wanted:
+                    continue  # inactive rows and the other characteristic type are not this load's edges
+                source, target, kind = fields[4], fields[5], fields[7]
+                flags = [state.get(int(i), 0) if i.isdigit() else 0 for i in (source, target, kind)]
+                if not all(flags):
+                    bad = (source, target, kind)[flags.index(0)]
+                    problem("unknown id", path, fields[-1], f"{bad} is not a concept of the release")  # type: ignore[arg-type]
+                    continue
+                if not (flags[0] & usable and flags[1] & usable and flags[2] & usable):
+                    continue  # an inactive end or type
+                if kind == IS_A:
+                    yield f"<{ns}{source}> {_SUBCLASS} <{ns}{target}> .\n"
+                else:
+                    if not flags[2] & _ATTRIBUTE:
+                        state[int(kind)] = flags[2] | _ATTRIBUTE
+                        yield f"<{ns}{kind}> {_TYPE} {_RELATION} .\n<{ns}{kind}> {_TYPE} {_OBJECT_PROPERTY} .\n"
+                    yield f"<{ns}{source}> <{ns}{kind}> <{ns}{target}> .\n"
+
+        # 3. the language refset: which descriptions are preferred
+        preferred = self._preferred(release, options, problem, full, advance)
+
+        # 4. descriptions and text definitions
+        langs = _langs(options.lang)
+        fallback: dict[int, str] = {}  # concept -> FSN, until a preferred synonym turns up
+        for key in ("descriptions", "definitions"):
+            for path in release.files.get(key, []):
+                for fields in latest_rows(path, HEADERS["description"], problem, full, advance):
+                    if fields[2] != "1":
+                        continue
+                    concept, lang, kind, term = fields[4], fields[5], fields[6], fields[7]
+                    if langs is not None and lang not in langs:
+                        continue
+                    if not lang.isalpha() or not lang.isascii():
+                        problem("bad language code", path, fields[-1], f"{lang!r}")  # type: ignore[arg-type]
+                        continue
+                    number = int(concept) if concept.isdigit() else -1
+                    flags = state.get(number, 0)
+                    if not flags:
+                        problem("unknown id", path, fields[-1], f"{concept} is not a concept of the release")  # type: ignore[arg-type]
+                        continue
+                    if not flags & usable:
+                        continue
+                    iri = f"<{ns}{concept}>"
+                    text = literal_nt(term, lang)
+                    if kind == FSN:
+                        if not flags & _HAS_PREF:
+                            fallback[number] = term
+                        yield f"{iri} {_FSN} {text} .\n"
+                    elif kind == DEFINITION or key == "definitions":
+                        yield f"{iri} {_DEFINITION} {text} .\n"
+                    elif not flags & _HAS_PREF and fields[0].isdigit() and int(fields[0]) in preferred:
+                        state[number] = flags | _HAS_PREF
+                        fallback.pop(number, None)
+                        out = f"{iri} {_PREF} {text} .\n"
+                        if flags & _ATTRIBUTE:
+                            out += f"{iri} {_LABEL} {literal_nt(term)} .\n"
+                        yield out
+                    else:
+                        yield f"{iri} {_ALT} {text} .\n"
+        for number, fsn in fallback.items():
+            term = _SEMANTIC_TAG.sub("", fsn) or fsn
+            out = f"<{ns}{number}> {_PREF} {literal_nt(term, 'en')} .\n"
+            if state[number] & _ATTRIBUTE:
+                out += f"<{ns}{number}> {_LABEL} {literal_nt(term)} .\n"
+            yield out
+
+    @staticmethod
+    def _preferred(release: Rf2Release, options: LoadOptions, problem: Problem, full: bool,
+                   advance: Callable[[float], None]) -> set[int]:
+        """Description ids the chosen language refset marks preferred: ``language_refset`` if given, else US
+        English, else GB English, else the largest refset present."""
+        by_refset: dict[str, set[int]] = {}
+        for path in release.files["language"]:
+            for fields in latest_rows(path, HEADERS["language"], problem, full, advance):
+                if fields[2] == "1" and fields[6] == PREFERRED:
+                    if not fields[5].isdigit():
+                        problem("malformed SCTID", path, fields[-1], f"description id {fields[5]!r}")  # type: ignore[arg-type]
+                        continue
+                    by_refset.setdefault(fields[4], set()).add(int(fields[5]))
+        chosen = options.extra.get("language_refset")
+        if chosen:
+            if chosen not in by_refset:
+                raise InputError(f"language refset {chosen} has no preferred rows in this release "
+                                 f"(present: {', '.join(sorted(by_refset)) or 'none'})")
+            return by_refset[chosen]
+        for refset in (US_ENGLISH, GB_ENGLISH):
+            if refset in by_refset:
+                return by_refset[refset]
+        return max(by_refset.values(), key=len) if by_refset else set()
+
+
+def _langs(lang: str | None) -> frozenset[str] | None:
+    """``en`` -> {en}; ``en,es`` -> both; ``all``/``*``/empty -> no filter."""
+    if not lang or lang.strip().lower() in ("all", "*", "any"):
+        return None
+    return frozenset(p.split("-")[0].lower() for p in re.split(r"[,\s]+", lang.strip()) if p)

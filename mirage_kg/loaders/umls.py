@@ -1,0 +1,477 @@
+"""UMLS Metathesaurus releases (RRF): MRCONSO labels and source codes, MRREL typed edges and hierarchy, MRSTY
+semantic types, MRSAB source versions. Streams each file once with a few bytes of state per CUI.
+
+Modelling choices (docs/sources.md says why):
+- one ``skos:prefLabel`` per concept and language: the atom ranked best by TS=P, then STT=PF, then ISPREF=Y; every
+  other string is a ``skos:altLabel``; source codes are ``skos:exactMatch`` links for the sources with a
+  conventional prefix (SNOMEDCT_US, MSH, ICD10CM, HPO, OMIM, NCI, ORPHANET) and ``skos:notation "SAB:CODE"`` else;
+- MRREL reads **CUI2 -REL/RELA-> CUI1**; PAR/CHD (no RELA, or isa) become ``rdfs:subClassOf`` child -> parent, as
+  does RELA isa under any other REL; RB/RN (no RELA) ``skos:broader`` narrower -> broader; everything else a typed
+  edge named by RELA, else by REL;
+  an edge and its mirror row (PAR/CHD, may_treat/may_be_treated_by...) land on the same triple, so no edge is
+  stored twice, and symmetric relations (RO, SY, SIB...) are stored once, from the lower CUI."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mirage_kg.errors import InputError
+from mirage_kg.loaders.base import LoadOptions, LoadReport, Loader, Problem, literal_nt, read_lines
+from mirage_kg.namespaces import (GRAPH, MKG, MKG_CONCEPT, MKG_RELATION, OWL, RDF_TYPE, RDFS_LABEL, RDFS_SUBCLASS,
+                                  SKOS, SKOS_ALT, SKOS_NOTATION, SKOS_PREF, mint, prefixes)
+from mirage_kg.progress import progress_bar
+from mirage_kg.store.base import LoadReceipt, Store
+from mirage_kg.terms import iri_ref
+
+WIDTHS = {"MRCONSO.RRF": 18, "MRREL.RRF": 16, "MRSTY.RRF": 6, "MRSAB.RRF": 25, "MRDOC.RRF": 4}
+REQUIRED = ("MRCONSO.RRF",)
+OPTIONAL = ("MRREL.RRF", "MRSTY.RRF", "MRSAB.RRF", "MRDOC.RRF")
+SUPPRESSED = frozenset("OEY")
+
+# UMLS LAT -> BCP 47 language tag (the rest: the LAT lower-cased, a valid 3-letter tag)
+LAT_TO_LANG = {
+    "ENG": "en", "FRE": "fr", "GER": "de", "SPA": "es", "ITA": "it", "DUT": "nl", "POR": "pt", "JPN": "ja",
+    "RUS": "ru", "CZE": "cs", "SWE": "sv", "FIN": "fi", "DAN": "da", "NOR": "no", "HUN": "hu", "POL": "pl",
+    "KOR": "ko", "CHI": "zh", "HEB": "he", "TUR": "tr", "GRE": "el", "LAV": "lv", "EST": "et", "HRV": "hr",
+    "SCR": "hr", "BAQ": "eu", "ARA": "ar", "PER": "fa", "UKR": "uk", "ICE": "is", "LIT": "lt", "SLV": "sl",
+}
+_LANG_TO_LAT = {lang: lat for lat, lang in LAT_TO_LANG.items() if lat != "SCR"}
+
+# SAB -> conventional prefix for exact-match links (codes that fit the prefix's shape only)
+SAB_PREFIXES = {
+    "SNOMEDCT_US": "SNOMEDCT", "SNOMEDCT_VET": "SNOMEDCT", "SCTSPA": "SNOMEDCT", "MSH": "MESH",
+    "ICD10CM": "ICD10CM", "HPO": "HP", "OMIM": "OMIM", "NCI": "NCIT", "ORPHANET": "ORPHA",
+}
+_CODE_SHAPE = {
+    "SNOMEDCT": re.compile(r"\d{6,18}"), "MESH": re.compile(r"[CDQ]\d{6,9}"),
+    "ICD10CM": re.compile(r"[A-Z]\d[0-9A-Z](\.[0-9A-Z]{1,4})?"), "HP": re.compile(r"HP:\d{7}"),
+    "OMIM": re.compile(r"\d{6}"), "NCIT": re.compile(r"C\d+"), "ORPHA": re.compile(r"(ORPHA:)?\d+"),
+}
+
+# REL values with no RELA: the relation name the edge gets (REL states what CUI2 is to CUI1).
+REL_NAMES = {
+    "RO": "related_to", "RL": "similar_to", "RQ": "possibly_synonymous_with", "SY": "source_asserted_synonym_of",
+    "SIB": "sibling_of", "XR": "not_related_to", "AQ": "allowed_qualifier_for", "QB": "can_be_qualified_by",
+    "DEL": "deleted_relation_to",
+}
+RELATION_LABELS = {"possibly_synonymous_with": "related and possibly synonymous with",
+                   "source_asserted_synonym_of": "source-asserted synonym of"}
+SYMMETRIC = {"related_to", "similar_to", "possibly_synonymous_with", "source_asserted_synonym_of", "sibling_of",
+             "not_related_to"}
+# Inverse pairs used when MRDOC.RRF is absent (MRDOC, when present, adds every pair it documents).
+BUILTIN_INVERSES = [("allowed_qualifier_for", "can_be_qualified_by"), ("part_of", "has_part"),
+                    ("may_treat", "may_be_treated_by"), ("may_prevent", "may_be_prevented_by"),
+                    ("has_finding_site", "finding_site_of"), ("mapped_to", "mapped_from"),
+                    ("has_manifestation", "manifestation_of"), ("has_member", "member_of"),
+                    ("has_ingredient", "ingredient_of"), ("has_tradename", "tradename_of"),
+                    ("has_associated_morphology", "associated_morphology_of"),
+                    ("has_causative_agent", "causative_agent_of"), ("has_method", "method_of"),
+                    ("isa", "inverse_isa")]
+
+_TYPE = iri_ref(RDF_TYPE)
+_CONCEPT = iri_ref(MKG_CONCEPT)
+_RELATION = iri_ref(MKG_RELATION)
+_OBJECT_PROPERTY = iri_ref(OWL + "ObjectProperty")
+_CLASS = iri_ref(OWL + "Class")
+_LABEL = iri_ref(RDFS_LABEL)
+_INVERSE_LABEL = iri_ref(MKG + "inverseLabel")
+_PREF = iri_ref(SKOS_PREF)
+_ALT = iri_ref(SKOS_ALT)
+_NOTATION = iri_ref(SKOS_NOTATION)
+_EXACT = iri_ref(SKOS + "exactMatch")
+_SUBCLASS = iri_ref(RDFS_SUBCLASS)
+_BROADER = iri_ref(SKOS + "broader")
+_SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
+
+# Per-CUI state, one byte: bit 0 seen in MRCONSO, bit 1 declared (kept by the filters), bits 2-7 prefLabel written
+# for language slot 0-5 (slots go to languages in order of appearance; later languages use a small set).
+_SEEN, _KEPT = 1, 2
+_SLOTS = 6
+
+
+@dataclass(frozen=True)
+class UmlsFilters:
+    """What ``--sab``, ``--lang``, ``--include-suppressed`` and ``--relations`` ask for (None: everything)."""
+
+    sabs: frozenset[str] | None = None
+    lats: frozenset[str] | None = frozenset({"ENG"})
+    include_suppressed: bool = False
+    relations: frozenset[str] | None = None
+
+    @classmethod
+    def from_options(cls, options: LoadOptions) -> "UmlsFilters":
+        extra = options.extra
+        sabs = frozenset(s.strip() for s in extra.get("sab") or () if s.strip()) or None
+        relations = frozenset(r.strip() for r in extra.get("relations") or () if r.strip()) or None
+        return cls(sabs, lats_for(options.lang), bool(extra.get("include_suppressed")), relations)
+
+
+def lats_for(lang: str | None) -> frozenset[str] | None:
+    """``en`` -> {ENG}; ``en,fr`` or ``ENG,FRE`` -> both; ``all``, ``*`` or empty -> no language filter."""
+    if not lang or lang.strip().lower() in ("all", "*", "any"):
+        return None
+    lats = set()
+    for part in re.split(r"[,\s]+", lang.strip()):
+        if not part:
+            continue
+        if len(part) == 3 and part.isalpha():
+            lats.add(part.upper())
+        else:
+            base = part.split("-")[0].lower()
+            if base not in _LANG_TO_LAT:
+                raise InputError(f"--lang {part!r}: no UMLS LAT for this language; give the LAT itself (e.g. ENG) "
+                                 f"or one of {', '.join(sorted(_LANG_TO_LAT))}")
+            lats.add(_LANG_TO_LAT[base])
+    return frozenset(lats)
+
+
+def locate_release(path: Path) -> dict[str, Path]:
+    """The RRF files of a release folder (``META/`` or the folder itself); a missing MRCONSO is an error."""
+    meta = path / "META" if (path / "META" / "MRCONSO.RRF").is_file() else path
+    if not path.is_dir():
+        raise InputError("a UMLS release is a folder holding MRCONSO.RRF (and MRREL, MRSTY, MRSAB)", path)
+    files = {}
+    for name in REQUIRED + OPTIONAL:
+        candidate = meta / name
+        if candidate.is_file():
+            files[name] = candidate
+    for name in REQUIRED:
+        if name not in files:
+            raise InputError(f"missing required file {name} (looked in {meta})", meta / name)
+    return files
+
+
+def release_name(path: Path) -> str:
+    """``2024AA`` from ``release.dat`` (``umls.release.name=``), else the release folder's name."""
+    for folder in (path, path.parent, path / ".."):
+        dat = folder / "release.dat"
+        if dat.is_file():
+            for line in dat.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.startswith("umls.release.name="):
+                    return line.split("=", 1)[1].strip()
+    resolved = path.resolve()
+    return resolved.parent.name if resolved.name.upper() == "META" else resolved.name
+
+
+def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
+    """The fields of each well-formed line (the trailing ``|`` removed); a line's number is ``rows.line``."""
+    width = WIDTHS[path.name]
+    expected = width + 1
+    done = 0
+    for number, text in read_lines(path, problem):
+        done += len(text) + 1
+        if number & 0x3FFF == 0 and advance is not None:
+            advance(done)
+            done = 0
+        fields = text.split("|")
+        if len(fields) != expected or fields[-1]:
+            if not text.endswith("|"):
+                problem("truncated line", path, number,
+                        f"every RRF line ends with '|' after {width} fields; this one ends {text[-20:]!r}")
+            else:
+                problem("wrong column count", path, number, f"expected {width} fields, found {len(fields) - 1}")
+            continue
+        fields.pop()
+        fields.append(number)  # type: ignore[arg-type]  # the line number rides along as the last item
+        yield fields
+    if advance is not None:
+        advance(done)
+
+
+def read_sources(files: dict[str, Path], problem: Problem) -> dict[str, str]:
+    """RSAB -> VSAB of the current source versions (MRSAB rows with CURVER=Y)."""
+    path = files.get("MRSAB.RRF")
+    if path is None:
+        return {}
+    versions = {}
+    for fields in rrf_rows(path, problem):
+        if fields[21] == "Y":
+            versions[fields[3]] = fields[2]
+    return versions
+
+
+def read_inverses(files: dict[str, Path], problem: Problem,
+                  advance: Callable[[float], None] | None = None) -> dict[str, str]:
+    """RELA -> its inverse, from MRDOC (``DOCKEY=RELA, TYPE=rela_inverse``) and the built-in pairs."""
+    inverse = {}
+    for a, b in BUILTIN_INVERSES:
+        inverse[a], inverse[b] = b, a
+    path = files.get("MRDOC.RRF")
+    if path is not None:
+        for fields in rrf_rows(path, problem, advance):
+            if fields[0] == "RELA" and fields[2] == "rela_inverse" and fields[1] and fields[3]:
+                inverse[fields[1]] = fields[3]
+    return inverse
+
+
+class _Relations:
+    """Relation names -> (IRI, whether to flip the edge, whether symmetric), each declared once with its labels."""
+
+    def __init__(self, namespace: str, inverses: dict[str, str]) -> None:
+        self.namespace = namespace
+        self.inverses = inverses
+        self.cache: dict[str, tuple[str, bool, bool]] = {}
+        self.declared: set[str] = set()
+        self.pending: list[str] = []
+
+    def resolve(self, rel: str, rela: str) -> tuple[str, bool, bool]:
+        key = rela or rel
+        found = self.cache.get(key)
+        if found is not None:
+            return found
+        name = rela or REL_NAMES.get(rel, rel.lower())
+        other = self.inverses.get(name) or (name[len("inverse_"):] if name.startswith("inverse_") else None)
+        symmetric = other == name or name in SYMMETRIC
+        flip = False
+        if other and not symmetric and _canonical(name, other) != name:
+            flip = True
+            name, other = other, name
+        iri = iri_ref(mint(self.namespace, name))
+        if iri not in self.declared:
+            self.declared.add(iri)
+            label = RELATION_LABELS.get(name, name.replace("_", " "))
+            inverse = label if symmetric else RELATION_LABELS.get(other, other.replace("_", " ")) if other else None
+            decl = f"{iri} {_TYPE} {_RELATION} .\n{iri} {_TYPE} {_OBJECT_PROPERTY} .\n{iri} {_LABEL} {literal_nt(label)} .\n"
+            if inverse:
+                decl += f"{iri} {_INVERSE_LABEL} {literal_nt(inverse)} .\n"
+            self.pending.append(decl)
+        found = (iri, flip, symmetric)
+        self.cache[key] = found
+        return found
+
+
+def _canonical(a: str, b: str) -> str:
+    """Which of an inverse pair names the stored edge: not an ``inverse_`` name, not a passive ``..._by`` one,
+    else the alphabetically first (``may_treat`` over ``may_be_treated_by``, ``isa`` over ``inverse_isa``)."""
+    for marked in (lambda n: n.startswith("inverse_"), lambda n: n.endswith("_by")):
+        if marked(a) != marked(b):
+            return b if marked(a) else a
+    return min(a, b)
+
+
+class UmlsLoader(Loader):
+    name = "umls"
+    description = "UMLS Metathesaurus release folder (RRF: MRCONSO, MRREL, MRSTY, MRSAB)"
+
+    @classmethod
+    def can_load(cls, path: Path, head: bytes) -> bool:
+        return path.is_dir() and ((path / "MRCONSO.RRF").is_file() or (path / "META" / "MRCONSO.RRF").is_file())
+
+    def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
+        files = locate_release(path)
+        filters = UmlsFilters.from_options(options)
+        problem = Problem(options, report)
+        sources = read_sources(files, problem)
+        graph = options.graph or self.graph_name(path, sources, filters)
+        total = sum(p.stat().st_size for name, p in files.items() if name != "MRSAB.RRF")  # MRSAB is read first
+        with progress_bar(f"loading UMLS {path.name}", total=total, unit="bytes") as advance:
+            receipt = store.load(self.lines(files, options, report, graph, sources, advance),
+                                 media_type="application/n-triples", graph=graph, source=str(path))
+        return [receipt]
+
+    @staticmethod
+    def graph_name(path: Path, sources: dict[str, str], filters: UmlsFilters) -> str:
+        """``GRAPH:umls/2024AA``; with ``--sab``, the chosen sources' versions too (``.../MSH2024_2023_08_25``)."""
+        segments = [release_name(path)]
+        if filters.sabs:
+            segments.append("+".join(sources.get(s, s) for s in sorted(filters.sabs)))
+        return GRAPH + "umls/" + "/".join(mint("", s) for s in segments)
+
+    def lines(self, files: dict[str, Path], options: LoadOptions, report: LoadReport, graph: str,
+              sources: dict[str, str], advance: Callable[[float], None]) -> Iterator[str]:
+        problem = Problem(options, report)
+        filters = UmlsFilters.from_options(options)
+        for rsab, vsab in sorted(sources.items()):
+            if filters.sabs is None or rsab in filters.sabs:
+                yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt(vsab)} .\n"
+        state = bytearray(1 << 16)
+        yield from self._concepts(files["MRCONSO.RRF"], filters, problem, state, advance)
+        if "MRSTY.RRF" in files:
+            yield from self._semantic_types(files["MRSTY.RRF"], problem, state, advance)
+        else:
+            report.skip("optional file absent: no semantic types", files["MRCONSO.RRF"].with_name("MRSTY.RRF"), None)
+        if "MRREL.RRF" in files:
+            relations = _Relations(options.relation_namespace, read_inverses(files, problem, advance))
+            yield from self._relations(files["MRREL.RRF"], filters, problem, report, state, relations, advance)
+        else:
+            report.skip("optional file absent: no relations", files["MRCONSO.RRF"].with_name("MRREL.RRF"), None)
+
+    # --- MRCONSO ----------------------------------------------------------------------------------------------
+    def _concepts(self, path: Path, filters: UmlsFilters, problem: Problem, state: bytearray,
+                  advance: Callable[[float], None]) -> Iterator[str]:
+        """Labels and codes, one CUI group at a time (MRCONSO is sorted by CUI; an unsorted file still loads)."""
+        ns = prefixes()["UMLS"]
+        sabs, lats, keep_suppressed = filters.sabs, filters.lats, filters.include_suppressed
+        slots: dict[str, int] = {}
+        overflow: set[tuple[int, str]] = set()
+        code_iris = {sab: prefixes()[prefix] for sab, prefix in SAB_PREFIXES.items()}
+        group: list[list[str]] = []
+        current = ""
+        for fields in rrf_rows(path, problem, advance):
+            cui = fields[0]
+            if cui != current:
+                if group:
+                    yield self._emit(current, group, ns, state, slots, overflow, code_iris)
+                    group = []
+                if len(cui) != 8 or cui[0] != "C" or not cui[1:].isdigit():
+                    problem("malformed CUI", path, fields[-1], f"{cui!r} is not C followed by 7 digits")  # type: ignore[arg-type]
+                    current = ""
+                    continue
+                current = cui
+                number = int(cui[1:])
+                if number >= len(state):
+                    state.extend(bytes(max(number + 1 - len(state), len(state))))
+                state[number] |= _SEEN
+            if sabs is not None and fields[11] not in sabs:
+                continue
+            if lats is not None and fields[1] not in lats:
+                continue
+            if not keep_suppressed and fields[16] in SUPPRESSED:
+                continue
+            group.append(fields)
+        if group:
+            yield self._emit(current, group, ns, state, slots, overflow, code_iris)
+
+    @staticmethod
+    def _emit(cui: str, rows: list[list[str]], ns: str, state: bytearray, slots: dict[str, int],
+              overflow: set[tuple[int, str]], code_iris: dict[str, str]) -> str:
+        number = int(cui[1:])
+        flags = state[number]
+        iri = f"<{ns}{cui}>"
+        out = []
+        if not flags & _KEPT:
+            flags |= _KEPT
+            out.append(f"{iri} {_TYPE} {_CONCEPT} .\n")
+        best: dict[str, tuple[int, str]] = {}
+        for fields in rows:  # CUI|LAT|TS|LUI|STT|SUI|ISPREF|AUI|SAUI|SCUI|SDUI|SAB|TTY|CODE|STR|SRL|SUPPRESS|CVF
+            rank = (fields[2] == "P") * 4 + (fields[4] == "PF") * 2 + (fields[6] == "Y")
+            lat = fields[1]
+            held = best.get(lat)
+            if held is None or rank > held[0]:
+                best[lat] = (rank, fields[14])
+        written: set[tuple[str, str]] = set()
+        for lat, (_, text) in best.items():
+            lang = _lang_tag(lat)
+            slot = slots.get(lat)
+            if slot is None and len(slots) < _SLOTS:
+                slot = slots[lat] = len(slots)
+            if slot is not None:
+                bit = 4 << slot
+                fresh = not flags & bit
+                flags |= bit
+            else:
+                fresh = (number, lat) not in overflow
+                overflow.add((number, lat))
+            if fresh:
+                out.append(f"{iri} {_PREF} {literal_nt(text, lang)} .\n")
+                written.add((lat, text))
+        codes: set[tuple[str, str]] = set()
+        for fields in rows:
+            lat, text = fields[1], fields[14]
+            if (lat, text) not in written:
+                written.add((lat, text))
+                out.append(f"{iri} {_ALT} {literal_nt(text, _lang_tag(lat))} .\n")
+            sab, code = fields[11], fields[13]
+            if code and code != "NOCODE" and (sab, code) not in codes:
+                codes.add((sab, code))
+                target = code_iris.get(sab)
+                prefix = SAB_PREFIXES.get(sab)
+                if target is not None and _CODE_SHAPE[prefix].fullmatch(code):  # type: ignore[index]
+                    local = code.split(":", 1)[1] if prefix in ("HP", "ORPHA") and ":" in code else code
+                    out.append(f"{iri} {_EXACT} <{target}{local}> .\n")
+                else:
+                    out.append(f"{iri} {_NOTATION} {literal_nt(sab + ':' + code)} .\n")
+        state[number] = flags
+        return "".join(out)
+
+    # --- MRSTY ------------------------------------------------------------------------------------------------
+    def _semantic_types(self, path: Path, problem: Problem, state: bytearray,
+                        advance: Callable[[float], None]) -> Iterator[str]:
+        ns = prefixes()["UMLS"]
+        sty_ns = prefixes()["STY"]
+        declared: set[str] = set()
+        size = len(state)
+        for fields in rrf_rows(path, problem, advance):  # CUI|TUI|STN|STY|ATUI|CVF
+            cui, tui = fields[0], fields[1]
+            flags = _flags(cui, state, size)
+            if not flags & _SEEN:
+                problem("unknown id", path, fields[-1], f"{cui} is not a CUI of MRCONSO.RRF")  # type: ignore[arg-type]
+                continue
+            if not flags & _KEPT:
+                continue  # the concept was filtered out (--sab, --lang, suppressed)
+            if not re.fullmatch(r"T\d{3}", tui):
+                problem("malformed TUI", path, fields[-1], f"{tui!r} is not T followed by 3 digits")  # type: ignore[arg-type]
+                continue
+            out = f"<{ns}{cui}> {_TYPE} <{sty_ns}{tui}> .\n"
+            if tui not in declared:
+                declared.add(tui)
+                out += f"<{sty_ns}{tui}> {_TYPE} {_CLASS} .\n<{sty_ns}{tui}> {_LABEL} {literal_nt(fields[3])} .\n"
+            yield out
+
+    # --- MRREL ------------------------------------------------------------------------------------------------
+    def _relations(self, path: Path, filters: UmlsFilters, problem: Problem, report: LoadReport, state: bytearray,
+                   relations: _Relations, advance: Callable[[float], None]) -> Iterator[str]:
+        ns = prefixes()["UMLS"]
+        sabs, wanted, keep_suppressed = filters.sabs, filters.relations, filters.include_suppressed
+        size = len(state)
+        for fields in rrf_rows(path, problem, advance):
+            # CUI1|AUI1|STYPE1|REL|CUI2|AUI2|STYPE2|RELA|RUI|SRUI|SAB|SL|RG|DIR|SUPPRESS|CVF
+            cui1, rel, cui2, rela = fields[0], fields[3], fields[4], fields[7]
+            if sabs is not None and fields[10] not in sabs:
+                continue
+            if not keep_suppressed and fields[14] in SUPPRESSED:
+                continue
+            if wanted is not None and rel not in wanted and rela not in wanted:
+                continue
+            f1, f2 = _flags(cui1, state, size), _flags(cui2, state, size)
+            if not f1 & _SEEN or not f2 & _SEEN:
+                bad = cui1 if not f1 & _SEEN else cui2
+                problem("unknown id", path, fields[-1], f"{bad} is not a CUI of MRCONSO.RRF")  # type: ignore[arg-type]
+                continue
+            if not f1 & _KEPT or not f2 & _KEPT:
+                continue  # an end was filtered out
+            if cui1 == cui2:
+                report.skip("relation of a concept to itself (atom-level, not a concept edge)", path, fields[-1],  # type: ignore[arg-type]
+                            f"{rel}/{rela or '-'} {cui1}")
+                continue
+            # REL/RELA say what CUI2 is to CUI1
+            if rel in ("PAR", "CHD") and rela in ("", "isa", "inverse_isa"):
+                child, parent = (cui1, cui2) if rel == "PAR" else (cui2, cui1)
+                yield f"<{ns}{child}> {_SUBCLASS} <{ns}{parent}> .\n"
+                continue
+            if rela in ("isa", "inverse_isa"):  # under another REL: RELA alone says which way
+                child, parent = (cui2, cui1) if rela == "isa" else (cui1, cui2)
+                yield f"<{ns}{child}> {_SUBCLASS} <{ns}{parent}> .\n"
+                continue
+            if rel in ("RB", "RN") and not rela:
+                narrower, broader = (cui1, cui2) if rel == "RB" else (cui2, cui1)
+                yield f"<{ns}{narrower}> {_BROADER} <{ns}{broader}> .\n"
+                continue
+            iri, flip, symmetric = relations.resolve(rel, rela)
+            subject, obj = (cui1, cui2) if flip else (cui2, cui1)
+            if symmetric and subject > obj:
+                subject, obj = obj, subject
+            line = f"<{ns}{subject}> {iri} <{ns}{obj}> .\n"
+            if relations.pending:
+                line = "".join(relations.pending) + line
+                relations.pending.clear()
+            yield line
+
+
+def _lang_tag(lat: str) -> str:
+    """The language tag of a LAT: ``ENG`` -> ``en``; an unlisted LAT lower-cased; a malformed one ``und``."""
+    tag = LAT_TO_LANG.get(lat)
+    if tag is None:
+        tag = lat.lower() if lat.isalpha() and lat.isascii() and 2 <= len(lat) <= 8 else "und"
+    return tag
+
+
+def _flags(cui: str, state: bytearray, size: int) -> int:
+    """The state byte of a CUI (0 for a malformed or never-seen one)."""
+    if len(cui) != 8 or cui[0] != "C" or not cui[1:].isdigit():
+        return 0
+    number = int(cui[1:])
+    return state[number] if number < size else 0

