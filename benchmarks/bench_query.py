@@ -391,19 +391,22 @@ def main() -> None:
         "anchor": timings(lambda i: same.anchor(nodes[i]), anchor_ids[: max(50, n_anchor // 2)]),
         "bridge": timings(lambda p: same.bridge(nodes[p[0]], nodes[p[1]]), pair_ids[: max(20, n_bridge // 2)]),
     }
-    # rdflib's SPARQL engine on the queries an endpoint would get (a handful: it is slow)
+    # rdflib's SPARQL engine on the SPARQL KnowledgeGraph sends an endpoint (default-graph form; a handful of
+    # queries: it is slow): anchor's neighbourhood SELECT, and bridge's 1-, 2- and 3-hop SELECTs
+    from mirage_kg.graph import hop_query
+
     sparql: dict[str, list[float]] = {"anchor": [], "bridge": []}
     for i in anchor_ids[:5]:
-        q = (f"SELECT ?p ?n WHERE {{ {{ <{E}e{i}> ?p ?n FILTER(isIRI(?n)) }} UNION {{ ?n ?p <{E}e{i}> }} "
-             f"FILTER(?p != <{RDF_TYPE}>) }}")
+        q = (f"SELECT DISTINCT ?p ?d ?n WHERE {{ {{ <{E}e{i}> ?p ?n BIND(\"out\" AS ?d) }} UNION "
+             f"{{ ?n ?p <{E}e{i}> BIND(\"in\" AS ?d) }} FILTER(isIRI(?n) && ?p != <{RDF_TYPE}>) }}")
         ms = run_with_deadline(lambda: list(graph.query(q)), 30)
         if ms is None:
+            sparql["anchor"].append(float("inf"))
             break
         sparql["anchor"].append(ms)
-    for a, b in pair_ids[1:8:2]:
-        step = f"!(<{RDF_TYPE}>|^<{RDF_TYPE}>)"
-        q = f"ASK {{ <{E}e{a}> {step}/({step}/({step})?)? <{E}e{b}> }}"
-        ms = run_with_deadline(lambda: graph.query(q).askAnswer, 30)
+    for a, b in pair_ids[:4]:
+        queries = [hop_query(E + f"e{a}", E + f"e{b}", h, named_graphs=False) for h in (1, 2, 3)]
+        ms = run_with_deadline(lambda: [list(graph.query(q)) for q in queries], 60)
         if ms is None:
             sparql["bridge"].append(float("inf"))
             break
@@ -430,17 +433,19 @@ def main() -> None:
                 continue
             p50, p95 = pct(values, 0.5), pct(values, 0.95)
             ratio = p50 / pct(ours[query], 0.5)
-            shown_p95 = f"{p95:>10.2f}" if math.isfinite(p95) else f"{'> 30 s':>10}"
-            shown_p50 = f"{p50:>10.2f}" if math.isfinite(p50) else f"{'> 30 s':>10}"
+            shown_p95 = f"{p95:>10.2f}" if math.isfinite(p95) else f"{'timeout':>10}"
+            shown_p50 = f"{p50:>10.2f}" if math.isfinite(p50) else f"{'timeout':>10}"
             ratio_s = f"{ratio:>11.1f}x" if math.isfinite(ratio) else f"{'-':>12}"
             print(f"{name:<26}{query:<8}{len(values):>5}{shown_p50}{shown_p95}{ratio_s}")
     print()
     a50, b50 = pct(ours["anchor"], 0.5), pct(ours["bridge"], 0.5)
-    r_anchor = pct(results["rdflib (same algorithm)"]["anchor"], 0.5) / a50
-    r_bridge = pct(results["rdflib (same algorithm)"]["bridge"], 0.5) / b50
-    print(f"targets: anchor p50 {a50:.2f} ms (< 2) {'met' if a50 < 2 else 'MISSED'}; bridge p50 {b50:.2f} ms (< 20) "
-          f"{'met' if b50 < 20 else 'MISSED'}; vs rdflib {r_anchor:.0f}x / {r_bridge:.0f}x (>= 10) "
-          f"{'met' if min(r_anchor, r_bridge) >= 10 else 'MISSED'}")
+    ratios = {name: (pct(results[name]["anchor"], 0.5) / a50, pct(results[name]["bridge"], 0.5) / b50)
+              for name in ("rdflib (SPARQL engine)", "rdflib (same algorithm)") if results[name]["anchor"]}
+    print(f"targets: anchor p50 {a50:.2f} ms (< 2) {'met' if a50 < 2 else 'MISSED'}; "
+          f"bridge p50 {b50:.2f} ms (< 20) {'met' if b50 < 20 else 'MISSED'}")
+    for name, (ra, rb) in ratios.items():
+        print(f"  vs {name}: anchor {ra:,.1f}x, bridge {rb:,.1f}x (target >= 10x): "
+              f"{'met' if min(ra, rb) >= 10 else 'not met'}")
 
     if args.skip_linking:
         return

@@ -639,20 +639,7 @@ class KnowledgeGraph:
     def _paths_by_sparql(self, a: str, b: str, hops: int,
                          rels: frozenset[str] | None) -> list[tuple[tuple[str, str, str, str], ...]]:
         """Paths of exactly ``hops`` edges with one explicit SPARQL pattern (any endpoint)."""
-        nodes = [iri_ref(a)] + [f"?n{i}" for i in range(1, hops)] + [iri_ref(b)]
-        parts = []
-        for i in range(hops):
-            x, y = nodes[i], nodes[i + 1]
-            parts.append(f"{{ {{ GRAPH ?g{i} {{ {x} ?p{i} {y} }} BIND(\"f\" AS ?d{i}) }} UNION "
-                         f"{{ GRAPH ?g{i} {{ {y} ?p{i} {x} }} BIND(\"b\" AS ?d{i}) }} "
-                         f"FILTER(?p{i} NOT IN ({_NOT_FACT})) {_in_filter(f'?p{i}', rels)} }}")
-        inner = [f"?n{i}" for i in range(1, hops)]
-        filters = [f"isIRI({v})" for v in inner]
-        for i, v in enumerate(inner):
-            filters += [f"{v} != {nodes[0]}", f"{v} != {nodes[-1]}"] + [f"{v} != {w}" for w in inner[i + 1:]]
-        where = " ".join(parts) + (f" FILTER({' && '.join(filters)})" if filters else "")
-        names = " ".join([f"?p{i} ?d{i}" for i in range(hops)] + inner)
-        rows = self.store.select(f"SELECT DISTINCT {names} WHERE {{ {where} }}")
+        rows = self.store.select(hop_query(a, b, hops, rels))
         non = self._state().non_concepts
         out = []
         for r in rows:
@@ -736,6 +723,30 @@ def path_sort_key(path: Sequence[tuple[str, str, str, str]]) -> tuple[Any, ...]:
         nodes.append(o if d == "forward" else s)
     return (len(path), tuple(compress(n) for n in nodes), tuple(compress(p) for _, p, _, _ in path),
             tuple(0 if d == "forward" else 1 for *_, d in path))
+
+
+def hop_query(a: str, b: str, hops: int, relations: frozenset[str] | None = None, named_graphs: bool = True) -> str:
+    """The SELECT for every walk of exactly ``hops`` fact edges from ``a`` to ``b`` through distinct IRIs, each
+    edge either way (``?d<i>`` is "f" or "b"). ``named_graphs=False`` reads the default graph instead of
+    ``GRAPH ?g`` patterns (for an engine without named graphs)."""
+    nodes = [iri_ref(a)] + [f"?n{i}" for i in range(1, hops)] + [iri_ref(b)]
+
+    def triple(i: int, s: str, o: str) -> str:
+        return f"GRAPH ?g{i} {{ {s} ?p{i} {o} }}" if named_graphs else f"{s} ?p{i} {o}"
+
+    parts = []
+    for i in range(hops):
+        x, y = nodes[i], nodes[i + 1]
+        parts.append(f"{{ {{ {triple(i, x, y)} BIND(\"f\" AS ?d{i}) }} UNION "
+                     f"{{ {triple(i, y, x)} BIND(\"b\" AS ?d{i}) }} "
+                     f"FILTER(?p{i} NOT IN ({_NOT_FACT})) {_in_filter(f'?p{i}', relations)} }}")
+    inner = [f"?n{i}" for i in range(1, hops)]
+    filters = [f"isIRI({v})" for v in inner]
+    for i, v in enumerate(inner):
+        filters += [f"{v} != {nodes[0]}", f"{v} != {nodes[-1]}"] + [f"{v} != {w}" for w in inner[i + 1:]]
+    where = " ".join(parts) + (f" FILTER({' && '.join(filters)})" if filters else "")
+    names = " ".join([f"?p{i} ?d{i}" for i in range(hops)] + inner)
+    return f"SELECT DISTINCT {names} WHERE {{ {where} }}"
 
 
 def _partials(start: str, depth: int, adj: Any, avoid: str) -> list[tuple[list[str], list[tuple[str, str, str, str]]]]:

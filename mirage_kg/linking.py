@@ -33,15 +33,12 @@ DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"  # the offline copy in the gt-all-m
 EMBEDDING_THRESHOLD = 0.7  # the paper's cosine cut-off for a soft match ...
 EMBEDDING_TOP = 3  # ... over this many candidates
 FUZZY_CUTOFF = 85  # rapidfuzz token_sort_ratio, 0-100
-import os as _os
-NESTED_MIN_SCORE = float(_os.environ.get("NMS", "0.8"))
-NESTED_DICTIONARY_ONLY = _os.environ.get("NDO", "0") == "1"
 
 # Scores put methods on one scale the reasoner can threshold (0.7 = the paper's cosine cut-off): dictionary
 # matches first, then fuzzy (0.9 x ratio) and embedding (the cosine, capped below the dictionary methods).
 _SCORES = {("exact", 0): 1.0, ("exact", 1): 0.98, ("normalised", 0): 0.96, ("normalised", 1): 0.94}
 _EMBEDDING_CAP = 0.93
-_RARE_BLOCK = 1500  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels
+_RARE_BLOCK = 600  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels
 _INDEX_VERSION = 3
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
@@ -251,6 +248,8 @@ class LabelIndex:
                 self.norm.setdefault(key, []).append((idx, kind))
                 self.folded.setdefault(fold(text), []).append((idx, kind))
         self.choices = sorted(self.folded)
+        # token-sort ratio is the plain ratio of word-sorted strings: sort the labels once, not per query
+        self.sorted_choices = [" ".join(sorted(c.split())) for c in self.choices]
         self.blocks: dict[str, list[int]] = {}
         for i, choice in enumerate(self.choices):
             for key in {k for w in choice.split() if len(w) >= 3 and w not in STOPWORDS for k in _block_keys(w)}:
@@ -475,21 +474,21 @@ class Linker:
             return
         words = [w for w in set(key.split()) if len(w) >= 3 and w not in STOPWORDS]
         # a word's blocks: its first and its last four letters (one typo rarely spoils both)
-        per_word = sorted(([index.blocks.get(k, ()) for k in _block_keys(w)] for w in words),
-                          key=lambda bs: min(len(b) for b in bs))
-        rare = [b for bs in per_word if min(len(b) for b in bs) <= _RARE_BLOCK for b in bs if b]
-        if not rare and per_word:
-            rare = [min(per_word[0], key=len)]
+        blocks = [b for w in words for k in _block_keys(w) if (b := index.blocks.get(k))]
+        rare = [b for b in blocks if len(b) <= _RARE_BLOCK] or sorted(blocks, key=len)[:1]
         ids = sorted({i for b in rare for i in b})
-        hits = []
+        query = " ".join(sorted(key.split()))
+        hits: list[tuple[int, float]] = []
         if ids:
-            hits = process.extract(key, [index.choices[i] for i in ids], scorer=fuzz.token_sort_ratio,
-                                   score_cutoff=self.fuzzy_cutoff, limit=10, processor=None)
-        if not hits and full_scan:  # a typo in every rare word's first letters: look at everything
-            hits = process.extract(key, index.choices, scorer=fuzz.token_sort_ratio, score_cutoff=self.fuzzy_cutoff,
-                                   limit=10, processor=None)
-        for choice, ratio, _ in hits:
-            for idx, kind in index.folded[choice]:
+            found = process.extract(query, [index.sorted_choices[i] for i in ids], scorer=fuzz.ratio,
+                                    score_cutoff=self.fuzzy_cutoff, limit=10, processor=None)
+            hits = [(ids[pos], ratio) for _, ratio, pos in found]
+        if not hits and full_scan:  # a typo in every rare word: look at everything
+            found = process.extract(query, index.sorted_choices, scorer=fuzz.ratio, score_cutoff=self.fuzzy_cutoff,
+                                    limit=10, processor=None)
+            hits = [(pos, ratio) for _, ratio, pos in found]
+        for pos, ratio in hits:
+            for idx, kind in index.folded[index.choices[pos]]:
                 _offer(scores, idx, 0.9 * ratio / 100.0, "fuzzy")
 
     def _embedding(self, vector: Any, scores: dict[int, tuple[float, str]]) -> None:
@@ -545,7 +544,7 @@ class Linker:
             piece = text[span.start:span.end]
             scores: dict[int, tuple[float, str]] = {}
             self._dictionary(piece, scores)
-            if span.content and not scores:
+            if span.content:
                 self._fuzzy(fold(piece), scores)
                 if i in vectors:
                     self._embedding(vectors[i], scores)
@@ -562,12 +561,12 @@ class Linker:
                 continue
             used.append((span.start, span.end))
             chosen.append(Mention(text[span.start:span.end], span.start, span.end, tuple(self._ranked(scores, top))))
-        # a span inside a chosen one is a mention too when it names something else with confidence
+        # a span inside a chosen one is a mention too when it links on its own, to something else
         # ("headaches" inside "headaches after my lumbar puncture")
         outer = list(chosen)
         for span, scores in nested:
             best = max(scores.values())
-            if best[0] < NESTED_MIN_SCORE or (NESTED_DICTIONARY_ONLY and best[1] not in ("exact", "normalised", "synonym")):
+            if best[0] < self.threshold:
                 continue
             holders = [m for m in outer if m.start <= span.start and span.end <= m.end]
             if not holders or any(span.start < m.end and m.start < span.end and m not in holders for m in chosen):

@@ -108,39 +108,51 @@ def locate_release(path: Path, kind: str | None = None) -> Rf2Release:
     raise InputError(f"missing required file {expected}: no RF2 concept file in this folder", path / expected)
 
 
+def text_lines(path: Path, problem: Problem) -> Iterator[tuple[int, str]]:
+    """(number, line with its ending) for each line: decoded in bulk while the file is clean, then line by line
+    from the first line not yet read, so that a bad byte is named by its line (and, lenient, only it is lost)."""
+    number = 0
+    try:
+        with open(path, encoding="utf-8", newline="\n") as handle:
+            for number, text in enumerate(handle, start=1):
+                yield number, text
+        return
+    except UnicodeDecodeError:
+        pass
+    with open(path, "rb") as handle:
+        for current, raw in enumerate(handle, start=1):
+            if current <= number:
+                continue
+            try:
+                yield current, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problem("invalid UTF-8", path, current, f"byte {raw[exc.start]:#04x} at column {exc.start + 1}")
+
+
 def rf2_rows(path: Path, header: tuple[str, ...], problem: Problem,
              advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
     """Fields of each well-formed row after the header; the line number rides along as the last item."""
     width = len(header)
     done = 0
-    with open(path, "rb") as handle:
-        first = handle.readline()
-        try:
-            names = tuple(first.decode("utf-8-sig").rstrip("\r\n").split("\t"))
-        except UnicodeDecodeError:
-            names = ()
-        if names != header:
-            problem("unexpected header", path, 1, f"expected {' '.join(header)}")
-        for number, raw in enumerate(handle, start=2):
-            done += len(raw)
-            if number & 0x3FFF == 0 and advance is not None:
-                advance(done)
-                done = 0
-            if raw[-1:] != b"\n":
-                problem("truncated last line", path, number, "the file ends inside a row (no line break)")
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                problem("invalid UTF-8", path, number, f"byte {raw[exc.start]:#04x} at column {exc.start + 1}")
-                continue
-            fields = text.rstrip("\r\n").split("\t")
-            if len(fields) != width:
-                problem("wrong column count", path, number, f"expected {width} tab-separated columns, "
-                        f"found {len(fields)}")
-                continue
-            fields.append(number)  # type: ignore[arg-type]
-            yield fields
+    lines = text_lines(path, problem)
+    first = next(lines, (1, ""))
+    if first[0] != 1 or tuple(first[1].lstrip("\ufeff").rstrip("\r\n").split("\t")) != header:
+        problem("unexpected header", path, 1, f"expected {' '.join(header)}")
+    for number, text in lines:
+        done += len(text)
+        if number & 0x3FFF == 0 and advance is not None:
+            advance(done)
+            done = 0
+        if text[-1:] != "\n":
+            problem("truncated last line", path, number, "the file ends inside a row (no line break)")
+            continue
+        fields = text.rstrip("\r\n").split("\t")
+        if len(fields) != width:
+            problem("wrong column count", path, number, f"expected {width} tab-separated columns, "
+                    f"found {len(fields)}")
+            continue
+        fields.append(number)  # type: ignore[arg-type]
+        yield fields
     if advance is not None:
         advance(done)
 
@@ -206,8 +218,8 @@ class SnomedLoader(Loader):
         for name in release.names():
             yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt(Path(name).stem)} .\n"
 
-        # 1. concepts. One int -> flags entry per concept is all the state (ints: half the memory of strings).
-        state: dict[int, int] = {}
+        # 1. concepts. One id -> flags entry per concept is all the state.
+        state: dict[str, int] = {}
         for path in release.files["concepts"]:
             for fields in latest_rows(path, HEADERS["concept"], problem, full, advance):
                 ident, active = fields[0], fields[2]
@@ -217,7 +229,7 @@ class SnomedLoader(Loader):
                 if active not in ("0", "1"):
                     problem("bad active flag", path, fields[-1], f"{active!r} is neither 0 nor 1")  # type: ignore[arg-type]
                     continue
-                key = int(ident)
+                key = ident
                 if key in state:
                     problem("duplicate id", path, fields[-1],  # type: ignore[arg-type]
                             f"concept {ident} has several rows; a Snapshot holds one per id")
@@ -235,23 +247,24 @@ class SnomedLoader(Loader):
         stated = bool(options.extra.get("stated"))
         wanted = {STATED} if stated else {INFERRED, ADDITIONAL}
         paths = release.files["relationships"] + (release.files.get("stated", []) if stated else [])
+        get = state.get
         for path in paths:
             for fields in latest_rows(path, HEADERS["relationship"], problem, full, advance):
                 if fields[2] != "1" or fields[8] not in wanted:
                     continue  # inactive rows and the other characteristic type are not this load's edges
                 source, target, kind = fields[4], fields[5], fields[7]
-                flags = [state.get(int(i), 0) if i.isdigit() else 0 for i in (source, target, kind)]
-                if not all(flags):
-                    bad = (source, target, kind)[flags.index(0)]
+                source_flags, target_flags, kind_flags = get(source, 0), get(target, 0), get(kind, 0)
+                if not (source_flags and target_flags and kind_flags):
+                    bad = source if not source_flags else target if not target_flags else kind
                     problem("unknown id", path, fields[-1], f"{bad} is not a concept of the release")  # type: ignore[arg-type]
                     continue
-                if not (flags[0] & usable and flags[1] & usable and flags[2] & usable):
+                if not (source_flags & usable and target_flags & usable and kind_flags & usable):
                     continue  # an inactive end or type
                 if kind == IS_A:
                     yield f"<{ns}{source}> {_SUBCLASS} <{ns}{target}> .\n"
                 else:
-                    if not flags[2] & _ATTRIBUTE:
-                        state[int(kind)] = flags[2] | _ATTRIBUTE
+                    if not kind_flags & _ATTRIBUTE:
+                        state[kind] = kind_flags | _ATTRIBUTE
                         yield f"<{ns}{kind}> {_TYPE} {_RELATION} .\n<{ns}{kind}> {_TYPE} {_OBJECT_PROPERTY} .\n"
                     yield f"<{ns}{source}> <{ns}{kind}> <{ns}{target}> .\n"
 
@@ -260,7 +273,7 @@ class SnomedLoader(Loader):
 
         # 4. descriptions and text definitions
         langs = _langs(options.lang)
-        fallback: dict[int, str] = {}  # concept -> FSN, until a preferred synonym turns up
+        fallback: dict[str, str] = {}  # concept -> FSN, until a preferred synonym turns up
         for key in ("descriptions", "definitions"):
             for path in release.files.get(key, []):
                 for fields in latest_rows(path, HEADERS["description"], problem, full, advance):
@@ -272,7 +285,7 @@ class SnomedLoader(Loader):
                     if not lang.isalpha() or not lang.isascii():
                         problem("bad language code", path, fields[-1], f"{lang!r}")  # type: ignore[arg-type]
                         continue
-                    number = int(concept) if concept.isdigit() else -1
+                    number = concept
                     flags = state.get(number, 0)
                     if not flags:
                         problem("unknown id", path, fields[-1], f"{concept} is not a concept of the release")  # type: ignore[arg-type]

@@ -551,7 +551,7 @@ def literal_datatype(ctx: Context) -> tuple[int, list[Example]]:
 def _components(ctx: Context) -> list[list[str]]:
     """Connected components of the concept graph (edges of the linking predicates, direction ignored),
     largest first; union-find over the edges, fetched once."""
-    if not ctx.concept_links:
+    if not ctx.links:
         return []
     parent: dict[str, str] = {}
 
@@ -563,10 +563,19 @@ def _components(ctx: Context) -> list[list[str]]:
             parent[node], node = root, parent[node]
         return root
 
-    for subject, obj in ctx.edges(ctx.concept_links):
-        a, b = find(subject), find(obj)
+    def union(x: str, y: str) -> None:
+        a, b = find(x), find(y)
         if a != b:
             parent[max(a, b)] = min(a, b)
+
+    for subject, obj in ctx.edges(ctx.concept_links):
+        union(subject, obj)
+    mappings = [p for p in ctx.links if p in MAPPINGS]
+    if mappings:  # a mapping between two concepts of this KG joins them; one to an outside IRI does not
+        concepts = ctx.concepts
+        for subject, obj in ctx.edges(mappings):
+            if subject in concepts and obj in concepts:
+                union(subject, obj)
     groups: dict[str, list[str]] = defaultdict(list)
     for node in parent:
         groups[find(node)].append(node)

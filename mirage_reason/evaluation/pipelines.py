@@ -143,11 +143,6 @@ class RetrievePipeline:
         return outputs
 
 
-def _evidence_paths(answer: Any) -> list[Path]:
-    """Every path the reasoner put in front of the model (seed facts and search results of every chain)."""
-    return list(answer.evidence_paths())
-
-
 class ReasonerPipeline:
     """The MIRAGE reasoner with the flags of one named pipeline (``MirageConfig.pipeline(name)``)."""
 
@@ -158,7 +153,7 @@ class ReasonerPipeline:
             raise ValueError(f"unknown reasoner pipeline {name!r}")
         self.name = name
         self.resources = resources
-        self.config = MirageConfig.pipeline(name, **_overrides(resources.config, name))
+        self.config = MirageConfig.pipeline(name, **_settings(resources.config))
         self._mirage: Any = None
 
     def _reasoner(self) -> Any:
@@ -177,7 +172,8 @@ class ReasonerPipeline:
         outputs = []
         for example, answer in zip(examples, answers):
             data = answer.to_json()
-            evidence = _evidence_paths(answer) if uses_kg else None
+            # every path any chain had in front of it: its seed facts and its search results
+            evidence = answer.evidence_paths() if uses_kg else None
             linked = None
             if uses_kg:
                 mentions = self.resources.kg.link(question_text(example), top=LINK_TOP)
@@ -200,7 +196,7 @@ class ReasonerPipeline:
         return outputs
 
 
-def _overrides(base: MirageConfig, name: str) -> dict[str, Any]:
+def _settings(base: MirageConfig) -> dict[str, Any]:
     """The run's settings (budgets, sampling, seed) without the pipeline flags, which the name decides."""
     flags = {"use_decomposer", "use_synthesizer", "single_chain", "llm_only", "seed_evidence"}
     defaults = MirageConfig()

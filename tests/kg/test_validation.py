@@ -155,6 +155,19 @@ def test_shipped_shapes_skip_past_the_limit_but_user_shapes_run() -> None:
     assert mine.finding("shacl:DiseaseShape/MKG:has_symptom/MinCount") is not None
 
 
+def test_a_mapping_joins_two_concepts_of_the_kg_but_not_an_outside_iri() -> None:
+    store = embedded("clean.ttl")
+    store.update(f"""PREFIX KG: <{ENTITY}> PREFIX skos: <http://www.w3.org/2004/02/skos/core#>
+        PREFIX MKG: <https://w3id.org/mirage-kg/schema#>
+        INSERT DATA {{ GRAPH <{GRAPH}test/mapped> {{
+            KG:Bronchial_asthma a MKG:Disease ; skos:prefLabel "Bronchial asthma"@en ; skos:exactMatch KG:Asthma .
+            KG:Orphan a MKG:Disease ; skos:prefLabel "Orphan"@en ;
+                skos:closeMatch <http://identifiers.org/umls/C0000001> . }} }}""")
+    report = validate(store, shipped_shapes=False)
+    assert [(f.check, f.count) for f in report.findings] == [("isolated-node", 1)]
+    assert report.findings[0].examples[0].id == "KG:Orphan"
+
+
 def test_tarjan_finds_cycles_without_recursion_limits() -> None:
     chain = [(f"n{i}", f"n{i + 1}") for i in range(50_000)] + [("n50000", "n0")]
     components = strongly_connected(chain)
