@@ -306,8 +306,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--anchors", type=int, default=0, help="Anchor queries per engine [default: by size].")
     parser.add_argument("--bridges", type=int, default=0, help="Bridge queries per engine [default: by size].")
-    parser.add_argument("--skip-linking", action="store_true")
+    parser.add_argument("--skip-linking", action="store_true", help="Graph queries only.")
+    parser.add_argument("--only-linking", action="store_true", help="Linking throughput only.")
     args = parser.parse_args()
+    if args.only_linking:
+        print_linking(bench_linking(args.quick, args.seed))
+        return
 
     from mirage_kg.graph import KnowledgeGraph
     from mirage_kg.store import OxigraphStore, ensure_schema
@@ -450,7 +454,10 @@ def main() -> None:
     if args.skip_linking:
         return
     print("\nlinking ...", file=sys.stderr)
-    link = bench_linking(args.quick, args.seed)
+    print_linking(bench_linking(args.quick, args.seed))
+
+
+def print_linking(link: dict[str, Any]) -> None:
     print(f"\nlinking against {link['origin']}: {link['labels']:,} labels, {link['synonyms']:,} synonyms; "
           f"index built in {link['build_s']:.1f} s (cached beside the store after that); no embeddings")
     print(f"{'mentions (link_one)':<24}{'n':>6}{'mentions/s':>12}{'found@5':>10}")

@@ -90,9 +90,8 @@ def write_umls(folder: Path, concepts: int, seed: int) -> None:
     sab_rows = [("MSH2099", "MSH"), ("SNOMEDCT_US_2099", "SNOMEDCT_US"), ("MEDSYN99", "MEDSYN"), ("MTH", "MTH"),
                 ("MED-RT_2099", "MED-RT"), ("MSHFRE2099", "MSHFRE")]
     with open(meta / "MRSAB.RRF", "w") as sab:
-        for vsab, rsab in sab_rows:
-            sab.write("|".join(["C1", "C2", vsab, rsab, rsab, rsab, "2099", "", "", "2099AA", "", "", "", "0", "1", "1",
-                                "", "", "", "ENG", "UTF-8", "Y", "Y", rsab, "synthetic"]) + "|\n")
+        sab.writelines(f"C1|C2|{vsab}|{rsab}|{rsab}|{rsab}|2099|||2099AA||||0|1|1||||ENG|UTF-8|Y|Y|{rsab}|synthetic|\n"
+                       for vsab, rsab in sab_rows)
 
 
 def write_snomed(folder: Path, concepts: int, seed: int) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirage_kg.errors import InputError, UnknownEntityError
 from mirage_kg.model import Entity, Path, Relation, Step
-from mirage_kg.namespaces import (MKG, MKG_RELATION, OWL, RDF, RDF_TYPE, RDFS, RDFS_LABEL, SCHEMA_GRAPH, SKOS_ALT,
+from mirage_kg.namespaces import (MKG, MKG_RELATION, OWL, RDF, RDF_TYPE, RDFS_LABEL, SCHEMA_GRAPH, SKOS_ALT,
                                   SKOS_DEFINITION, SKOS_NOTATION, SKOS_PREF, compress, expand, is_identifier)
 from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, PENDING, Store
 from mirage_kg.store.oxigraph import OxigraphStore
@@ -375,7 +375,8 @@ class KnowledgeGraph:
         if state.declared_relations is None:
             rows = self.store.select(
                 f"SELECT DISTINCT ?r WHERE {{ {{ GRAPH ?g {{ ?r {iri_ref(RDF_TYPE)} ?t }} "
-                f"VALUES ?t {{ {iri_ref(MKG_RELATION)} {iri_ref(OWL + 'ObjectProperty')} {iri_ref(RDF + 'Property')} }} }} "
+                f"VALUES ?t {{ {iri_ref(MKG_RELATION)} {iri_ref(OWL + 'ObjectProperty')} "
+                f"{iri_ref(RDF + 'Property')} }} }} "
                 f"UNION {{ SELECT DISTINCT ?r WHERE {{ GRAPH ?g {{ ?s ?r ?o }} FILTER(isIRI(?o)) }} LIMIT 5000 }} }}")
             iris = sorted({r["r"].value for r in rows} - NON_FACT_PREDICATES)
             table: dict[str, str] = {}

@@ -533,12 +533,11 @@ class Linker:
                     taken_ids.append((match.start(), match.end(), cands))
         words = tokens(text)
         spans = self._spans(text, words, taken_ids)
-        matrix = self.matrix
         vectors: dict[int, Any] = {}
-        if matrix is not None:
+        if self.matrix is not None and self.embedder is not None:
             embed_spans = [i for i, s in enumerate(spans) if s.content and s.n_tokens <= self.max_embedding_span_tokens]
             if embed_spans:
-                encoded = self.embedder.encode([text[spans[i].start:spans[i].end] for i in embed_spans])  # type: ignore[union-attr]
+                encoded = self.embedder.encode([text[spans[i].start:spans[i].end] for i in embed_spans])
                 vectors = dict(zip(embed_spans, encoded))
         for i, span in enumerate(spans):
             piece = text[span.start:span.end]

@@ -75,7 +75,8 @@ class Retriever:
         self.bridge_paths = bridge_paths
 
     # --- linking -------------------------------------------------------------------------------------------------
-    def question_entities(self, mentions: Sequence[Mention]) -> tuple[dict[str, float], dict[str, Entity], dict[str, str]]:
+    def question_entities(
+            self, mentions: Sequence[Mention]) -> tuple[dict[str, float], dict[str, Entity], dict[str, str]]:
         """IRI -> weight (link score over candidate rank), IRI -> Entity, IRI -> the mention's text."""
         weights: dict[str, float] = {}
         entities: dict[str, Entity] = {}

@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "export": "mirage_kg.cli.kg_commands:export",
     "query": "mirage_kg.cli.query_commands:query",
     "link": "mirage_kg.cli.query_commands:link",
+    "retrieve": "mirage_kg.cli.query_commands:retrieve",
     "validate": "mirage_kg.cli.validate_command:validate",
     "build-default": "mirage_kg.cli.build_default_command:build_default",
     "version": "mirage_kg.cli.kg_commands:version",

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from mirage_kg.cli.main import store_options
+
+if TYPE_CHECKING:
+    from mirage_kg.graph import KnowledgeGraph
+    from mirage_kg.model import Entity, Path, Step
 
 
 @click.group()
@@ -66,20 +72,20 @@ def _looks_like_update(text: str) -> bool:
 
 # --- anchor, bridge, link, retrieve ---------------------------------------------------------------------------------
 
-def _embedding_option(func):  # type: ignore[no-untyped-def]
+def _embedding_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--embedding-model", metavar="NAME|PATH|none", envvar="MIRAGE_KG_EMBEDDING_MODEL",
                         help="sentence-transformers model for soft matching [default: the offline "
                              "all-MiniLM-L6-v2; 'none' switches embeddings off].")(func)
 
 
-def _open_graph(store: str | None, endpoint: str | None, embedding_model: str | None = None):  # type: ignore[no-untyped-def]
+def _open_graph(store: str | None, endpoint: str | None, embedding_model: str | None = None) -> KnowledgeGraph:
     from mirage_kg.graph import KnowledgeGraph
     from mirage_kg.store import open_store
 
     return KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model)
 
 
-def resolve_entity(kg, text: str):  # type: ignore[no-untyped-def]
+def resolve_entity(kg: KnowledgeGraph, text: str) -> Entity:
     """A CURIE, IRI or exact label as is; any other name linked, the best candidate taken with a note on stderr
     naming the others (exit 1 when nothing matches)."""
     from mirage_kg.errors import UnknownEntityError
@@ -184,10 +190,10 @@ def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: in
     console.print(f"[bold]{escape(source.label)}[/] ({source.id}) to [bold]{escape(target.label)}[/] ({target.id}): "
                   f"{len(paths)} path(s)")
     for i, path in enumerate(paths, 1):
-        chain = " ".join([escape(path.nodes[0].label)] + [
-            f"-[{escape(s.relation.label)}]-> {escape(s.end.label)}" if s.direction == "forward"
-            else f"<-[{escape(s.relation.label)}]- {escape(s.end.label)}" for s in path.steps])
-        console.print(f"{i:>3}. ({path.length}) {chain}")
+        chain = " ".join([path.nodes[0].label] + [
+            f"-[{s.relation.label}]-> {s.end.label}" if s.direction == "forward"
+            else f"<-[{s.relation.label}]- {s.end.label}" for s in path.steps])
+        console.print(f"{i:>3}. ({path.length}) {escape(chain)}")
         console.print(f"     [dim]{escape(path.text)}[/]")
 
 
@@ -337,7 +343,7 @@ def _arrow_defs(colours: set[str]) -> str:
     return f"<defs>{marks}</defs>"
 
 
-def anchor_html(center: "object", steps: "list") -> str:  # type: ignore[type-arg]
+def anchor_html(center: Entity, steps: Sequence[Step]) -> str:
     """A star: the entity in the middle, its neighbours on a circle, one coloured arrow per fact."""
     import math
 
@@ -364,16 +370,16 @@ def anchor_html(center: "object", steps: "list") -> str:  # type: ignore[type-ar
         parts.append(_node(x, y, step.end.label, f"{step.end.label} ({step.end.id})"))
         rows.append(f"<tr><td>{_esc(step.relation.label)}</td><td>{'out' if step.direction == 'forward' else 'in'}"
                     f"</td><td>{_esc(step.end.label)}</td><td>{_esc(step.end.id)}</td><td>{_esc(step.text)}</td></tr>")
-    parts.append(_node(cx, cy, center.label, f"{center.label} ({center.id})", "node center"))  # type: ignore[attr-defined]
+    parts.append(_node(cx, cy, center.label, f"{center.label} ({center.id})", "node center"))
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{size:.0f}" height="{size:.0f}" '
            f'viewBox="0 0 {size:.0f} {size:.0f}" role="img">{_arrow_defs(colours)}{"".join(parts)}</svg>')
     table = ("<table><tr><th>relation</th><th>dir</th><th>neighbour</th><th>id</th><th>fact</th></tr>"
              + "".join(rows) + "</table>")
-    return _PAGE.format(title=_esc(f"Neighbourhood of {center.label}"),  # type: ignore[attr-defined]
-                        subtitle=_esc(f"{center.id}: {len(steps)} neighbours"), body=svg + table)  # type: ignore[attr-defined]
+    return _PAGE.format(title=_esc(f"Neighbourhood of {center.label}"),
+                        subtitle=_esc(f"{center.id}: {len(steps)} neighbours"), body=svg + table)
 
 
-def bridge_html(source: "object", target: "object", paths: "list") -> str:  # type: ignore[type-arg]
+def bridge_html(source: Entity, target: Entity, paths: Sequence[Path]) -> str:
     """One row per path, left to right from source to target; arrows follow each fact's stored direction."""
     gap, top, row_h = 210.0, 30.0, 70.0
     longest = max((p.length for p in paths), default=1)
@@ -398,7 +404,7 @@ def bridge_html(source: "object", target: "object", paths: "list") -> str:  # ty
         items.append(f"<li>{_esc(path.text)}</li>")
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
            f'viewBox="0 0 {width:.0f} {height:.0f}" role="img">{_arrow_defs(colours)}{"".join(parts)}</svg>')
-    title = f"Paths from {source.label} to {target.label}"  # type: ignore[attr-defined]
+    title = f"Paths from {source.label} to {target.label}"
     body = svg + ("<ol>" + "".join(items) + "</ol>" if items else "<p>No path found.</p>")
-    return _PAGE.format(title=_esc(title), subtitle=_esc(f"{source.id} to {target.id}: {len(paths)} path(s)"),  # type: ignore[attr-defined]
+    return _PAGE.format(title=_esc(title), subtitle=_esc(f"{source.id} to {target.id}: {len(paths)} path(s)"),
                         body=body)

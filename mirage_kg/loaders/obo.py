@@ -82,7 +82,7 @@ def xref_target(xref: str) -> str | None:
         return None
     key = prefix.upper()
     target = XREF_PREFIXES.get(key)
-    if target is None and (key.startswith("SNOMEDCT_") or key.startswith("SCTID_")):
+    if target is None and key.startswith(("SNOMEDCT_", "SCTID_")):
         target = "SNOMEDCT"
     if target is None:
         return None
@@ -284,7 +284,7 @@ def scan_obo(path: Path, problem: Problem, advance: Callable[[float], None]) -> 
     return OboScan(kept, exact, exact_prefixes, data_version, ontology)
 
 
-def parse_with_pronto(path: Path, scan: OboScan, problem: Problem) -> "object":
+def parse_with_pronto(path: Path, scan: OboScan, problem: Problem) -> object:
     """pronto's Ontology over the scanned text; a syntax error names its line (and, lenient, drops it)."""
     try:
         import pronto
@@ -325,7 +325,7 @@ class OboLoader(Loader):
             return False
         return path.suffix.lower() == ".obo" or head.startswith(b"format-version:")
 
-    def records(self, ontology: "object", scan: OboScan, options: LoadOptions,
+    def records(self, ontology: object, scan: OboScan, options: LoadOptions,
                 writer: TermWriter) -> Iterator[str]:
         """Terms as N-Triples; obsolete terms (and edges to them) are left out unless ``keep_inactive``."""
         keep_obsolete = bool(options.extra.get("keep_inactive"))
@@ -359,7 +359,7 @@ class OboLoader(Loader):
             yield header + writer.term(record)
 
     @staticmethod
-    def _relation_iri(rel: "object", options: LoadOptions) -> str:
+    def _relation_iri(rel: object, options: LoadOptions) -> str:
         """A relation's IRI: its own CURIE, else an RO/BFO xref (``part_of`` -> BFO:0000050), else minted."""
         ident: str = rel.id  # type: ignore[attr-defined]
         if ":" in ident:

@@ -29,7 +29,7 @@ _SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
 _OWL_SUFFIXES = (".owl", ".rdf", ".owx", ".ofn")
 
 
-def _owlready() -> "object":
+def _owlready() -> object:
     try:
         import owlready2
     except ModuleNotFoundError:
@@ -69,21 +69,21 @@ class OwlLoader(Loader):
         advance(len(data))
         return b"".join(out)
 
-    def _parse(self, path: Path, data: bytes) -> tuple["object", "object"]:
+    def _parse(self, path: Path, data: bytes) -> tuple[object, object]:
         owlready2 = _owlready()
         world = owlready2.World()  # type: ignore[attr-defined]
         added = str(path.parent.resolve())
         owlready2.onto_path.append(added)  # type: ignore[attr-defined]  # imports resolve beside the file, offline
         try:
             onto = world.get_ontology(path.resolve().as_uri()).load(fileobj=io.BytesIO(data))
-        except Exception as exc:  # owlready2 raises its own and the XML parser's errors
+        except Exception as exc:  # owlready2 raises its own errors and its XML parser's
             match = re.search(r"line (\d+)", str(exc))
             raise InputError(f"cannot read OWL: {exc}", path, int(match.group(1)) if match else None) from exc
         finally:
             owlready2.onto_path.remove(added)  # type: ignore[attr-defined]
         return world, onto
 
-    def records(self, world: "object", options: LoadOptions, writer: TermWriter) -> Iterator[str]:
+    def records(self, world: object, options: LoadOptions, writer: TermWriter) -> Iterator[str]:
         owlready2 = _owlready()
         lang = writer.lang
 
@@ -123,7 +123,7 @@ class OwlLoader(Loader):
                 record.synonyms.extend(labels[1:])
             record.synonyms.extend(sorted(text_of(v) for table in synonyms for v in table.get(iri, [])))
             defs = [str(v) for table in definitions for v in table.get(iri, [])]
-            record.definition = sorted(defs)[0] if defs else None
+            record.definition = min(defs) if defs else None
             header = ""
             for parent in cls.is_a:
                 if isinstance(parent, owlready2.ThingClass):  # type: ignore[attr-defined]
@@ -154,16 +154,12 @@ class OwlLoader(Loader):
             yield header + body
 
     @staticmethod
-    def _exact_xrefs(world: "object") -> set[tuple[str, str]]:
+    def _exact_xrefs(world: object) -> set[tuple[str, str]]:
         """xrefs whose axiom annotation says they are exact (MONDO: ``source "MONDO:equivalentTo"``)."""
         query = f"""SELECT ?s ?x ?src WHERE {{ ?a <{OWL}annotatedSource> ?s ; <{OWL}annotatedProperty> <{_XREF}> ;
                     <{OWL}annotatedTarget> ?x ; <{OBO_IN_OWL}source> ?src }}"""
         found = set()
-        try:
-            rows = list(world.sparql(query, error_on_undefined_entities=False))  # type: ignore[attr-defined]
-        except Exception:  # an owlready2 without axiom-annotation support: every xref is a close match
-            return found
-        for subject, xref, source in rows:
+        for subject, xref, source in world.sparql(query, error_on_undefined_entities=False):  # type: ignore[attr-defined]
             if re.search(r"equivalentTo|exactMatch", str(source), re.IGNORECASE) and getattr(subject, "iri", None):
                 found.add((subject.iri, str(xref)))
         return found

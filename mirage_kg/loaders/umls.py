@@ -102,7 +102,7 @@ class UmlsFilters:
     relations: frozenset[str] | None = None
 
     @classmethod
-    def from_options(cls, options: LoadOptions) -> "UmlsFilters":
+    def from_options(cls, options: LoadOptions) -> UmlsFilters:
         extra = options.extra
         sabs = frozenset(s.strip() for s in extra.get("sab") or () if s.strip()) or None
         relations = frozenset(r.strip() for r in extra.get("relations") or () if r.strip()) or None

@@ -7,6 +7,7 @@ import io
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -78,7 +79,7 @@ def kg(small_store: Store, tmp_path: Path) -> KnowledgeGraph:
     return KnowledgeGraph(small_store, embedding_model="none", cache_dir=tmp_path / "cache")
 
 
-# --- entities ---------------------------------------------------------------------------------------------------------
+# --- entities -------------------------------------------------------------------------------------------------------
 
 def test_entity_by_curie_iri_and_label(kg: KnowledgeGraph) -> None:
     by_curie = kg.entity("KG:Panic_disorder")
@@ -96,7 +97,7 @@ def test_entity_by_curie_iri_and_label(kg: KnowledgeGraph) -> None:
         kg.entity("MKG:has_symptom")
 
 
-# --- anchor -------------------------------------------------------------------------------------------------------------
+# --- anchor ---------------------------------------------------------------------------------------------------------
 
 def test_anchor_both_directions_ordered_and_starting_at_the_anchor(kg: KnowledgeGraph) -> None:
     steps = kg.anchor("KG:Panic_disorder")
@@ -145,7 +146,7 @@ def test_anchor_rank_by_text_without_embeddings_uses_fuzzy_similarity(kg: Knowle
     assert [s.end.id for s in steps] == ["KG:Chest_pain", "KG:Dizziness", "KG:Palpitations"]
 
 
-# --- verbalisation ------------------------------------------------------------------------------------------------------
+# --- verbalisation --------------------------------------------------------------------------------------------------
 
 def test_verbalisation_both_directions_and_without_templates(kg: KnowledgeGraph) -> None:
     rel = kg.relation("MKG:has_symptom")
@@ -169,7 +170,7 @@ def test_verbalisation_both_directions_and_without_templates(kg: KnowledgeGraph)
     assert kg.verbalise(path) == "Panic disorder has symptom Dizziness; Dizziness is a symptom of Hypertension"
 
 
-# --- bridge -------------------------------------------------------------------------------------------------------------
+# --- bridge ---------------------------------------------------------------------------------------------------------
 
 def test_bridge_paths_both_ways_shortest_first(kg: KnowledgeGraph) -> None:
     # Headache is three steps from Panic disorder (through a disease), so nothing within two
@@ -219,9 +220,9 @@ def test_path_exists(kg: KnowledgeGraph) -> None:
     assert not kg.path_exists(KgPath(()))
 
 
-# --- exactness against a plain enumeration -----------------------------------------------------------------------------
+# --- exactness against a plain enumeration --------------------------------------------------------------------------
 
-def fact_multigraph(store: Store):  # type: ignore[no-untyped-def]
+def fact_multigraph(store: Store) -> Any:
     """Every fact edge as an undirected multigraph edge keyed by its triple (the reference enumeration)."""
     import networkx as nx
 
@@ -235,7 +236,7 @@ def fact_multigraph(store: Store):  # type: ignore[no-untyped-def]
     return graph
 
 
-def reference_paths(graph, a: str, b: str, hops: int) -> list[tuple[tuple[str, str, str, str], ...]]:  # type: ignore[no-untyped-def]
+def reference_paths(graph: Any, a: str, b: str, hops: int) -> list[tuple[tuple[str, str, str, str], ...]]:
     import networkx as nx
 
     out = []
@@ -306,7 +307,7 @@ def test_bridge_and_anchor_equal_on_both_stores(store: Store, emckg_path: Path, 
         assert kg.anchor(a, k=3) == ref.anchor(a, k=3)
 
 
-# --- hostile ids and labels ----------------------------------------------------------------------------------------
+# --- hostile ids and labels -----------------------------------------------------------------------------------------
 
 HOSTILE = st.lists(st.sampled_from(list("ab \"'>\\}{\n<;#?") + ["DROP", "ALL", " } ", "\\n", "\\u0022"]),
                    min_size=1, max_size=12).map("".join).filter(lambda t: t.strip() != "")

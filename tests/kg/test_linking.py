@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +34,7 @@ KG:Diabetes_mellitus skos:prefLabel "Diabetes mellitus"@en ; skos:altLabel "diab
 KG:Allergy skos:prefLabel "Allergy"@en .
 """
 GRAPH = "https://w3id.org/mirage-kg/graph/link-test"
+VERTIGO = '<https://w3id.org/mirage-kg/entity/Vertigo> <http://www.w3.org/2004/02/skos/core#prefLabel> "Vertigo" .'
 
 
 def load(store: Store, text: str, graph: str = GRAPH) -> None:
@@ -133,8 +135,7 @@ def test_index_is_cached_beside_an_on_disk_store_and_invalidated_by_a_load(tmp_p
     again = Linker(store, embedding_model="none")
     assert again.link_one("Headache")[0].entity.id == "KG:Headache" and again.index_from_cache
 
-    load(store, '<https://w3id.org/mirage-kg/entity/Vertigo> <http://www.w3.org/2004/02/skos/core#prefLabel> "Vertigo" .',
-         graph="https://w3id.org/mirage-kg/graph/more")
+    load(store, VERTIGO, graph="https://w3id.org/mirage-kg/graph/more")
     fresh = Linker(store, embedding_model="none")
     assert fresh.fingerprint != first.fingerprint
     assert best(fresh.link_one("Vertigo")) == ("KG:Vertigo", "exact") and not fresh.index_from_cache
@@ -150,12 +151,11 @@ def test_memory_store_caches_by_fingerprint_and_the_graph_relinks_after_a_load(t
     kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
     assert kg.linker.link_one("Vertigo") == []
     assert (tmp_path / kg.linker.fingerprint / f"labels-{kg.linker.fingerprint}.json").is_file()
-    load(store, '<https://w3id.org/mirage-kg/entity/Vertigo> <http://www.w3.org/2004/02/skos/core#prefLabel> "Vertigo" .',
-         graph="https://w3id.org/mirage-kg/graph/more")
+    load(store, VERTIGO, graph="https://w3id.org/mirage-kg/graph/more")
     assert best(kg.linker.link_one("Vertigo")) == ("KG:Vertigo", "exact")  # same KnowledgeGraph, new index
 
 
-def test_linking_on_an_endpoint(oxigraph_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_linking_on_an_endpoint(oxigraph_server: Any, tmp_path: Path) -> None:
     oxigraph_server.clear()
     store = SparqlStore(oxigraph_server.query_url)
     ensure_schema(store)

@@ -70,7 +70,7 @@ def fresh_store(tmp_path: Path) -> OxigraphStore:
 # --- every loader on every store -------------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", sorted(SOURCES))
 def test_each_loader_fills_one_graph_the_same_on_every_store(store: Store, fmt: str) -> None:
-    receipts, report = load(store, fmt, SOURCES[fmt])
+    receipts, _ = load(store, fmt, SOURCES[fmt])
     assert len(receipts) == 1 and receipts[0].added > 0
     graph = receipts[0].graph
     assert store.triple_count(graph) == receipts[0].added

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,19 @@ def test_retriever_on_emckg_reaches_the_answer_entities(emckg_path: Path) -> Non
     # a retriever built by hand takes its knobs
     narrow = Retriever(kg, max_hubs=1).retrieve("hoarse voice", budget=100)
     assert len(narrow.evidence_entities()) < len(kg.retrieve("hoarse voice").evidence_entities())
+
+
+def test_retrieve_is_the_same_on_an_endpoint(oxigraph_server: Any, demo_kg: KnowledgeGraph, tmp_path: Path) -> None:
+    from mirage_kg.namespaces import ontologies_dir
+    from mirage_kg.store import SparqlStore
+
+    oxigraph_server.clear()
+    remote = SparqlStore(oxigraph_server.query_url)
+    ensure_schema(remote)
+    with open(ontologies_dir() / "demo.ttl", "rb") as handle:
+        remote.load(handle, media_type="text/turtle", graph=DEMO_GRAPH, source="mirage-kg demo KG")
+    kg = KnowledgeGraph(remote, embedding_model="none", cache_dir=tmp_path)
+    here, there = demo_kg.retrieve(QUESTION, budget=30), kg.retrieve(QUESTION, budget=30)
+    assert there.entities == here.entities
+    assert [ev.path for ev in there.evidence] == [ev.path for ev in here.evidence]
+    remote.close()
