@@ -253,12 +253,12 @@ class KnowledgeGraph:
             if iri in self._state().non_concepts:
                 raise UnknownEntityError(ref, "it is a relation or class declaration, not a concept")
             return Entity(iri, self.labels([iri])[iri])
-        found = self._by_label(text)
+        found = self.entities_named(text)
         if not found:
             raise UnknownEntityError(ref)
         return found[0]
 
-    def _by_label(self, text: str) -> list[Entity]:
+    def entities_named(self, text: str) -> list[Entity]:
         """Concepts whose preferred label (or rdfs:label, or synonym) is exactly ``text``, best kind first."""
         labels = [literal(text), literal(text, lang="en")]
         rows = self.store.select(

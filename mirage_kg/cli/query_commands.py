@@ -86,25 +86,35 @@ def _open_graph(store: str | None, endpoint: str | None, embedding_model: str | 
 
 
 def resolve_entity(kg: KnowledgeGraph, text: str) -> Entity:
-    """A CURIE, IRI or exact label as is; any other name linked, the best candidate taken with a note on stderr
-    naming the others (exit 1 when nothing matches)."""
+    """A CURIE, an IRI or a name. A name that is exactly one concept's label, or whose best link clearly beats
+    the rest, resolves (a fuzzy link is noted on stderr); an ambiguous name lists its candidates and exits 1."""
     from mirage_kg.errors import UnknownEntityError
     from mirage_kg.namespaces import is_identifier
 
     if is_identifier(text):
         return kg.entity(text)
-    try:
-        return kg.entity(text)
-    except UnknownEntityError:
-        pass
+    exact = kg.entities_named(text.strip()) if text.strip() else []
+    if len(exact) == 1:
+        return exact[0]
+    if len(exact) > 1:
+        listing = "; ".join(f"{e.id} ({e.label})" for e in exact[:10])
+        raise click.ClickException(f"{text!r} is ambiguous: it names {len(exact)} concepts: {listing}. "
+                                   "Give one of these ids instead.")
     candidates = kg.linker.link_one(text, top=5)
     if not candidates:
         raise UnknownEntityError(text, "no entity has that name or one close to it; try `mirage-kg link`")
     best = candidates[0]
-    others = ", ".join(f"{c.entity.id} ({c.entity.label}, {c.score:.2f})" for c in candidates[1:])
+    rivals = [c for c in candidates[1:] if best.score - c.score < AMBIGUITY_MARGIN and c.entity.iri != best.entity.iri]
+    if rivals:
+        listing = "; ".join(f"{c.entity.id} ({c.entity.label}, {c.method} {c.score:.2f})" for c in [best, *rivals])
+        raise click.ClickException(f"{text!r} is ambiguous; candidates: {listing}. Give one of these ids instead.")
     click.echo(f"note: {text!r} linked to {best.entity.id} ({best.entity.label}) by {best.method} match, "
-               f"score {best.score:.2f}" + (f"; other candidates: {others}" if others else ""), err=True)
+               f"score {best.score:.2f}", err=True)
     return best.entity
+
+
+# Two links closer than this are a tie a user must break; wider gaps are the linker's confident choice.
+AMBIGUITY_MARGIN = 0.02
 
 
 @query.command()

@@ -159,3 +159,25 @@ def test_retrieve_command(runner: CliRunner, tmp_path: Path) -> None:
 def test_help(runner: CliRunner, args: list[str]) -> None:
     result = runner.invoke(main, [*args, "--help"])
     assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_ambiguous_name_lists_candidates_and_exits_1(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from mirage_kg.cli import main
+
+    ttl = tmp_path / "cold.ttl"
+    ttl.write_text(
+        '@prefix KG: <https://w3id.org/mirage-kg/entity/> .\n'
+        '@prefix MKG: <https://w3id.org/mirage-kg/schema#> .\n'
+        '@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n'
+        'KG:Common_cold skos:prefLabel "Cold"@en ; MKG:has_symptom KG:Sneezing .\n'
+        'KG:Cold_sensation skos:prefLabel "Cold"@en ; MKG:possible_disease KG:Hypothermia .\n'
+        'KG:Sneezing skos:prefLabel "Sneezing"@en .\nKG:Hypothermia skos:prefLabel "Hypothermia"@en .\n')
+    store = str(tmp_path / "kg")
+    assert CliRunner().invoke(main, ["load", str(ttl), "--store", store]).exit_code == 0
+    result = CliRunner().invoke(main, ["query", "anchor", "Cold", "--store", store])
+    assert result.exit_code == 1
+    assert "ambiguous" in result.output and "KG:Common_cold" in result.output and "KG:Cold_sensation" in result.output
+    by_id = CliRunner().invoke(main, ["query", "anchor", "KG:Common_cold", "--store", store, "--json"])
+    assert by_id.exit_code == 0 and "KG:Sneezing" in by_id.output
