@@ -71,6 +71,7 @@ _SUBCLASS = iri_ref(RDFS_SUBCLASS)
 _ACTIVE = iri_ref(MKG + "active")
 _FALSE = '"false"^^<http://www.w3.org/2001/XMLSchema#boolean>'
 _SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
+_ESCAPE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"})
 # Per-concept flags
 _ACTIVE_CONCEPT, _INACTIVE_CONCEPT, _HAS_PREF, _ATTRIBUTE = 1, 2, 4, 8
 _SEMANTIC_TAG = re.compile(r"\s*\([^()]*\)\s*$")
@@ -271,8 +272,9 @@ class SnomedLoader(Loader):
         # 3. the language refset: which descriptions are preferred
         preferred = self._preferred(release, options, problem, full, advance)
 
-        # 4. descriptions and text definitions
+        # 4. descriptions and text definitions (the hot loop: plain concatenation, one ending per language)
         langs = _langs(options.lang)
+        endings: dict[str, str] = {}  # languageCode -> '"@en .\n', for the codes seen valid
         fallback: dict[str, str] = {}  # concept -> FSN, until a preferred synonym turns up
         for key in ("descriptions", "definitions"):
             for path in release.files.get(key, []):
@@ -282,33 +284,34 @@ class SnomedLoader(Loader):
                     concept, lang, kind, term = fields[4], fields[5], fields[6], fields[7]
                     if langs is not None and lang not in langs:
                         continue
-                    if not lang.isalpha() or not lang.isascii():
-                        problem("bad language code", path, fields[-1], f"{lang!r}")  # type: ignore[arg-type]
-                        continue
-                    number = concept
-                    flags = state.get(number, 0)
+                    ending = endings.get(lang)
+                    if ending is None:
+                        if not lang.isalpha() or not lang.isascii():
+                            problem("bad language code", path, fields[-1], f"{lang!r}")  # type: ignore[arg-type]
+                            continue
+                        ending = endings[lang] = f'"@{lang} .\n'
+                    flags = state.get(concept, 0)
                     if not flags:
                         problem("unknown id", path, fields[-1], f"{concept} is not a concept of the release")  # type: ignore[arg-type]
                         continue
                     if not flags & usable:
                         continue
-                    iri = f"<{ns}{concept}>"
-                    text = literal_nt(term, lang)
+                    text = term.translate(_ESCAPE)
                     if kind == FSN:
                         if not flags & _HAS_PREF:
-                            fallback[number] = term
-                        yield f"{iri} {_FSN} {text} .\n"
+                            fallback[concept] = term
+                        yield f"<{ns}{concept}> {_FSN} \"{text}{ending}"
                     elif kind == DEFINITION or key == "definitions":
-                        yield f"{iri} {_DEFINITION} {text} .\n"
+                        yield f"<{ns}{concept}> {_DEFINITION} \"{text}{ending}"
                     elif not flags & _HAS_PREF and fields[0].isdigit() and int(fields[0]) in preferred:
-                        state[number] = flags | _HAS_PREF
-                        fallback.pop(number, None)
-                        out = f"{iri} {_PREF} {text} .\n"
+                        state[concept] = flags | _HAS_PREF
+                        fallback.pop(concept, None)
+                        out = f"<{ns}{concept}> {_PREF} \"{text}{ending}"
                         if flags & _ATTRIBUTE:
-                            out += f"{iri} {_LABEL} {literal_nt(term)} .\n"
+                            out += f"<{ns}{concept}> {_LABEL} \"{text}\" .\n"
                         yield out
                     else:
-                        yield f"{iri} {_ALT} {text} .\n"
+                        yield f"<{ns}{concept}> {_ALT} \"{text}{ending}"
         for number, fsn in fallback.items():
             term = _SEMANTIC_TAG.sub("", fsn) or fsn
             out = f"<{ns}{number}> {_PREF} {literal_nt(term, 'en')} .\n"

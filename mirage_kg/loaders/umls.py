@@ -85,6 +85,7 @@ _EXACT = iri_ref(SKOS + "exactMatch")
 _SUBCLASS = iri_ref(RDFS_SUBCLASS)
 _BROADER = iri_ref(SKOS + "broader")
 _SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
+_ESCAPE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"})
 
 # Per-CUI state, one byte: bit 0 seen in MRCONSO, bit 1 declared (kept by the filters), bits 2-7 prefLabel written
 # for language slot 0-5 (slots go to languages in order of appearance; later languages use a small set).
@@ -307,14 +308,16 @@ class UmlsLoader(Loader):
         sabs, lats, keep_suppressed = filters.sabs, filters.lats, filters.include_suppressed
         slots: dict[str, int] = {}
         overflow: set[tuple[int, str]] = set()
-        code_iris = {sab: prefixes()[prefix] for sab, prefix in SAB_PREFIXES.items()}
+        codes_by_sab = {sab: (prefixes()[prefix], _CODE_SHAPE[prefix], prefix in ("HP", "ORPHA"))
+                        for sab, prefix in SAB_PREFIXES.items()}
+        endings: dict[str, str] = {}
         group: list[list[str]] = []
         current = ""
         for fields in rrf_rows(path, problem, advance):
             cui = fields[0]
             if cui != current:
                 if group:
-                    yield self._emit(current, group, ns, state, slots, overflow, code_iris)
+                    yield self._emit(current, group, ns, state, slots, overflow, codes_by_sab, endings)
                     group = []
                 if len(cui) != 8 or cui[0] != "C" or not cui[1:].isdigit():
                     problem("malformed CUI", path, fields[-1], f"{cui!r} is not C followed by 7 digits")  # type: ignore[arg-type]
@@ -333,28 +336,29 @@ class UmlsLoader(Loader):
                 continue
             group.append(fields)
         if group:
-            yield self._emit(current, group, ns, state, slots, overflow, code_iris)
+            yield self._emit(current, group, ns, state, slots, overflow, codes_by_sab, endings)
 
     @staticmethod
     def _emit(cui: str, rows: list[list[str]], ns: str, state: bytearray, slots: dict[str, int],
-              overflow: set[tuple[int, str]], code_iris: dict[str, str]) -> str:
+              overflow: set[tuple[int, str]], codes_by_sab: dict[str, tuple[str, re.Pattern[str], bool] | None],
+              endings: dict[str, str]) -> str:
+        """The N-Triples of one CUI group (the hot path: string building kept to concatenation)."""
         number = int(cui[1:])
         flags = state[number]
-        iri = f"<{ns}{cui}>"
+        iri = f"<{ns}{cui}> "
         out = []
         if not flags & _KEPT:
             flags |= _KEPT
-            out.append(f"{iri} {_TYPE} {_CONCEPT} .\n")
+            out.append(f"{iri}{_TYPE} {_CONCEPT} .\n")
         best: dict[str, tuple[int, str]] = {}
         for fields in rows:  # CUI|LAT|TS|LUI|STT|SUI|ISPREF|AUI|SAUI|SCUI|SDUI|SAB|TTY|CODE|STR|SRL|SUPPRESS|CVF
             rank = (fields[2] == "P") * 4 + (fields[4] == "PF") * 2 + (fields[6] == "Y")
-            lat = fields[1]
-            held = best.get(lat)
+            held = best.get(fields[1])
             if held is None or rank > held[0]:
-                best[lat] = (rank, fields[14])
+                best[fields[1]] = (rank, fields[14])
         written: set[tuple[str, str]] = set()
+        pref = f"{iri}{_PREF} \""
         for lat, (_, text) in best.items():
-            lang = _lang_tag(lat)
             slot = slots.get(lat)
             if slot is None and len(slots) < _SLOTS:
                 slot = slots[lat] = len(slots)
@@ -366,24 +370,29 @@ class UmlsLoader(Loader):
                 fresh = (number, lat) not in overflow
                 overflow.add((number, lat))
             if fresh:
-                out.append(f"{iri} {_PREF} {literal_nt(text, lang)} .\n")
+                ending = endings.get(lat) or endings.setdefault(lat, f'"@{_lang_tag(lat)} .\n')
+                out.append(pref + text.translate(_ESCAPE) + ending)
                 written.add((lat, text))
+        alt = f"{iri}{_ALT} \""
         codes: set[tuple[str, str]] = set()
         for fields in rows:
-            lat, text = fields[1], fields[14]
-            if (lat, text) not in written:
-                written.add((lat, text))
-                out.append(f"{iri} {_ALT} {literal_nt(text, _lang_tag(lat))} .\n")
-            sab, code = fields[11], fields[13]
-            if code and code != "NOCODE" and (sab, code) not in codes:
+            key = (fields[1], fields[14])
+            if key not in written:
+                written.add(key)
+                ending = endings.get(key[0]) or endings.setdefault(key[0], f'"@{_lang_tag(key[0])} .\n')
+                out.append(alt + key[1].translate(_ESCAPE) + ending)
+            code = fields[13]
+            if code and code != "NOCODE":
+                sab = fields[11]
+                if (sab, code) in codes:
+                    continue
                 codes.add((sab, code))
-                target = code_iris.get(sab)
-                prefix = SAB_PREFIXES.get(sab)
-                if target is not None and _CODE_SHAPE[prefix].fullmatch(code):  # type: ignore[index]
-                    local = code.split(":", 1)[1] if prefix in ("HP", "ORPHA") and ":" in code else code
-                    out.append(f"{iri} {_EXACT} <{target}{local}> .\n")
+                spec = codes_by_sab.get(sab)
+                if spec is not None and spec[1].fullmatch(code):
+                    local = code.split(":", 1)[1] if spec[2] and ":" in code else code
+                    out.append(f"{iri}{_EXACT} <{spec[0]}{local}> .\n")
                 else:
-                    out.append(f"{iri} {_NOTATION} {literal_nt(sab + ':' + code)} .\n")
+                    out.append(f"{iri}{_NOTATION} \"{(sab + ':' + code).translate(_ESCAPE)}\" .\n")
         state[number] = flags
         return "".join(out)
 
@@ -416,7 +425,6 @@ class UmlsLoader(Loader):
                    relations: _Relations, advance: Callable[[float], None]) -> Iterator[str]:
         ns = prefixes()["UMLS"]
         sabs, wanted, keep_suppressed = filters.sabs, filters.relations, filters.include_suppressed
-        size = len(state)
         for fields in rrf_rows(path, problem, advance):
             # CUI1|AUI1|STYPE1|REL|CUI2|AUI2|STYPE2|RELA|RUI|SRUI|SAB|SL|RG|DIR|SUPPRESS|CVF
             cui1, rel, cui2, rela = fields[0], fields[3], fields[4], fields[7]
@@ -426,7 +434,14 @@ class UmlsLoader(Loader):
                 continue
             if wanted is not None and rel not in wanted and rela not in wanted:
                 continue
-            f1, f2 = _flags(cui1, state, size), _flags(cui2, state, size)
+            try:  # _flags, inlined: this loop runs once per MRREL row
+                f1 = state[int(cui1[1:])] if len(cui1) == 8 and cui1[0] == "C" else 0
+            except (ValueError, IndexError):
+                f1 = 0
+            try:
+                f2 = state[int(cui2[1:])] if len(cui2) == 8 and cui2[0] == "C" else 0
+            except (ValueError, IndexError):
+                f2 = 0
             if not f1 & _SEEN or not f2 & _SEEN:
                 bad = cui1 if not f1 & _SEEN else cui2
                 problem("unknown id", path, fields[-1], f"{bad} is not a CUI of MRCONSO.RRF")  # type: ignore[arg-type]
