@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 NON_FACT_PREDICATES: frozenset[str] = frozenset({
     RDF_TYPE, RDFS_LABEL, SKOS_PREF, SKOS_ALT, SKOS_NOTATION, SKOS_DEFINITION, LOADED_FROM, LOADED_AT, PENDING,
     MKG + "inverseLabel", MKG + "forwardTemplate", MKG + "backwardTemplate",
+    # reification of annotated edges (HPO annotations): the node describes an edge, it is not one
+    RDF + "subject", RDF + "predicate", RDF + "object",
 })
 #: types that mark a declaration (a relation, property or ontology), never a concept
 DECLARATION_TYPES: tuple[str, ...] = (

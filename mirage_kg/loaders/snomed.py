@@ -324,19 +324,28 @@ class SnomedLoader(Loader):
                    advance: Callable[[float], None]) -> set[int]:
         """Description ids the chosen language refset marks preferred: ``language_refset`` if given, else US
         English, else GB English, else the largest refset present."""
+        chosen = options.extra.get("language_refset")
         by_refset: dict[str, set[int]] = {}
+        seen: set[str] = set()
         for path in release.files["language"]:
             for fields in latest_rows(path, HEADERS["language"], problem, full, advance):
                 if fields[2] == "1" and fields[6] == PREFERRED:
+                    refset = fields[4]
+                    seen.add(refset)
+                    # hold only the refset that can still win (a release carries US and GB: half the memory)
+                    if chosen and refset != chosen or not chosen and refset != US_ENGLISH and US_ENGLISH in seen:
+                        continue
                     if not fields[5].isdigit():
                         problem("malformed SCTID", path, fields[-1], f"description id {fields[5]!r}")  # type: ignore[arg-type]
                         continue
-                    by_refset.setdefault(fields[4], set()).add(int(fields[5]))
+                    if refset == US_ENGLISH and not chosen and US_ENGLISH not in by_refset:
+                        by_refset = {}  # US English wins: the others collected so far are no longer needed
+                    by_refset.setdefault(refset, set()).add(int(fields[5]))
         chosen = options.extra.get("language_refset")
         if chosen:
             if chosen not in by_refset:
                 raise InputError(f"language refset {chosen} has no preferred rows in this release "
-                                 f"(present: {', '.join(sorted(by_refset)) or 'none'})")
+                                 f"(present: {', '.join(sorted(seen)) or 'none'})")
             return by_refset[chosen]
         for refset in (US_ENGLISH, GB_ENGLISH):
             if refset in by_refset:

@@ -26,8 +26,8 @@ def _pipeline_list(ctx: click.Context, param: click.Parameter, value: str | None
 @click.argument("dataset", type=click.Choice(sorted(DATASETS), case_sensitive=False))
 @click.option("--data", metavar="PATH", help="Dataset file or folder [default: $MIRAGE_KG_DATA, else "
               "../shared/data beside the repository].")
-@click.option("--kg", metavar="PATH", help="Triple/RDF file, store folder, or 'demo' [default: the EMCKG triples "
-              "for genmedgpt5k*, the demo KG otherwise].")
+@click.option("--kg", metavar="PATH", help="Store folder, any source `mirage-kg load` reads, or 'demo' [default: "
+              "the EMCKG triples for genmedgpt5k*, the demo KG otherwise].")
 @click.option("--pipelines", callback=_pipeline_list, metavar="P1,P2,...",
               help=f"Comma-separated, or 'all' [default: all]: {', '.join(PIPELINE_NAMES)}.")
 @click.option("--limit", type=click.IntRange(min=1), help="A random sample of N questions (drawn with --seed).")
@@ -35,8 +35,8 @@ def _pipeline_list(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--backend", type=click.Choice(["transformers", "openai", "scripted"]), default="transformers",
               show_default=True, help="LLM backend for the model pipelines.")
 @click.option("--model", metavar="ID", help="Model: hub id, local folder or 'smollm2' (transformers) [default: "
-              "Qwen/QwQ-32B with a CUDA GPU, else smollm2 with small budgets]; served name (openai); a JSON list of "
-              "completions (scripted).")
+              "Qwen/QwQ-32B with a CUDA GPU, else smollm2 with small budgets]; served name (openai); a JSON script "
+              "file (scripted: {prompt substring: completion} or a list of completions).")
 @click.option("--base-url", metavar="URL", help="OpenAI-compatible root URL for --backend openai.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), help="Tokens per generation step (chains, "
               "decomposer, synthesizer); a chain gets 4x in all (2x with smollm2).")

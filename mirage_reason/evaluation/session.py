@@ -160,23 +160,30 @@ def _given_kg(kg: Any) -> str:
     return f"given {type(kg).__name__}" + (f" at {location}" if location else "")
 
 
+def _is_store(folder: FsPath) -> bool:
+    """An Oxigraph store folder (RocksDB keeps a ``CURRENT`` file), as opposed to a source release folder."""
+    return (folder / "CURRENT").is_file()
+
+
 def open_kg(source: str, workdir: FsPath) -> KnowledgeGraph:
-    """The KG of ``source``: the demo KG; a store folder as it is; a file loaded once into an on-disk store under
-    ``workdir/kg-store/`` (reused by later runs, reloaded if the file changed)."""
+    """The KG of ``source``: the demo KG; a store folder as it is; a source file or release folder (anything
+    ``mirage-kg load`` reads) loaded once into an on-disk store under ``workdir/kg-store/``, reused by later runs
+    and reloaded when the source changes."""
     if source == "demo":
         return KnowledgeGraph(demo_store())
     path = FsPath(source)
-    if path.is_dir():
+    if path.is_dir() and _is_store(path):
         return KnowledgeGraph(open_store(path))
     from mirage_kg.loaders import LoadOptions, LoadReport, detect
 
+    loader = detect(path)  # an InputError naming the path when no loader reads it
     stat = path.stat()
     tag = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
     folder = workdir / "kg-store" / tag
     marker = folder.parent / f"{tag}.loaded"
     store = open_store(folder, create=True)
     if not marker.exists():
-        detect(path).load(store, path, LoadOptions(), LoadReport())
+        loader.load(store, path, LoadOptions(), LoadReport())
         marker.write_text(json.dumps({"source": str(path), "size": stat.st_size}), encoding="utf-8")
     return KnowledgeGraph(store)
 
@@ -188,16 +195,8 @@ def build_backend(request: EvalRequest, model: str | None) -> Backend:
     if name == "scripted":
         from mirage_reason.backends import ScriptedBackend
 
-        if request.model:  # a JSON list of completions, replayed in a cycle
-            path = FsPath(request.model)
-            try:
-                script = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                raise InputError(f"--model for the scripted backend must be a JSON list of completions: {exc}",
-                                 path) from None
-            if not isinstance(script, list) or not all(isinstance(s, str) for s in script) or not script:
-                raise InputError("expected a non-empty JSON list of strings", path)
-            return ScriptedBackend(script, cycle=True)
+        if request.model:
+            return _scripted(FsPath(request.model))
         return ScriptedBackend(lambda prompt: DEFAULT_SCRIPTED_ANSWER)
     if name == "openai":
         if not request.base_url:
@@ -209,6 +208,26 @@ def build_backend(request: EvalRequest, model: str | None) -> Backend:
         return get_backend(name, **({"model": request.model} if request.model else {}))
     except ValueError as exc:
         raise InputError(str(exc)) from None
+
+
+def _scripted(path: FsPath) -> Backend:
+    """A JSON list of completions (replayed in order, cycling: the order of questions matters) or an object
+    ``{prompt substring: completion}`` where the first key found in the prompt wins and ``""`` is the default (the
+    same prompt always gets the same completion), as ``mirage-kg ask --script`` reads them."""
+    from mirage_reason.backends import ScriptedBackend
+
+    try:
+        script = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"the scripted backend's --model must be a JSON file: {exc}", path) from None
+    if isinstance(script, dict) and script:
+        rules = [(str(k), str(v)) for k, v in script.items()]
+        default = str(script.get("", ""))
+        return ScriptedBackend(lambda prompt: next((v for k, v in rules if k and k in prompt), default))
+    if isinstance(script, list) and script and all(isinstance(x, str) for x in script):
+        return ScriptedBackend(script, cycle=True)
+    raise InputError("expected a non-empty JSON list of completions or an object {prompt substring: completion}",
+                     path)
 
 
 def _judge_backend(request: EvalRequest) -> Backend:
@@ -292,11 +311,11 @@ def evaluate(request: EvalRequest, *, kg: KnowledgeGraph | None = None, backend:
     if request.judge_url or judge_backend is not None:
         from mirage_reason.evaluation.judge import PairwiseJudge, summarise_verdicts
 
-        model = request.judge_model or (judge_backend.name if judge_backend is not None else "judge")
-        judge = PairwiseJudge(judge_backend or _judge_backend(request), model, seed=request.seed)
+        judge_name = request.judge_model or (judge_backend.name if judge_backend is not None else "judge")
+        judge = PairwiseJudge(judge_backend or _judge_backend(request), judge_name, seed=request.seed)
         names = [p.name for p in chosen]
         verdicts = judge.judge(examples, outcome.records, names, output, settings.fingerprint)
-        judge_summary = summarise_verdicts(verdicts, names, model)
+        judge_summary = summarise_verdicts(verdicts, names, judge_name)
     scorer_name = None
     if scorer is not None and any(r.get("bertscore_f1") is not None for r in outcome.records):
         scorer_name = scorer.implementation

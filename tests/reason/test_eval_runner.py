@@ -203,3 +203,34 @@ def test_summarise_verdicts_ranks() -> None:
     assert summary["pipelines"]["x"] == {"wins": 1, "ties": 1, "losses": 0, "win_rate": 0.5, "mean_rank": 1.5}
     assert summary["pipelines"]["y"]["mean_rank"] == 3.0
     assert summary["pairs"]["x vs y"] == {"win": 1, "tie": 0, "lose": 0}
+
+
+def test_scripted_backend_from_a_file(tmp_path: Path) -> None:
+    script = TINY.parent / "script.json"
+    result = evaluate(request(tmp_path / "run", pipelines=("llm",), backend="scripted", model=str(script)),
+                      kg=FakeKG())
+    answers = {r["example_id"]: r["answer"] for r in result.records}
+    assert answers["flu-1"] == "It may be influenza; rest and drink fluids."
+    assert answers["asthma-1"].endswith("Answer: A")
+    assert result.report["results"]["llm"]["accuracy"] == 0.5  # right for asthma-1 (A), wrong for line-3 (B)
+    assert result.report["settings"]["backend"] == "scripted"
+
+
+def test_open_kg_loads_a_file_once_and_opens_a_store(tmp_path: Path) -> None:
+    from mirage_kg import InputError
+    from mirage_reason.evaluation.session import open_kg
+
+    triples = TINY.parents[1] / "core" / "small.tsv"
+    first = open_kg(str(triples), tmp_path)
+    count = first.store.triple_count()
+    assert count > 0 and len(list((tmp_path / "kg-store").glob("*.loaded"))) == 1
+    first.store.close()
+    again = open_kg(str(triples), tmp_path)  # reused, not loaded twice
+    assert again.store.triple_count() == count
+    folder = next(p for p in (tmp_path / "kg-store").iterdir() if p.is_dir())
+    again.store.close()
+    assert open_kg(str(folder), tmp_path / "other").store.triple_count() == count  # a store folder as it is
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputError, match="cannot tell the format"):
+        open_kg(str(empty), tmp_path)
