@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from mirage_kg.errors import MirageError
+from mirage_kg import MirageError
 
 __all__ = ["BackendError", "MissingModelError", "ReasonerError"]
 

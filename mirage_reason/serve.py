@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from mirage_kg.errors import MirageError
+from mirage_kg import MirageError
 
 from mirage_reason.backends.base import Backend, Completion, GenerationParams, normalize_stop
 from mirage_reason.errors import BackendError

@@ -20,3 +20,37 @@ def test_public_api() -> None:
     for name in mirage_kg.__all__:
         assert getattr(mirage_kg, name) is not None, name
     assert {"Store", "OxigraphStore", "SparqlStore", "KnowledgeGraph", "MirageError", "open_store"} <= set(mirage_kg.__all__)
+
+
+def test_reasoner_uses_only_the_public_kg_api() -> None:
+    """mirage_reason reaches the graph only through names ``mirage_kg`` (and its ``loaders`` package) export."""
+    import ast
+    from pathlib import Path
+
+    allowed = {"mirage_kg", "mirage_kg.loaders"}
+    root = Path(__file__).resolve().parent.parent / "mirage_reason"
+    offenders = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            offenders += [f"{path.name}: {n}" for n in names if n.startswith("mirage_kg") and n not in allowed]
+    assert offenders == []
+
+
+def test_kg_layer_never_imports_the_reasoner_at_module_level() -> None:
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "mirage_kg"
+    for path in root.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:  # module level only: the CLI's lazy command table may name the reasoner
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                for mod in mods:
+                    assert not mod.startswith(("mirage_reason", "torch", "transformers", "sentence_transformers")), \
+                        f"{path}: imports {mod} at module level"

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage_kg.errors import MissingExtraError
+from mirage_kg import MissingExtraError
 
 from mirage_reason.errors import MissingModelError
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from mirage_kg.errors import MissingExtraError
+from mirage_kg import MissingExtraError
 
 from mirage_reason.backends.base import (
     Completion,

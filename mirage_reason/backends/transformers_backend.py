@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mirage_kg.errors import MissingExtraError
+from mirage_kg import MissingExtraError
 
 from mirage_reason.backends.base import (
     Completion,
