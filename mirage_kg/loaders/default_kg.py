@@ -186,13 +186,14 @@ def icd10cm_lines(graph: str, options: LoadOptions, advance: Callable[[float], N
         as_block = kind != "code"
         iri = name(code, kind)
         out = [f"{iri} {_TYPE} {_CONCEPT} .\n",
-               f"{iri} {_PREF} {literal_nt(icd.get_description(code, prioritize_blocks=as_block), lang)} .\n"]
+               f"{iri} {_PREF} {literal_nt(icd.get_description(code, prioritize_blocks=as_block).strip(), lang)} .\n"]
         parent = icd.get_parent(code, prioritize_blocks=as_block)
         if parent:
             parent_kind = "chapter" if kind == "block" else "block" if icd.is_category(code) else "code"
             out.append(f"{iri} {_SUBCLASS} {name(parent, parent_kind)} .\n")
         for term in icd.get_inclusion_term(code, prioritize_blocks=as_block):
-            out.append(f"{iri} {_ALT} {literal_nt(term, lang)} .\n")
+            if term.strip():  # the XML has labels with stray spaces
+                out.append(f"{iri} {_ALT} {literal_nt(term.strip(), lang)} .\n")
         yield "".join(out)
     advance(done % 4096)
 
