@@ -1,13 +1,17 @@
 """Run a Hugging Face causal LM in-process: one batched ``generate`` call advances every live chain.
 
 Prompts are left-padded so that all rows end at the same position and generation appends to them in lockstep.
-Two things stock ``generate`` gets wrong for us are fixed here: the repetition penalty also counted the padding
+When every prompt of a batch starts with the same tokens (a chain's system prompt and instructions), the shared
+prefix is run once at batch size 1 and its KV cache is repeated over the batch (``share_prefix``); the padding then
+sits between the prefix and each suffix, and the positions come from the attention mask's cumulative sum, so every
+row sees the positions it would see alone. Two things stock ``generate`` gets wrong for us are fixed here: the repetition penalty also counted the padding
 tokens (so a padded row sampled differently from the same prompt alone), and a stop string may end inside a
 token, so the text is trimmed again at the first stop occurrence after decoding.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 from collections.abc import Sequence
@@ -49,21 +53,35 @@ __all__ = ["TransformersBackend"]
 
 DEFAULT_MODEL = "Qwen/QwQ-32B"
 _SMALL_MODEL_PARAMS = 1_000_000_000
+_MIN_SHARED_PREFIX = 32  # shorter shared prefixes are not worth an extra forward pass
 
 
 class PromptAwareRepetitionPenalty(LogitsProcessor):
     """CTRL-style repetition penalty over the prompt and the generated tokens, ignoring left padding.
 
-    ``pad_lengths[i]`` is the number of padding positions at the start of row ``i``.
+    ``pad_lengths[i]`` is the number of padding positions at the start of row ``i``; alternatively ``prompt_mask``
+    (rows x prompt width, 1 for a real token, 0 for padding anywhere in the prompt) marks the padding; every position
+    after the prompt is a generated token and counts.
     """
 
-    def __init__(self, penalty: float, pad_lengths: torch.Tensor) -> None:
+    def __init__(
+        self, penalty: float, pad_lengths: torch.Tensor | None = None, *, prompt_mask: torch.Tensor | None = None
+    ) -> None:
+        if (pad_lengths is None) == (prompt_mask is None):
+            raise ValueError("pass exactly one of pad_lengths and prompt_mask")
         self.penalty = penalty
         self.pad_lengths = pad_lengths
+        self.prompt_mask = prompt_mask
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        real = (positions[None, :] >= self.pad_lengths[:, None].to(input_ids.device)).to(torch.int32)
+        if self.prompt_mask is not None:
+            real = torch.ones(input_ids.shape, dtype=torch.int32, device=input_ids.device)
+            width = self.prompt_mask.shape[1]
+            real[:, :width] = self.prompt_mask.to(device=input_ids.device, dtype=torch.int32)
+        else:
+            assert self.pad_lengths is not None
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+            real = (positions[None, :] >= self.pad_lengths[:, None].to(input_ids.device)).to(torch.int32)
         # scatter_add, not scatter: a token id can sit at a pad position and a real one in the same row.
         seen = torch.zeros(scores.shape, dtype=torch.int32, device=scores.device).scatter_add_(1, input_ids, real) > 0
         penalised = torch.where(scores < 0, scores * self.penalty, scores / self.penalty)
@@ -78,6 +96,9 @@ class TransformersBackend:
     default thread count made SmolLM2 about 4x slower); ``torch.set_num_threads`` is process-wide.
     ``think="strip"`` drops a finished ``<think>...</think>`` block from every completion; ``"keep"`` (the default,
     what a resumable chain needs) returns the text as generated.
+    ``share_prefix=True`` runs a prefix of at least 32 tokens that all prompts of a batch share once and reuses its KV
+    cache for every row (much less prefill work for chains that share a long system prompt); ``False`` prefills
+    every row in full.
     """
 
     def __init__(
@@ -92,11 +113,12 @@ class TransformersBackend:
         think: ThinkMode = "keep",
         max_batch_size: int | None = None,
         name: str | None = None,
+        share_prefix: bool = True,
     ) -> None:
         _check_think(think)  # before a possibly long load
         model_id = str(model)
         hf_model, tokenizer = _load(model_id, device_map, dtype, trust_remote_code, gguf_file)
-        self._setup(hf_model, tokenizer, name or model_id, threads, think, max_batch_size)
+        self._setup(hf_model, tokenizer, name or model_id, threads, think, max_batch_size, share_prefix)
 
     @classmethod
     def from_model(
@@ -108,11 +130,12 @@ class TransformersBackend:
         threads: int | None = None,
         think: ThinkMode = "keep",
         max_batch_size: int | None = None,
+        share_prefix: bool = True,
     ) -> TransformersBackend:
         """Wrap a model and tokenizer that are already loaded (a fine-tuned model, :func:`tiny_model`, ...)."""
         self = cls.__new__(cls)
         name = name or str(model.config._name_or_path or type(model).__name__)
-        self._setup(model, tokenizer, name, threads, think, max_batch_size)
+        self._setup(model, tokenizer, name, threads, think, max_batch_size, share_prefix)
         return self
 
     def _setup(
@@ -123,6 +146,7 @@ class TransformersBackend:
         threads: int | None,
         think: ThinkMode,
         max_batch_size: int | None,
+        share_prefix: bool = True,
     ) -> None:
         _check_think(think)
         self.name = name
@@ -130,6 +154,7 @@ class TransformersBackend:
         self.tokenizer = tokenizer
         self.think: ThinkMode = think
         self.max_batch_size = max_batch_size
+        self.share_prefix = share_prefix
         self._lock = threading.Lock()  # generate() reseeds torch's global RNG: one call at a time
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -184,13 +209,18 @@ class TransformersBackend:
 
     def _generate_batch(self, prompts: list[str], stop: tuple[str, ...], params: GenerationParams) -> list[Completion]:
         encoded = [self._encode(p) for p in prompts]
-        width = max(len(ids) for ids in encoded)
-        pad_lengths = [width - len(ids) for ids in encoded]
-        input_ids = torch.tensor([[self._pad_id] * n + ids for n, ids in zip(pad_lengths, encoded)])
-        attention = torch.tensor([[0] * n + [1] * len(ids) for n, ids in zip(pad_lengths, encoded)])
+        shared = self._shared_prefix_length(encoded) if self.share_prefix else 0
+        # Row i is [shared prefix][padding][its own suffix]; with no shared prefix that is plain left padding.
+        suffixes = [ids[shared:] for ids in encoded]
+        suffix_width = max(len(ids) for ids in suffixes)
+        width = shared + suffix_width
+        pad_lengths = [suffix_width - len(ids) for ids in suffixes]
+        prefix = encoded[0][:shared]
+        input_ids = torch.tensor([prefix + [self._pad_id] * n + ids for n, ids in zip(pad_lengths, suffixes)])
+        attention = torch.tensor([[1] * shared + [0] * n + [1] * len(ids) for n, ids in zip(pad_lengths, suffixes)])
         processors = LogitsProcessorList()
         if params.repetition_penalty != 1.0:
-            processors.append(PromptAwareRepetitionPenalty(params.repetition_penalty, torch.tensor(pad_lengths)))
+            processors.append(PromptAwareRepetitionPenalty(params.repetition_penalty, prompt_mask=attention))
         if not params.greedy:
             # Our own warpers, in vLLM's order (penalty, temperature, top-k, top-p); the stock ones are switched off
             # below so the model's generation_config defaults cannot slip in.
@@ -214,11 +244,36 @@ class TransformersBackend:
             kwargs["stop_strings"] = list(stop)
             kwargs["tokenizer"] = self.tokenizer
         with torch.inference_mode():
+            if shared:
+                # Positions come from the mask's cumsum in generate, so each suffix continues at position `shared`.
+                kwargs["cache"] = self._prefix_cache(prefix, len(prompts))
             output = self.model.generate(
                 input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
             )
         generated = output[:, width:].tolist()
         return [self._finish(ids, len(prompt), stop) for ids, prompt in zip(generated, encoded)]
+
+    def _shared_prefix_length(self, encoded: list[list[int]]) -> int:
+        """Tokens all rows share at the start, if worth sharing; every row keeps at least one token of its own."""
+        if len(encoded) < 2:
+            return 0
+        limit = min(len(ids) for ids in encoded) - 1
+        first = encoded[0]
+        n = 0
+        while n < limit and all(ids[n] == first[n] for ids in encoded[1:]):
+            n += 1
+        return n if n >= _MIN_SHARED_PREFIX else 0
+
+    def _prefix_cache(self, prefix: list[int], rows: int) -> Any:
+        """The KV cache of ``prefix`` run once at batch size 1, repeated to ``rows`` rows."""
+        ids = torch.tensor([prefix], device=self.device)
+        extra: dict[str, Any] = {}
+        if "logits_to_keep" in inspect.signature(self.model.forward).parameters:
+            extra["logits_to_keep"] = 1  # only the cache is wanted: skip the LM head over the whole prefix
+        out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **extra)
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        cache.batch_repeat_interleave(rows)
+        return cache
 
     def _finish(self, ids: list[int], prompt_tokens: int, stop: tuple[str, ...]) -> Completion:
         end = next((i for i, t in enumerate(ids) if t in self._eos_ids), None)

@@ -275,6 +275,62 @@ def test_repetition_penalty_ignores_left_padding() -> None:
     assert out.tolist() == [[2.0, 1.0, 2.0, 2.0], [2.0, 1.0, -4.0, 1.0]]
 
 
+SHARED_PREFIX = (
+    "You are a careful medical assistant. Answer using the knowledge graph facts given below, cite the facts you "
+    "use, and say when the graph does not know. Facts: fever is a symptom of influenza; cough is a symptom of "
+    "influenza; metformin treats type 2 diabetes; ibuprofen may worsen a peptic ulcer.\n"
+)
+SUFFIXES = [
+    "Question: What treats diabetes?\nAnswer:",
+    "Question: Is it the flu if I have a fever and a bad cough that started three days ago?\nAnswer:",
+    "Q: ibuprofen?\nA:",
+]
+
+
+def _with_and_without_prefix_sharing(backend: Any, prompts: list[str], params: GenerationParams) -> tuple[Any, Any]:
+    assert backend.share_prefix
+    shared = backend.generate(prompts, params=params)
+    backend.share_prefix = False
+    try:
+        plain = backend.generate(prompts, params=params)
+    finally:
+        backend.share_prefix = True
+    return shared, plain
+
+
+def test_shared_prefix_length_is_used_only_when_long_enough(tiny_backend: Any) -> None:
+    prompts = [SHARED_PREFIX + s for s in SUFFIXES]
+    encoded = [tiny_backend._encode(p) for p in prompts]
+    n = tiny_backend._shared_prefix_length(encoded)
+    assert n >= 32 and all(ids[:n] == encoded[0][:n] for ids in encoded)
+    assert len({len(ids) - n for ids in encoded}) == 3  # suffixes differ in length: padding in the middle
+    assert tiny_backend._shared_prefix_length([encoded[0]]) == 0  # one row: nothing to share
+    assert tiny_backend._shared_prefix_length([encoded[0], encoded[0]]) == len(encoded[0]) - 1  # a suffix is kept
+    assert tiny_backend._shared_prefix_length([e[:20] for e in encoded] + [encoded[0][:20]]) == 0  # too short
+
+
+@pytest.mark.parametrize("penalty", [1.0, 3.0])
+def test_prefix_sharing_equals_full_prefill_on_the_tiny_model(tiny_backend: Any, penalty: float) -> None:
+    params = GenerationParams(max_new_tokens=16, temperature=0.0, repetition_penalty=penalty)
+    prompts = [SHARED_PREFIX + s for s in SUFFIXES]
+    shared, plain = _with_and_without_prefix_sharing(tiny_backend, prompts, params)
+    assert shared == plain
+    assert shared == [tiny_backend.generate([p], params=params)[0] for p in prompts]
+
+
+def test_repetition_penalty_ignores_padding_in_the_middle() -> None:
+    torch = pytest.importorskip("torch")
+    from mirage_reason.backends.transformers_backend import PromptAwareRepetitionPenalty
+
+    input_ids = torch.tensor([[3, 0, 1, 2], [3, 2, 1, 0]])  # prompt width 3; row 0 has a pad (token 0) in the middle
+    mask = torch.tensor([[1, 0, 1], [1, 1, 1]])
+    scores = torch.full((2, 4), 2.0)
+    out = PromptAwareRepetitionPenalty(2.0, prompt_mask=mask)(input_ids, scores.clone())
+    assert out.tolist() == [[2.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]  # generated tokens always count
+    with pytest.raises(ValueError):
+        PromptAwareRepetitionPenalty(2.0)
+
+
 def test_missing_hub_model_raises_missing_model_error() -> None:
     pytest.importorskip("transformers")
     from mirage_reason.backends.transformers_backend import TransformersBackend
@@ -300,6 +356,19 @@ def test_smollm2_batched_greedy_equals_one_by_one(smollm2_backend: Any) -> None:
     assert [c.prompt_tokens for c in batched] == lengths
     assert "Paris" in batched[1].text
     assert all(c.text.strip() for c in batched)
+
+
+@pytest.mark.llm
+def test_smollm2_prefix_sharing_equals_full_prefill(smollm2_backend: Any) -> None:
+    prompts = [smollm2_backend.format_chat([{"role": "system", "content": SHARED_PREFIX}, {"role": "user", "content": s}])
+               for s in SUFFIXES]  # fmt: skip
+    encoded = [smollm2_backend._encode(p) for p in prompts]
+    n = smollm2_backend._shared_prefix_length(encoded)
+    assert n >= 32 and len({len(ids) - n for ids in encoded}) == 3
+    params = GenerationParams(max_new_tokens=24, temperature=0.0, repetition_penalty=1.1)
+    shared, plain = _with_and_without_prefix_sharing(smollm2_backend, prompts, params)
+    assert shared == plain
+    assert all(c.text.strip() for c in shared)
 
 
 @pytest.mark.llm
