@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import LoadOptions, LoadReport, Loader
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport
 from mirage_kg.loaders.rdf import RdfLoader
 from mirage_kg.loaders.triples import TriplesLoader
 

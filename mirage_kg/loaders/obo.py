@@ -14,9 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirage_kg.errors import InputError, MissingExtraError
-from mirage_kg.loaders.base import LoadOptions, LoadReport, Loader, Problem, literal_nt, read_lines
-from mirage_kg.namespaces import (GRAPH, MKG, MKG_CONCEPT, MKG_RELATION, OWL, RDF_TYPE, RDFS_LABEL, RDFS_SUBCLASS,
-                                  SKOS_ALT, SKOS_CLOSE, SKOS_DEFINITION, SKOS_EXACT, SKOS_PREF, mint, prefixes)
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
+from mirage_kg.loaders.nt_terms import (
+    ACTIVE,
+    ALT,
+    CONCEPT,
+    DEFINITION,
+    LABEL,
+    OBJECT_PROPERTY,
+    PREF,
+    RELATION,
+    SOURCE_VERSION,
+    SUBCLASS,
+    TYPE,
+)
+from mirage_kg.namespaces import GRAPH, MKG, OWL, SKOS_CLOSE, SKOS_EXACT, mint, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref
@@ -24,21 +36,10 @@ from mirage_kg.terms import iri_ref
 OBO_PURL = "http://purl.obolibrary.org/obo/"
 OBO_IN_OWL = "http://www.geneontology.org/formats/oboInOwl#"
 
-_TYPE = iri_ref(RDF_TYPE)
-_CONCEPT = iri_ref(MKG_CONCEPT)
-_RELATION = iri_ref(MKG_RELATION)
-_OBJECT_PROPERTY = iri_ref(OWL + "ObjectProperty")
-_LABEL = iri_ref(RDFS_LABEL)
-_PREF = iri_ref(SKOS_PREF)
-_ALT = iri_ref(SKOS_ALT)
-_DEFINITION = iri_ref(SKOS_DEFINITION)
-_SUBCLASS = iri_ref(RDFS_SUBCLASS)
 _EXACT = iri_ref(SKOS_EXACT)
 _CLOSE = iri_ref(SKOS_CLOSE)
 _DB_XREF = iri_ref(OBO_IN_OWL + "hasDbXref")
-_ACTIVE = iri_ref(MKG + "active")
 _DEPRECATED = iri_ref(OWL + "deprecated")
-_SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
 _FALSE = '"false"^^<http://www.w3.org/2001/XMLSchema#boolean>'
 _TRUE = '"true"^^<http://www.w3.org/2001/XMLSchema#boolean>'
 
@@ -142,28 +143,28 @@ class TermWriter:
             return ""
         self.declared.add(iri)
         ref = iri_ref(iri)
-        out = f"{ref} {_TYPE} {_RELATION} .\n{ref} {_TYPE} {_OBJECT_PROPERTY} .\n{ref} {_LABEL} {literal_nt(label)} .\n"
+        out = f"{ref} {TYPE} {RELATION} .\n{ref} {TYPE} {OBJECT_PROPERTY} .\n{ref} {LABEL} {literal_nt(label)} .\n"
         if inverse:
             out += f"{ref} {iri_ref(MKG + 'inverseLabel')} {literal_nt(inverse)} .\n"
         return out
 
     def term(self, record: TermRecord) -> str:
         ref = iri_ref(record.iri)
-        out = [f"{ref} {_TYPE} {_CONCEPT} .\n"]
+        out = [f"{ref} {TYPE} {CONCEPT} .\n"]
         if record.obsolete:
-            out.append(f"{ref} {_ACTIVE} {_FALSE} .\n{ref} {_DEPRECATED} {_TRUE} .\n")
+            out.append(f"{ref} {ACTIVE} {_FALSE} .\n{ref} {_DEPRECATED} {_TRUE} .\n")
         if record.name:
-            out.append(f"{ref} {_PREF} {literal_nt(record.name, record.name_lang or self.lang)} .\n")
+            out.append(f"{ref} {PREF} {literal_nt(record.name, record.name_lang or self.lang)} .\n")
         seen = {(record.name, record.name_lang or self.lang)}
         for text, lang in record.synonyms:
             key = (text, lang or self.lang)
             if text and key not in seen:
                 seen.add(key)
-                out.append(f"{ref} {_ALT} {literal_nt(text, lang or self.lang)} .\n")
+                out.append(f"{ref} {ALT} {literal_nt(text, lang or self.lang)} .\n")
         if record.definition:
-            out.append(f"{ref} {_DEFINITION} {literal_nt(record.definition, self.lang)} .\n")
+            out.append(f"{ref} {DEFINITION} {literal_nt(record.definition, self.lang)} .\n")
         for parent in record.parents:
-            out.append(f"{ref} {_SUBCLASS} {iri_ref(parent)} .\n")
+            out.append(f"{ref} {SUBCLASS} {iri_ref(parent)} .\n")
         for rel, target in record.relations:
             out.append(f"{ref} {iri_ref(rel)} {iri_ref(target)} .\n")
         for xref, exact in record.xrefs:
@@ -376,7 +377,7 @@ class OboLoader(Loader):
         ontology = parse_with_pronto(path, scan, problem)
         version = scan.data_version or getattr(ontology.metadata, "data_version", None)  # type: ignore[attr-defined]
         if version:
-            yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt(version)} .\n"
+            yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(version)} .\n"
         try:
             yield from self.records(ontology, scan, options, TermWriter(options.lang))
         except (KeyError, ValueError) as exc:  # pronto checks some clauses only when they are read

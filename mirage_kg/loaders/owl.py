@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mirage_kg.errors import InputError, MissingExtraError, QueryError
-from mirage_kg.loaders.base import LoadOptions, LoadReport, Loader, Problem, literal_nt
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
+from mirage_kg.loaders.nt_terms import SOURCE_VERSION
 from mirage_kg.loaders.obo import OBO_IN_OWL, OBO_PURL, TermRecord, TermWriter, obo_graph_name, readable
-from mirage_kg.namespaces import MKG, OWL, RDFS_LABEL, SKOS, SKOS_ALT, SKOS_DEFINITION, SKOS_PREF
+from mirage_kg.namespaces import OWL, RDFS_LABEL, SKOS, SKOS_ALT, SKOS_DEFINITION, SKOS_PREF
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref
@@ -20,12 +21,12 @@ from mirage_kg.terms import iri_ref
 _NAME_PROPERTIES = (RDFS_LABEL, SKOS_PREF)
 _SYNONYM_PROPERTIES = (OBO_IN_OWL + "hasExactSynonym", OBO_IN_OWL + "hasRelatedSynonym",
                        OBO_IN_OWL + "hasBroadSynonym", OBO_IN_OWL + "hasNarrowSynonym", SKOS_ALT)
+
 _DEFINITION_PROPERTIES = (OBO_PURL + "IAO_0000115", SKOS_DEFINITION)
 _XREF = OBO_IN_OWL + "hasDbXref"
 _EXACT_IRI = (SKOS + "exactMatch",)
 _CLOSE_IRI = (SKOS + "closeMatch",)
 _DEPRECATED = OWL + "deprecated"
-_SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
 _OWL_SUFFIXES = (".owl", ".rdf", ".owx", ".ofn")
 
 
@@ -173,7 +174,7 @@ class OwlLoader(Loader):
                                       error_on_undefined_entities=False):  # type: ignore[attr-defined]
             version = str(value)
         if version:
-            yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt(version)} .\n"
+            yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(version)} .\n"
         try:
             yield from self.records(world, options, TermWriter(options.lang))
         except QueryError as exc:  # an IRI in the file that N-Triples cannot carry

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import LoadOptions, LoadReport, Loader, default_graph_name
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, default_graph_name
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import RDF_FORMATS, LoadReceipt, Store
 

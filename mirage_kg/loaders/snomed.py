@@ -22,9 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import LoadOptions, LoadReport, Loader, Problem, literal_nt
-from mirage_kg.namespaces import (GRAPH, MKG, MKG_CONCEPT, MKG_RELATION, OWL, RDF_TYPE, RDFS_LABEL, RDFS_SUBCLASS,
-                                  SKOS_ALT, SKOS_DEFINITION, SKOS_PREF, mint, prefixes)
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
+from mirage_kg.loaders.nt_terms import (
+    ACTIVE,
+    ALT,
+    CONCEPT,
+    LABEL,
+    OBJECT_PROPERTY,
+    PREF,
+    RELATION,
+    SOURCE_VERSION,
+    SUBCLASS,
+    TYPE,
+)
+from mirage_kg.loaders.nt_terms import DEFINITION as DEFINITION_TERM
+from mirage_kg.namespaces import GRAPH, MKG, mint, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref
@@ -58,19 +70,8 @@ PATTERNS = {
     "language": ("der2_cRefset_Language{kind}*.txt", "language", True),
 }
 
-_TYPE = iri_ref(RDF_TYPE)
-_CONCEPT = iri_ref(MKG_CONCEPT)
-_RELATION = iri_ref(MKG_RELATION)
-_OBJECT_PROPERTY = iri_ref(OWL + "ObjectProperty")
-_LABEL = iri_ref(RDFS_LABEL)
-_PREF = iri_ref(SKOS_PREF)
-_ALT = iri_ref(SKOS_ALT)
-_DEFINITION = iri_ref(SKOS_DEFINITION)
 _FSN = iri_ref(MKG + "fullySpecifiedName")
-_SUBCLASS = iri_ref(RDFS_SUBCLASS)
-_ACTIVE = iri_ref(MKG + "active")
 _FALSE = '"false"^^<http://www.w3.org/2001/XMLSchema#boolean>'
-_SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
 _ESCAPE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"})
 # Per-concept flags
 _ACTIVE_CONCEPT, _INACTIVE_CONCEPT, _HAS_PREF, _ATTRIBUTE = 1, 2, 4, 8
@@ -217,7 +218,7 @@ class SnomedLoader(Loader):
         keep = bool(options.extra.get("keep_inactive"))
         ns = prefixes()["SNOMEDCT"]
         for name in release.names():
-            yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt(Path(name).stem)} .\n"
+            yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(Path(name).stem)} .\n"
 
         # 1. concepts. One id -> flags entry per concept is all the state.
         state: dict[str, int] = {}
@@ -237,11 +238,11 @@ class SnomedLoader(Loader):
                     continue
                 if active == "1":
                     state[key] = _ACTIVE_CONCEPT
-                    yield f"<{ns}{ident}> {_TYPE} {_CONCEPT} .\n"
+                    yield f"<{ns}{ident}> {TYPE} {CONCEPT} .\n"
                 else:
                     state[key] = _INACTIVE_CONCEPT
                     if keep:
-                        yield f"<{ns}{ident}> {_TYPE} {_CONCEPT} .\n<{ns}{ident}> {_ACTIVE} {_FALSE} .\n"
+                        yield f"<{ns}{ident}> {TYPE} {CONCEPT} .\n<{ns}{ident}> {ACTIVE} {_FALSE} .\n"
         usable = _ACTIVE_CONCEPT | _INACTIVE_CONCEPT if keep else _ACTIVE_CONCEPT
 
         # 2. relationships
@@ -262,11 +263,11 @@ class SnomedLoader(Loader):
                 if not (source_flags & usable and target_flags & usable and kind_flags & usable):
                     continue  # an inactive end or type
                 if kind == IS_A:
-                    yield f"<{ns}{source}> {_SUBCLASS} <{ns}{target}> .\n"
+                    yield f"<{ns}{source}> {SUBCLASS} <{ns}{target}> .\n"
                 else:
                     if not kind_flags & _ATTRIBUTE:
                         state[kind] = kind_flags | _ATTRIBUTE
-                        yield f"<{ns}{kind}> {_TYPE} {_RELATION} .\n<{ns}{kind}> {_TYPE} {_OBJECT_PROPERTY} .\n"
+                        yield f"<{ns}{kind}> {TYPE} {RELATION} .\n<{ns}{kind}> {TYPE} {OBJECT_PROPERTY} .\n"
                     yield f"<{ns}{source}> <{ns}{kind}> <{ns}{target}> .\n"
 
         # 3. the language refset: which descriptions are preferred
@@ -302,21 +303,21 @@ class SnomedLoader(Loader):
                             fallback[concept] = term
                         yield f"<{ns}{concept}> {_FSN} \"{text}{ending}"
                     elif kind == DEFINITION or key == "definitions":
-                        yield f"<{ns}{concept}> {_DEFINITION} \"{text}{ending}"
+                        yield f"<{ns}{concept}> {DEFINITION_TERM} \"{text}{ending}"
                     elif not flags & _HAS_PREF and fields[0].isdigit() and int(fields[0]) in preferred:
                         state[concept] = flags | _HAS_PREF
                         fallback.pop(concept, None)
-                        out = f"<{ns}{concept}> {_PREF} \"{text}{ending}"
+                        out = f"<{ns}{concept}> {PREF} \"{text}{ending}"
                         if flags & _ATTRIBUTE:
-                            out += f"<{ns}{concept}> {_LABEL} \"{text}\" .\n"
+                            out += f"<{ns}{concept}> {LABEL} \"{text}\" .\n"
                         yield out
                     else:
-                        yield f"<{ns}{concept}> {_ALT} \"{text}{ending}"
+                        yield f"<{ns}{concept}> {ALT} \"{text}{ending}"
         for number, fsn in fallback.items():
             term = _SEMANTIC_TAG.sub("", fsn) or fsn
-            out = f"<{ns}{number}> {_PREF} {literal_nt(term, 'en')} .\n"
+            out = f"<{ns}{number}> {PREF} {literal_nt(term, 'en')} .\n"
             if state[number] & _ATTRIBUTE:
-                out += f"<{ns}{number}> {_LABEL} {literal_nt(term)} .\n"
+                out += f"<{ns}{number}> {LABEL} {literal_nt(term)} .\n"
             yield out
 
     @staticmethod

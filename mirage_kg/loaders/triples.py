@@ -8,19 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from mirage_kg.loaders.base import (LoadOptions, LoadReport, Loader, Problem, default_graph_name, literal_nt,
-                                    read_lines)
-from mirage_kg.namespaces import MKG_CONCEPT, MKG_RELATION, OWL, RDF_TYPE, RDFS_LABEL, SKOS_PREF, mint
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, default_graph_name, literal_nt, read_lines
+from mirage_kg.loaders.nt_terms import CONCEPT, LABEL, OBJECT_PROPERTY, PREF, RELATION, TYPE
+from mirage_kg.namespaces import mint
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref
-
-_TYPE = iri_ref(RDF_TYPE)
-_CONCEPT = iri_ref(MKG_CONCEPT)
-_RELATION = iri_ref(MKG_RELATION)
-_OBJECT_PROPERTY = iri_ref(OWL + "ObjectProperty")
-_PREF = iri_ref(SKOS_PREF)
-_LABEL = iri_ref(RDFS_LABEL)
 
 
 def readable(name: str) -> str:
@@ -73,14 +66,14 @@ class TriplesLoader(Loader):
                 if iri is None:
                     iri = iri_ref(mint(options.namespace, name))
                     entities[name] = iri
-                    out.append(f"{iri} {_TYPE} {_CONCEPT} .\n{iri} {_PREF} {literal_nt(readable(name), lang)} .\n")
+                    out.append(f"{iri} {TYPE} {CONCEPT} .\n{iri} {PREF} {literal_nt(readable(name), lang)} .\n")
                 ids.append(iri)
             prop = relations.get(rel)
             if prop is None:
                 prop = iri_ref(mint(options.relation_namespace, rel))
                 relations[rel] = prop
-                out.append(f"{prop} {_TYPE} {_RELATION} .\n{prop} {_TYPE} {_OBJECT_PROPERTY} .\n"
-                           f"{prop} {_LABEL} {literal_nt(readable(rel))} .\n")
+                out.append(f"{prop} {TYPE} {RELATION} .\n{prop} {TYPE} {OBJECT_PROPERTY} .\n"
+                           f"{prop} {LABEL} {literal_nt(readable(rel))} .\n")
             out.append(f"{ids[0]} {prop} {ids[1]} .\n")
             yield "".join(out)
         if advance is not None:

@@ -19,9 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import LoadOptions, LoadReport, Loader, Problem, literal_nt, read_lines
-from mirage_kg.namespaces import (GRAPH, MKG, MKG_CONCEPT, MKG_RELATION, OWL, RDF_TYPE, RDFS_LABEL, RDFS_SUBCLASS,
-                                  SKOS, SKOS_ALT, SKOS_NOTATION, SKOS_PREF, mint, prefixes)
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
+from mirage_kg.loaders.nt_terms import (
+    ALT,
+    CONCEPT,
+    LABEL,
+    OBJECT_PROPERTY,
+    PREF,
+    RELATION,
+    SOURCE_VERSION,
+    SUBCLASS,
+    TYPE,
+)
+from mirage_kg.namespaces import GRAPH, MKG, OWL, SKOS, SKOS_NOTATION, mint, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref
@@ -71,20 +81,11 @@ BUILTIN_INVERSES = [("allowed_qualifier_for", "can_be_qualified_by"), ("part_of"
                     ("has_causative_agent", "causative_agent_of"), ("has_method", "method_of"),
                     ("isa", "inverse_isa")]
 
-_TYPE = iri_ref(RDF_TYPE)
-_CONCEPT = iri_ref(MKG_CONCEPT)
-_RELATION = iri_ref(MKG_RELATION)
-_OBJECT_PROPERTY = iri_ref(OWL + "ObjectProperty")
 _CLASS = iri_ref(OWL + "Class")
-_LABEL = iri_ref(RDFS_LABEL)
 _INVERSE_LABEL = iri_ref(MKG + "inverseLabel")
-_PREF = iri_ref(SKOS_PREF)
-_ALT = iri_ref(SKOS_ALT)
 _NOTATION = iri_ref(SKOS_NOTATION)
 _EXACT = iri_ref(SKOS + "exactMatch")
-_SUBCLASS = iri_ref(RDFS_SUBCLASS)
 _BROADER = iri_ref(SKOS + "broader")
-_SOURCE_VERSION = iri_ref(MKG + "sourceVersion")
 _ESCAPE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"})
 
 # Per-CUI state, one byte: bit 0 seen in MRCONSO, bit 1 declared (kept by the filters), bits 2-7 prefLabel written
@@ -235,7 +236,7 @@ class _Relations:
             self.declared.add(iri)
             label = RELATION_LABELS.get(name, name.replace("_", " "))
             inverse = label if symmetric else RELATION_LABELS.get(other, other.replace("_", " ")) if other else None
-            decl = f"{iri} {_TYPE} {_RELATION} .\n{iri} {_TYPE} {_OBJECT_PROPERTY} .\n{iri} {_LABEL} {literal_nt(label)} .\n"
+            decl = f"{iri} {TYPE} {RELATION} .\n{iri} {TYPE} {OBJECT_PROPERTY} .\n{iri} {LABEL} {literal_nt(label)} .\n"
             if inverse:
                 decl += f"{iri} {_INVERSE_LABEL} {literal_nt(inverse)} .\n"
             self.pending.append(decl)
@@ -287,7 +288,7 @@ class UmlsLoader(Loader):
         filters = UmlsFilters.from_options(options)
         for rsab, vsab in sorted(sources.items()):
             if filters.sabs is None or rsab in filters.sabs:
-                yield f"{iri_ref(graph)} {_SOURCE_VERSION} {literal_nt(vsab)} .\n"
+                yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(vsab)} .\n"
         state = bytearray(1 << 16)
         yield from self._concepts(files["MRCONSO.RRF"], filters, problem, state, advance)
         if "MRSTY.RRF" in files:
@@ -349,7 +350,7 @@ class UmlsLoader(Loader):
         out = []
         if not flags & _KEPT:
             flags |= _KEPT
-            out.append(f"{iri}{_TYPE} {_CONCEPT} .\n")
+            out.append(f"{iri}{TYPE} {CONCEPT} .\n")
         best: dict[str, tuple[int, str]] = {}
         for fields in rows:  # CUI|LAT|TS|LUI|STT|SUI|ISPREF|AUI|SAUI|SCUI|SDUI|SAB|TTY|CODE|STR|SRL|SUPPRESS|CVF
             rank = (fields[2] == "P") * 4 + (fields[4] == "PF") * 2 + (fields[6] == "Y")
@@ -357,7 +358,7 @@ class UmlsLoader(Loader):
             if held is None or rank > held[0]:
                 best[fields[1]] = (rank, fields[14])
         written: set[tuple[str, str]] = set()
-        pref = f"{iri}{_PREF} \""
+        pref = f"{iri}{PREF} \""
         for lat, (_, text) in best.items():
             slot = slots.get(lat)
             if slot is None and len(slots) < _SLOTS:
@@ -373,7 +374,7 @@ class UmlsLoader(Loader):
                 ending = endings.get(lat) or endings.setdefault(lat, f'"@{_lang_tag(lat)} .\n')
                 out.append(pref + text.translate(_ESCAPE) + ending)
                 written.add((lat, text))
-        alt = f"{iri}{_ALT} \""
+        alt = f"{iri}{ALT} \""
         codes: set[tuple[str, str]] = set()
         for fields in rows:
             key = (fields[1], fields[14])
@@ -414,10 +415,10 @@ class UmlsLoader(Loader):
             if not re.fullmatch(r"T\d{3}", tui):
                 problem("malformed TUI", path, fields[-1], f"{tui!r} is not T followed by 3 digits")  # type: ignore[arg-type]
                 continue
-            out = f"<{ns}{cui}> {_TYPE} <{sty_ns}{tui}> .\n"
+            out = f"<{ns}{cui}> {TYPE} <{sty_ns}{tui}> .\n"
             if tui not in declared:
                 declared.add(tui)
-                out += f"<{sty_ns}{tui}> {_TYPE} {_CLASS} .\n<{sty_ns}{tui}> {_LABEL} {literal_nt(fields[3])} .\n"
+                out += f"<{sty_ns}{tui}> {TYPE} {_CLASS} .\n<{sty_ns}{tui}> {LABEL} {literal_nt(fields[3])} .\n"
             yield out
 
     # --- MRREL ------------------------------------------------------------------------------------------------
@@ -455,11 +456,11 @@ class UmlsLoader(Loader):
             # REL/RELA say what CUI2 is to CUI1
             if rel in ("PAR", "CHD") and rela in ("", "isa", "inverse_isa"):
                 child, parent = (cui1, cui2) if rel == "PAR" else (cui2, cui1)
-                yield f"<{ns}{child}> {_SUBCLASS} <{ns}{parent}> .\n"
+                yield f"<{ns}{child}> {SUBCLASS} <{ns}{parent}> .\n"
                 continue
             if rela in ("isa", "inverse_isa"):  # under another REL: RELA alone says which way
                 child, parent = (cui2, cui1) if rela == "isa" else (cui1, cui2)
-                yield f"<{ns}{child}> {_SUBCLASS} <{ns}{parent}> .\n"
+                yield f"<{ns}{child}> {SUBCLASS} <{ns}{parent}> .\n"
                 continue
             if rel in ("RB", "RN") and not rela:
                 narrower, broader = (cui1, cui2) if rel == "RB" else (cui2, cui1)

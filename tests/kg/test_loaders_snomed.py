@@ -110,3 +110,17 @@ def test_a_snapshot_with_two_rows_for_one_id_is_an_error(tmp_path: Path) -> None
     with pytest.raises(InputError, match="duplicate id") as caught:
         load(OxigraphStore(), "snomed", copy)
     assert caught.value.line == 11
+
+
+def test_text_definitions_become_skos_definition(tmp_path: Path) -> None:
+    import shutil
+
+    release = tmp_path / "snomed"
+    shutil.copytree(SNAPSHOT, release)
+    header = "id\teffectiveTime\tactive\tmoduleId\tconceptId\tlanguageCode\ttypeId\tterm\tcaseSignificanceId\r\n"
+    row = ("9000011\t20990131\t1\t900000000000207008\t100000002\ten\t900000000000550004\t"
+           "A synthetic disorder of the alpha kind.\t900000000000448009\r\n")
+    (release / "Snapshot" / "Terminology" / "sct2_TextDefinition_Snapshot-en_INT_20990131.txt").write_text(
+        header + row, encoding="utf-8", newline="")
+    found = loaded(release)
+    assert objects(found, "SNOMEDCT:100000002", "skos:definition") == {'"A synthetic disorder of the alpha kind."@en'}
