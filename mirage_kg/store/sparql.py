@@ -52,15 +52,15 @@ class SparqlStore(Store):
     # --- HTTP ----------------------------------------------------------------------------------------------
     def _post(self, url: str, *, data: dict[str, str] | None = None, content: bytes | None = None,
               headers: dict[str, str], timeout: float | None = None) -> httpx.Response:
+        """POST with bounded retries. ``timeout`` bounds the whole exchange, not each socket read: an endpoint
+        that keeps streaming rows past it is cut off (httpx's own timeouts are per read)."""
+        limit = timeout if timeout is not None else self.timeout
         last: Exception | None = None
         for attempt in range(self.max_retries + 1):
             try:
-                response = self._client.post(
-                    url, data=data, content=content, headers=headers,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
+                response = self._exchange(url, data, content, headers, limit)
             except httpx.TimeoutException as exc:
-                raise EndpointError(f"no answer within {timeout or self.timeout} s", url, retryable=True) from exc
+                raise EndpointError(f"no answer within {limit} s", url, retryable=True) from exc
             except httpx.TransportError as exc:
                 last = exc
             else:
@@ -78,6 +78,26 @@ class SparqlStore(Store):
         if isinstance(last, EndpointError):
             raise last
         raise EndpointError(f"cannot connect ({last}); is the server running?", url, retryable=True) from last
+
+    def _exchange(self, url: str, data: dict[str, str] | None, content: bytes | None, headers: dict[str, str],
+                  limit: float) -> httpx.Response:
+        """One request, its body read as a stream against a wall-clock deadline."""
+        deadline = time.monotonic() + limit
+        request = self._client.build_request("POST", url, data=data, content=content, headers=headers,
+                                             timeout=httpx.Timeout(limit, connect=min(limit, 10.0)))
+        streamed = self._client.send(request, stream=True)
+        chunks: list[bytes] = []
+        try:
+            for chunk in streamed.iter_bytes():
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise QueryError(f"{url}: the answer was still coming after the timeout of {limit} s; "
+                                     "narrow the query or raise --timeout")
+        finally:
+            streamed.close()
+        kept = {k: v for k, v in streamed.headers.items()
+                if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")}
+        return httpx.Response(streamed.status_code, headers=kept, content=b"".join(chunks), request=request)
 
     def _query(self, query: str, accept: str, timeout: float | None) -> httpx.Response:
         return self._post(

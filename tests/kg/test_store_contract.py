@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mirage_kg.errors import EndpointError, InputError, QueryError
+from mirage_kg.errors import EndpointError, InputError, MirageError, QueryError
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
 from mirage_kg.namespaces import ENTITY, SKOS_ALT, SKOS_PREF
 from mirage_kg.stats import compute_stats
@@ -101,3 +101,26 @@ def test_unreachable_endpoint_names_url_and_is_retryable() -> None:
     with pytest.raises(EndpointError) as info:
         broken.select("SELECT * WHERE { ?s ?p ?o }")
     assert info.value.retryable and "127.0.0.1:9" in str(info.value)
+
+
+@pytest.mark.parametrize(("media", "marker"), [("application/n-quads", b"/triples/small.tsv>"),
+                                               ("text/turtle", b"has_symptom")])
+def test_export_quads_and_turtle(store: Store, media: str, marker: bytes) -> None:
+    load_file(store, "small.tsv", "triples")
+    out = io.BytesIO()
+    store.export(out, media)
+    assert marker in out.getvalue()
+    import pyoxigraph as ox
+
+    fmt = ox.RdfFormat.N_QUADS if media == "application/n-quads" else ox.RdfFormat.TURTLE
+    parsed = list(ox.parse(out.getvalue(), format=fmt))
+    facts = [q for q in parsed if q.predicate.value.endswith(("has_symptom", "possible_disease"))]
+    assert len(facts) == 3
+
+
+def test_query_timeout_bounds_the_whole_answer(store: Store) -> None:
+    """A query whose millions of rows keep streaming is cut off at the timeout, not at each socket read."""
+    load_file(store, "small.tsv", "triples")
+    with pytest.raises(MirageError) as info:
+        store.select("SELECT * WHERE { ?a ?b ?c . ?d ?e ?f . ?g ?h ?i }", timeout=0.2)
+    assert "timeout" in str(info.value)
