@@ -68,7 +68,3 @@ def literal(value: str, *, lang: str | None = None, datatype: str | None = None)
     if datatype and datatype != "http://www.w3.org/2001/XMLSchema#string":
         return f"{body}^^{iri_ref(datatype)}"
     return body
-
-
-def uri(value: str) -> Term:
-    return Term("uri", value)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -110,7 +110,3 @@ def read_lines(path: Path, problem: Problem, encoding: str = "utf-8") -> Iterato
 def literal_nt(value: str, lang: str | None = None) -> str:
     body = f'"{escape_string(value)}"'
     return f"{body}@{lang}" if lang else body
-
-
-def count_lines(lines: Iterable[str]) -> int:
-    return sum(1 for _ in lines)

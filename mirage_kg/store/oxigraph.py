@@ -50,7 +50,10 @@ def to_node(term: Term) -> ox.NamedNode | ox.Literal | ox.BlankNode:
 
 
 class OxigraphStore(Store):
-    """pyoxigraph's ``Store``: ``OxigraphStore()`` in memory, ``OxigraphStore(path)`` on disk (created if absent)."""
+    """pyoxigraph's ``Store``: ``OxigraphStore()`` in memory, ``OxigraphStore(path)`` on disk (created if absent).
+
+    Besides SPARQL, the graph layer and the validator read the quad index directly (``match``, and ``raw``, the
+    pyoxigraph store itself) for the walks SPARQL would make slow: bridge search, degree and component passes."""
 
     def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
         self.path = Path(path) if path is not None else None
