@@ -36,15 +36,16 @@ QUESTIONS = [
 ]
 
 
-def make_backend(name: str) -> Any:
+def make_backend(name: str, engine: str = "auto", threads: int | None = None, cpu_pack: bool = True) -> Any:
     from mirage_reason.backends.local_models import tiny_model
     from mirage_reason.backends.transformers_backend import TransformersBackend
 
+    options: dict[str, Any] = {"engine": engine, "threads": threads, "cpu_pack": cpu_pack}
     if name == "smollm2":
-        return TransformersBackend("smollm2", threads=1)
+        return TransformersBackend("smollm2", **options)
     if name == "tiny":
         model, tokenizer = tiny_model(seed=0, layers=4, hidden=128)
-        return TransformersBackend.from_model(model, tokenizer, name="tiny", threads=1)
+        return TransformersBackend.from_model(model, tokenizer, name="tiny", **options)
     raise SystemExit(f"unknown backend {name!r}: use smollm2 or tiny")
 
 
@@ -102,7 +103,6 @@ def main() -> None:
 
     from mirage_kg import KnowledgeGraph, demo_store
 
-    torch.set_num_threads(1)
     kg = KnowledgeGraph(demo_store())
     rows = [bench(kg, name.strip(), args.chains, args.tokens) for name in args.backends.split(",") if name.strip()]
     if args.json:

