@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from mirage_kg import MissingExtraError
-
+from mirage_reason.backends import decoding
 from mirage_reason.backends.base import (
     Completion,
     GenerationParams,
@@ -29,7 +29,6 @@ from mirage_reason.backends.base import (
     normalize_stop,
     strip_think,
 )
-from mirage_reason.backends import decoding
 from mirage_reason.backends.local_models import SMOLLM2_ALIAS, smollm2_dir
 from mirage_reason.errors import MissingModelError
 

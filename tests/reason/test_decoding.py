@@ -12,7 +12,7 @@ from mirage_reason.backends import GenerationParams
 torch = pytest.importorskip("torch", reason="the [llm] extra is not installed: pip install 'mirage-kg[llm]'")
 pytest.importorskip("transformers", reason="the [llm] extra is not installed: pip install 'mirage-kg[llm]'")
 
-from mirage_reason.backends import decoding  # noqa: E402  (needs torch)
+from mirage_reason.backends import decoding
 
 PROMPTS = [
     "a",
