@@ -1,11 +1,15 @@
 """Batched chains: N graph-augmented reasoning chains advanced together (one ``generate`` call per step) against
 the same N chains run one after another, on the same backend, KG, prompts and budgets, in one run.
 
-    python benchmarks/bench_chains.py [--backends smollm2,tiny] [--chains 8] [--tokens 64] [--json]
+    python benchmarks/bench_chains.py [--backends smollm2,tiny] [--engines auto,generate] [--chains 8]
+                                      [--tokens 64] [--same-question] [--threads N] [--json]
 
 Decoding is greedy so both runs make the same text, and the chains are seeded with ``retrieve`` evidence from the
-demo KG as in the pipeline. Prints wall time, generated tokens and tokens/s of each run, and the ratio of the
-batched wall time to one chain alone (target <= 1.5x). Never gates CI."""
+demo KG as in the pipeline. Prints wall time, generated tokens and tokens/s of each run, and the batched wall time
+over one chain alone (target <= 1.5x), both over the mean chain and over the longest one (a batch cannot end
+before its longest chain). ``--same-question`` runs 8 copies of one question, so every chain has the same length
+and the ratio is the cost of batching alone. ``--engines`` compares the backend's decoding loop ("auto"/"loop")
+with transformers' own ``generate``. Never gates CI."""
 
 from __future__ import annotations
 
@@ -59,14 +63,15 @@ def run_chains(kg: Any, backend: Any, config: Any, specs: list[Any]) -> tuple[fl
     return time.perf_counter() - start, sum(r.completion_tokens for r in results), time.process_time() - cpu
 
 
-def bench(kg: Any, backend_name: str, chains: int, tokens: int) -> dict[str, Any]:
+def bench(kg: Any, backend_name: str, chains: int, tokens: int, engine: str = "auto", threads: int | None = None,
+          same_question: bool = False) -> dict[str, Any]:
     from mirage_reason.chain import ChainSpec
     from mirage_reason.config import MirageConfig
 
-    backend = make_backend(backend_name)
+    backend = make_backend(backend_name, engine=engine, threads=threads)
     config = MirageConfig(temperature=0.0, max_new_tokens=tokens, max_chain_tokens=tokens, max_turns=3, n_r=2,
                           seed_facts=8, rank_by_question=False)
-    questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(chains)]
+    questions = [QUESTIONS[0 if same_question else i % len(QUESTIONS)] for i in range(chains)]
     specs = [ChainSpec(q, q, tuple(kg.retrieve(q, budget=config.retrieve_budget).evidence), tag=i)
              for i, q in enumerate(questions)]
     run_chains(kg, backend, config, specs[:1])  # warm-up: first-call allocations, tokenizer caches
@@ -78,7 +83,9 @@ def bench(kg: Any, backend_name: str, chains: int, tokens: int) -> dict[str, Any
     one = statistics.mean(w for w, _, _ in singles)
     longest = max(w for w, _, _ in singles)
     return {
-        "backend": backend_name, "chains": chains, "max_tokens_per_chain": tokens,
+        "backend": backend_name, "engine": backend.engine, "threads": backend.threads,
+        "packed_layers": backend.packed_layers, "same_question": same_question,
+        "chains": chains, "max_tokens_per_chain": tokens,
         "sequential": {"wall_s": seq_wall, "cpu_s": seq_cpu, "tokens": seq_tokens,
                        "tokens_per_s": seq_tokens / seq_wall},
         "batched": {"wall_s": batch_wall, "cpu_s": batch_cpu, "tokens": batch_tokens,
@@ -96,6 +103,10 @@ def main() -> None:
     parser.add_argument("--backends", default="smollm2,tiny", help="comma-separated: smollm2, tiny")
     parser.add_argument("--chains", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64, help="tokens each chain may generate")
+    parser.add_argument("--engines", default="auto", help="comma-separated: auto (the default: loop where the "
+                        "model allows), loop, generate (transformers' generate)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads [default: the backend's choice]")
+    parser.add_argument("--same-question", action="store_true", help="every chain gets the same question")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
 
@@ -104,19 +115,23 @@ def main() -> None:
     from mirage_kg import KnowledgeGraph, demo_store
 
     kg = KnowledgeGraph(demo_store())
-    rows = [bench(kg, name.strip(), args.chains, args.tokens) for name in args.backends.split(",") if name.strip()]
+    rows = [bench(kg, name.strip(), args.chains, args.tokens, engine.strip(), args.threads, args.same_question)
+            for name in args.backends.split(",") if name.strip()
+            for engine in args.engines.split(",") if engine.strip()]
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{args.chains} chains, <= {args.tokens} tokens each, greedy, demo KG seeds; torch threads: 1; "
-          f"CPU: {os.cpu_count()} cores; python {sys.version.split()[0]}, torch {torch.__version__}")
-    print(f"{'backend':<9} {'run':<11} {'wall s':>8} {'cpu s':>8} {'tokens':>7} {'tok/s':>8}")
+    print(f"{args.chains} chains, <= {args.tokens} tokens each, greedy, demo KG seeds"
+          f"{', one question' if args.same_question else ''}; CPU: {os.cpu_count()} cores; "
+          f"python {sys.version.split()[0]}, torch {torch.__version__}")
+    print(f"{'backend':<9} {'engine':<9} {'run':<11} {'wall s':>8} {'cpu s':>8} {'tokens':>7} {'tok/s':>8}")
     for row in rows:
+        engine = row["engine"] + ("+onednn" if row["packed_layers"] else "")
         for run in ("sequential", "batched"):
             r = row[run]
-            print(f"{row['backend']:<9} {run:<11} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {r['tokens']:>7} "
-                  f"{r['tokens_per_s']:>8.1f}")
-        print(f"{row['backend']:<9} one chain: mean {row['one_chain_mean_s']:.2f} s, longest "
+            print(f"{row['backend']:<9} {engine:<9} {run:<11} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} "
+                  f"{r['tokens']:>7} {r['tokens_per_s']:>8.1f}")
+        print(f"{row['backend']:<9} {engine} ({row['threads']} threads) one chain: mean {row['one_chain_mean_s']:.2f} s, longest "
               f"{row['one_chain_longest_s']:.2f} s | batched / one chain = {row['ratio_batched_to_one_chain']:.2f}x "
               f"(target <= 1.5x), batched / longest = {row['ratio_batched_to_longest_chain']:.2f}x, "
               f"speed-up over sequential = {row['speedup_vs_sequential']:.2f}x; in CPU time batched / one chain = "

@@ -172,7 +172,7 @@ def ask(question: str, store: str | None, endpoint: str | None, backend_kind: st
 @click.option("--dtype", default="auto", show_default=True)
 @click.option("--device-map", default="auto", show_default=True,
               help="'auto' (GPU + accelerate only), 'none', or a device.")
-@click.option("--threads", type=click.IntRange(min=1), help="CPU threads for torch [default: 1 for models under 1B].")
+@click.option("--threads", type=click.IntRange(min=1), help="CPU threads for torch while generating [default: every usable core].")
 @click.option("--think", type=click.Choice(["keep", "strip"]), default="keep", show_default=True,
               help="Keep or drop finished <think> blocks in completions.")
 @click.option("--max-batch", type=click.IntRange(min=1), default=32, show_default=True,

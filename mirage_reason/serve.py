@@ -373,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--served-model-name", help="the model id clients send (default: --model)")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device-map", default="auto", help="'auto' (GPU + accelerate only), 'none', or a device")
-    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for models under 1B)")
+    parser.add_argument("--threads", type=int, help="CPU threads for torch while generating (default: every usable core)")
     parser.add_argument("--gguf-file", help="load this GGUF file from the --model directory")
     parser.add_argument("--think", choices=["keep", "strip"], default="keep")
     parser.add_argument("--max-batch", type=int, default=32, help="most prompts per generate call")

@@ -51,6 +51,8 @@ TINY = {
 }
 PAD, EOS = 0, 1
 GREEDY = False  # set when random weights give non-finite logits that sampling refuses (greedy costs the same)
+ENGINE = "loop"  # "loop": mirage_reason.backends.decoding (the product's path); "generate": transformers' own
+DECODING: Any = None
 
 
 def build_model(sizes: dict[str, Any], device: str, dtype: Any) -> Any:
@@ -76,8 +78,26 @@ def make_prompts(count: int, mean_len: int, vocab: int, seed: int) -> list[list[
     return [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in lengths]
 
 
+def _decoding_module() -> Any:
+    """MIRAGE-KG's decoding loop (``mirage_reason.backends.decoding``: torch and transformers only)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "mirage_reason" / "backends" / "decoding.py"
+    spec = importlib.util.spec_from_file_location("mirage_decoding", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)  # loaded by path: the GPU machine need not have mirage-kg's KG stack
+    return module
+
+
 def generate(model: Any, prompts: list[list[int]], new_tokens: int, seed: int) -> tuple[float, int]:
-    """One batched generate over ``prompts`` (left-padded); returns wall seconds and tokens generated."""
+    """One batched call over ``prompts`` (left-padded); returns wall seconds and tokens generated.
+
+    ``ENGINE`` "loop" runs MIRAGE-KG's decoding loop (what ``TransformersBackend`` uses), "generate" transformers'
+    stock ``generate``; both with EOS suppressed, so every row makes exactly ``new_tokens`` tokens.
+    """
     import torch
 
     width = max(len(p) for p in prompts)
@@ -87,16 +107,26 @@ def generate(model: Any, prompts: list[list[int]], new_tokens: int, seed: int) -
     if model.device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
-    sampling = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20} if not GREEDY else \
-        {"do_sample": False}
-    with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, repetition_penalty=1.05, pad_token_id=PAD, eos_token_id=EOS,
-                             **sampling)
+    if ENGINE == "loop":
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+        warpers = LogitsProcessorList() if GREEDY else LogitsProcessorList(
+            [TemperatureLogitsWarper(0.7), TopKLogitsWarper(20), TopPLogitsWarper(0.8)])
+        rows = DECODING.decode(model, ids, mask, max_new_tokens=new_tokens, eos_ids=set(), tokenizer=None,
+                               processors=warpers, repetition_penalty=1.05, sample=not GREEDY)
+        made = sum(len(r.tokens) for r in rows)
+    else:
+        sampling = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20} if not GREEDY else \
+            {"do_sample": False}
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
+                                 min_new_tokens=new_tokens, repetition_penalty=1.05, pad_token_id=PAD,
+                                 eos_token_id=EOS, **sampling)
+        made = (out.shape[1] - width) * len(prompts)
     if model.device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - start
-    return wall, (out.shape[1] - width) * len(prompts)
+    return wall, made
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -120,8 +150,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "prompt_tokens_mean": args.prompt_tokens, "new_tokens": args.new_tokens, "torch": torch.__version__,
         "config": sizes, "results": [],
     }
-    global GREEDY
+    global GREEDY, ENGINE, DECODING
     GREEDY = args.greedy
+    ENGINE = args.engine
+    if ENGINE == "loop":
+        DECODING = _decoding_module()
+    info["engine"] = ENGINE
     warm = make_prompts(2, min(args.prompt_tokens, 64), sizes["vocab_size"], 99)
     try:
         generate(model, warm, 4, 0)  # warm-up (also finds out whether sampling works on these random weights)
@@ -170,6 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop measuring sequential runs past this")
     parser.add_argument("--dry-run", action="store_true", help="a tiny model on the CPU, to check the script")
     parser.add_argument("--greedy", action="store_true", help="greedy decoding instead of the paper's sampling")
+    parser.add_argument("--engine", choices=("loop", "generate"), default="loop",
+                        help="loop: MIRAGE-KG's decoding loop (the product's path); generate: transformers' generate")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     args.chains = [int(c) for c in (args.chains or ("2,4" if args.dry_run else "8,32")).split(",")]
@@ -181,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     print(f"{info['device']}, {info['dtype']}, {info['parameters'] / 1e9:.2f}B parameters (built in "
           f"{info['build_s']} s), prompts ~{info['prompt_tokens_mean']} tokens, {info['new_tokens']} new tokens "
-          f"per chain, {info['decoding']}, torch {info['torch']}")
+          f"per chain, {info['decoding']}, engine {info['engine']}, torch {info['torch']}")
     print(f"{'chains':>6} {'run':<11} {'wall s':>8} {'tokens':>7} {'tok/s':>8}")
     for row in info["results"]:
         for name in ("sequential", "batched"):

@@ -14,7 +14,8 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -93,8 +94,12 @@ class TransformersBackend:
     """A local model through ``transformers``; ``model`` is a hub id, a local directory or ``"smollm2"``.
 
     ``device_map="auto"`` is used only when a GPU and accelerate are present; on the CPU the model loads plainly.
-    ``threads=None`` on the CPU sets torch to one thread for models under 1B parameters (on small machines torch's
-    default thread count made SmolLM2 about 4x slower); ``torch.set_num_threads`` is process-wide.
+    On the CPU, ``generate`` runs torch on ``threads`` threads (default: every core this process may use) and puts
+    the process-wide setting back afterwards, so other torch work (the linker's encoder) keeps its own.
+    ``engine="loop"`` (what ``"auto"`` picks for models with plain full-attention caches: Llama, Qwen2/QwQ, ...)
+    decodes with :mod:`.decoding`, where finished rows leave the batch at once and the KV cache is written in
+    place; ``"generate"`` uses transformers' ``generate`` (any model). ``cpu_pack`` (default on, CPU and loop only)
+    reorders every fp32 linear weight once for oneDNN (:class:`OneDNNLinear`), about 1.5x faster on small CPUs.
     ``think="strip"`` drops a finished ``<think>...</think>`` block from every completion; ``"keep"`` (the default,
     what a resumable chain needs) returns the text as generated.
     ``share_prefix=True`` runs a prefix of at least 32 tokens that all prompts of a batch share once and reuses its KV
@@ -178,13 +183,12 @@ class TransformersBackend:
         self._eos_ids = _eos_ids(model, tokenizer)
         self.device = model.device
         self.packed_layers = 0
+        self.threads: int | None = None
         if self.device.type == "cpu":
             small = model.num_parameters() < _SMALL_MODEL_PARAMS
-            if threads is None:
-                # Every usable core (torch's own default counts the host's cores, not this process's share); models
-                # under 1B on the old generate() path ran best on one thread.
-                threads = _usable_cores() if self.engine == "loop" or not small else 1
-            torch.set_num_threads(threads)
+            # Every usable core (torch's own default may count the host's cores, not this process's share); small
+            # models on the stock generate() path ran best on one thread.
+            self.threads = threads or (_usable_cores() if self.engine == "loop" or not small else 1)
             if cpu_pack and self.engine == "loop":
                 self.packed_layers = _pack_for_onednn(model)
 
@@ -208,8 +212,8 @@ class TransformersBackend:
         stops = normalize_stop(stop)
         size = self.max_batch_size or len(batch) or 1
         out: list[Completion] = []
-        with self._lock:
-            if not params.greedy and params.seed is not None:
+        with self._lock, _torch_threads(self.threads):
+            if not params.greedy and params.seed is not None and self.engine == "generate":
                 torch.manual_seed(params.seed)
             for start in range(0, len(batch), size):
                 out.extend(self._generate_batch(batch[start : start + size], stops, params))
@@ -391,6 +395,20 @@ def _pack_for_onednn(model: PreTrainedModel) -> int:
     for module, name, child in linears:
         setattr(module, name, OneDNNLinear(child))
     return len(linears)
+
+
+@contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Run torch's CPU ops on ``threads`` threads inside the block only (the setting is process-wide)."""
+    before = torch.get_num_threads()
+    if threads is None or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _usable_cores() -> int:
