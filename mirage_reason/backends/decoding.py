@@ -100,10 +100,13 @@ class BufferedLayer(DynamicLayer):
         self._publish()
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices``, compacted in place: only their used positions are copied, nothing allocated."""
         if self._keys is None or self._values is None:
             return
-        self._keys = self._keys.index_select(0, indices)
-        self._values = self._values.index_select(0, indices)
+        rows, used = len(indices), self.length
+        for buffer in (self._keys, self._values):
+            buffer[:rows, ..., :used, :] = buffer[..., :used, :].index_select(0, indices)
+        self._keys, self._values = self._keys[:rows], self._values[:rows]
         self._publish()
 
 
