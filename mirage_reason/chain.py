@@ -347,7 +347,7 @@ class Chain:
         self.trace.append({"event": "generate", "turn": self.turns, "text": completion.text,
                            "finish": completion.finish_reason, "tokens": completion.completion_tokens})
         self.text += completion.text
-        if completion.stop == QUERY_END:
+        if completion.stop == QUERY_END or (completion.stop_unknown and self._ends_in_open_block()):
             self.text += QUERY_END
             limit = self._limit_reason()
             if limit is not None:
@@ -372,6 +372,13 @@ class Chain:
         if self.completion_tokens >= self.config.max_chain_tokens:
             return "max_tokens"
         return None
+
+    def _ends_in_open_block(self) -> bool:
+        """Whether the text ends inside a search block (the server stopped on ``QUERY_END`` without saying so)."""
+        end = self.text.rfind(RESULT_END)
+        region = self.text[end + len(RESULT_END):] if end >= 0 else self.text
+        start = region.rfind(QUERY_BEGIN)
+        return start >= 0 and QUERY_END not in region[start:]
 
     def _garbled(self, problem: str, text: str | None = None) -> None:
         event: dict[str, Any] = {"event": "garbled", "turn": self.turns, "problem": problem}

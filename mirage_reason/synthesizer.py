@@ -393,10 +393,22 @@ class Synthesizer:
         for claim in synthesis.claims:
             allowed.add(claim.entity.iri)
             allowed.update(n.iri for p in claim.citations for n in p.nodes)
+        warnings = {c.entity.iri: c for c in synthesis.claims if c.kind == "warning"}
+        unstated: list[str] = []
         for entity, _, _ in self._mentions(text):
-            if entity.iri not in allowed:
+            warning = warnings.pop(entity.iri, None)
+            if warning is not None:
+                # The writer named a drug the graph contraindicates here (small models even recommend it): the
+                # warning must be in the text the user reads, not only in the claims.
+                flags.append(f"the answer mentions {entity.label}, which the knowledge graph contraindicates "
+                             f"({warning.text})")
+                if warning.text.lower() not in text.lower():
+                    unstated.append(warning.text)
+            elif entity.iri not in allowed:
                 flags.append(f"the answer mentions {entity.label}, which no surviving claim supports")
                 allowed.add(entity.iri)
+        if unstated:
+            text += "\n\n" + " ".join(f"Warning: {w}." for w in unstated)
         return text, tuple(flags)
 
     def fallback_text(self, synthesis: Synthesis) -> str:

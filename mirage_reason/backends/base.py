@@ -57,6 +57,9 @@ class Completion:
     completion_tokens: int
     finish_reason: str  # "stop" (a stop string fired or EOS) | "length"
     stop: str | None = None  # which stop string fired, if any
+    # True when the generation ended on "stop" but the server does not say whether a stop string or the end of
+    # sequence ended it (llama.cpp's and Ollama's servers): ``stop`` is then None even if a stop string fired.
+    stop_unknown: bool = False
 
 
 @runtime_checkable

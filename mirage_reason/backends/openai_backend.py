@@ -53,8 +53,9 @@ class OpenAIBackend:
 
     Token counts come from the server's ``usage``; a server that sends none gets a whitespace estimate instead.
     Which stop string fired is known when the server says so (vLLM's ``stop_reason``, SGLang's ``matched_stop``)
-    or echoes the stop string in the text; otherwise ``Completion.stop`` is None even when ``finish_reason`` is
-    "stop".
+    or echoes the stop string in the text; a server that says neither (llama.cpp, Ollama) gets
+    ``Completion.stop_unknown=True`` on every "stop" finish, and the chain runner then reads a search block left
+    open at the end of the text as closed by its stop string.
 
     In chat mode each prompt is read back as ChatML (what :meth:`format_chat` writes in that mode); a prompt that
     ends inside an assistant turn is sent with vLLM's ``continue_final_message`` so a chain can be resumed.
@@ -226,6 +227,7 @@ class OpenAIBackend:
                 endpoint=f"{self.base_url}{path}",
             ) from exc
         text, fired = apply_stop(raw, stop)  # some servers include the stop string in the text
+        says = "stop_reason" in choice or "matched_stop" in choice
         if fired is None:
             reported = choice.get("stop_reason", choice.get("matched_stop"))
             fired = reported if isinstance(reported, str) and reported in stop else None
@@ -241,6 +243,7 @@ class OpenAIBackend:
             completion_tokens=int(completion_tokens) if completion_tokens is not None else whitespace_tokens(raw),
             finish_reason=finish,
             stop=fired,
+            stop_unknown=bool(stop) and finish == "stop" and fired is None and not says,
         )
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -41,6 +41,8 @@ class ScriptedBackend:
     """Replays ``script``: a list of raw completions handed out in order, or a function ``prompt -> completion``.
 
     With a list, ``cycle=True`` starts over when the list runs out; otherwise running out is a ``BackendError``.
+    ``silent_stops=True`` acts like a server that does not say which stop string fired (llama.cpp's): a completion
+    that ends on "stop" has ``stop=None`` and ``stop_unknown=True`` whenever stop strings were asked for.
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class ScriptedBackend:
         cycle: bool = False,
         think: ThinkMode = "keep",
         name: str = "scripted",
+        silent_stops: bool = False,
     ) -> None:
         if isinstance(script, str):
             raise TypeError("script must be a list of completions or a callable, not a single string")
@@ -58,6 +61,7 @@ class ScriptedBackend:
         self.calls: list[ScriptedCall] = []
         self._script = script if callable(script) else list(script)
         self._cycle = cycle
+        self.silent_stops = silent_stops
         self._next = 0
         self._lock = threading.Lock()
 
@@ -108,4 +112,7 @@ class ScriptedBackend:
             finish = "stop"
         if self.think == "strip":
             text = strip_think(text)
-        return Completion(text, whitespace_tokens(prompt), min(len(tokens), params.max_new_tokens), finish, fired)
+        used = min(len(tokens), params.max_new_tokens)
+        if self.silent_stops and stop and finish == "stop":
+            return Completion(text, whitespace_tokens(prompt), used, finish, None, stop_unknown=True)
+        return Completion(text, whitespace_tokens(prompt), used, finish, fired)

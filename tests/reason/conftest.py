@@ -64,6 +64,61 @@ def smollm2_server(smollm2_backend: TransformersBackend) -> Iterator[tuple[Backe
     server.stop()
 
 
+LLAMACPP_MISSING = ("llama-cpp-python's server is not installed: pip install 'llama-cpp-python[server]==0.3.36' "
+                    "(it compiles llama.cpp: about 4 minutes on 2 cores; scripts/test.sh does it)")
+
+
+@pytest.fixture(scope="session")
+def llamacpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama.cpp's own OpenAI-compatible server (llama-cpp-python) on SmolLM2's GGUF; yields its base URL."""
+    _require_llm_stack()
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip(LLAMACPP_MISSING)
+    try:
+        import llama_cpp.server.app  # noqa: F401  (the [server] extra: fastapi, uvicorn, ...)
+    except ImportError as exc:
+        pytest.skip(f"{LLAMACPP_MISSING} ({exc})")
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from mirage_reason.backends.local_models import smollm2_path
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_path()), "--model_alias", "smollm2",
+               "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192", "--n_threads", "2"]
+    log = tmp_path_factory.mktemp("llamacpp") / "server.log"  # a file, not a pipe: llama.cpp logs a lot
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {proc.returncode}: "
+                                   f"{log.read_text(errors='replace')[-2000:]}")
+            try:
+                if httpx.get(f"{base_url}/models", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama_cpp.server did not answer within 60 s: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield base_url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 # -- a scriptable HTTP server for client-side failure tests --------------------------------------------------------
 
 Reply = tuple[int, dict[str, Any], dict[str, str]]  # status, JSON body, headers

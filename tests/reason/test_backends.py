@@ -586,6 +586,18 @@ def test_openai_reads_stop_reason_reasoning_and_falls_back_without_usage(stub_se
     assert split_think(kept.text) == ("uric acid", "Gout.")
 
 
+def test_openai_marks_stops_a_server_does_not_name(stub_server: Callable[..., Any]) -> None:
+    bodies = [completion_body("look up "),  # llama.cpp: no stop_reason key at all
+              completion_body("done", stop_reason=None),  # vLLM: null = EOS, a known answer
+              completion_body("cut", finish="length")]
+    stub = stub_server(lambda hit, body: (200, bodies[hit - 1], {}))
+    with _client(stub.base_url, concurrency=1) as client:
+        silent, eos, cut = (client.generate(["a"], stop=["<|KG_QUERY_END|>"], params=GREEDY)[0] for _ in range(3))
+    assert silent.stop is None and silent.stop_unknown
+    assert eos.stop is None and not eos.stop_unknown
+    assert cut.finish_reason == "length" and not cut.stop_unknown
+
+
 def test_openai_retries_503_then_succeeds(stub_server: Callable[..., Any]) -> None:
     stub = stub_server(lambda hit, body: (503, {"error": {"message": "busy"}}, {}) if hit <= 2 else
                        (200, completion_body("fine"), {}))  # fmt: skip

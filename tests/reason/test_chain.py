@@ -94,6 +94,21 @@ def test_search_result_is_inserted_and_the_chain_continues() -> None:
     assert result.to_json()["searches"][0]["results"][0]["steps"][0]["direction"] in ("forward", "backward")
 
 
+def test_a_server_that_does_not_say_which_stop_fired_still_gets_its_searches_run() -> None:
+    # llama.cpp's server ends on "stop" for both EOS and a stop string and names neither: a block left open at the
+    # end of the text is then the closed search, and text that ends outside a block is the answer.
+    kg = FakeKG()
+    backend = scripted([f"Let me check. {QB}flu{QE}", "Influenza causes fever."], silent_stops=True)
+    _, [result] = run(kg, backend, [ChainSpec("What causes fever?")])
+    first = backend.generate(["x"], stop=[QE], params=backend.calls[0].params)  # what the chain was handed
+    assert first[0].stop is None and first[0].stop_unknown
+    assert [s.terms for s in result.searches] == [("flu",)] and result.answer == "Influenza causes fever."
+    assert result.finish_reason == "answered" and result.turns == 2
+    # a server that reports its stops is taken at its word: an open block that EOS ended is garbled, not run
+    _, [known] = run(kg, scripted([f"It may be the flu. {QB}Influenza and then some"]), [ChainSpec("q")])
+    assert known.searches == () and known.answer == "It may be the flu."
+
+
 def test_bridge_mode_returns_paths() -> None:
     kg = FakeKG()
     backend = scripted([f"{QB}Ibuprofen||stomach ulcer{QE}", "Avoid it."])

@@ -157,6 +157,24 @@ def test_writer_sees_only_surviving_claims_and_its_extra_mentions_are_flagged() 
     assert flags == ("the answer mentions Sumatriptan, which no surviving claim supports",)
 
 
+def test_a_contraindicated_drug_in_the_written_answer_gets_its_warning_in_the_text() -> None:
+    question = "I have a stomach ulcer and the flu. What should I take?"
+    entities = [ent("Peptic ulcer disease"), ent("Influenza")]
+    chains = [chain("Take ibuprofen.", facts(FakeKG(), "Influenza")),
+              chain("Oseltamivir is the drug.", facts(FakeKG(), "Influenza"))]
+    synth, _, _ = make(["Ibuprofen will ease the flu [2]. Oseltamivir also helps [1]."])
+    _, text, flags, _ = synth.synthesize(question, entities, chains)
+    assert text.endswith("\n\nWarning: Ibuprofen is contraindicated in Peptic ulcer disease.")
+    assert flags == ("the answer mentions Ibuprofen, which the knowledge graph contraindicates "
+                     "(Ibuprofen is contraindicated in Peptic ulcer disease)",)
+    # a writer that already states the warning is left as written, and nothing is flagged when it is not named
+    synth, _, _ = make(["Ibuprofen is contraindicated in peptic ulcer disease; oseltamivir helps."])
+    _, text, flags, _ = synth.synthesize(question, entities, chains)
+    assert "Warning:" not in text and len(flags) == 1
+    synth, _, _ = make(["Oseltamivir helps [1]."])
+    assert synth.synthesize(question, entities, chains)[1:3] == ("Oseltamivir helps [1].", ())
+
+
 def test_empty_wording_falls_back_to_the_claims() -> None:
     synth, kg, _ = make(["<think>I was thinking and never fini"])
     s, text, flags, _ = synth.synthesize(FEVER_COUGH, [ent("Fever")], [chain("Influenza.", facts(kg, "Influenza"))])
