@@ -40,11 +40,12 @@ QUESTIONS = [
 ]
 
 
-def make_backend(name: str, engine: str = "auto", threads: int | None = None, cpu_pack: bool = True) -> Any:
+def make_backend(name: str, engine: str = "auto", threads: int | None = None, cpu_pack: bool = True,
+                 kv_reuse_mb: int = 2048) -> Any:
     from mirage_reason.backends.local_models import tiny_model
     from mirage_reason.backends.transformers_backend import TransformersBackend
 
-    options: dict[str, Any] = {"engine": engine, "threads": threads, "cpu_pack": cpu_pack}
+    options: dict[str, Any] = {"engine": engine, "threads": threads, "cpu_pack": cpu_pack, "kv_reuse_mb": kv_reuse_mb}
     if name == "smollm2":
         return TransformersBackend("smollm2", **options)
     if name == "tiny":
@@ -64,13 +65,14 @@ def run_chains(kg: Any, backend: Any, config: Any, specs: list[Any]) -> tuple[fl
 
 
 def bench(kg: Any, backend_name: str, chains: int, tokens: int, engine: str = "auto", threads: int | None = None,
-          same_question: bool = False) -> dict[str, Any]:
+          same_question: bool = False, step_tokens: int | None = None, kv_reuse_mb: int = 2048) -> dict[str, Any]:
     from mirage_reason.chain import ChainSpec
     from mirage_reason.config import MirageConfig
 
-    backend = make_backend(backend_name, engine=engine, threads=threads)
-    config = MirageConfig(temperature=0.0, max_new_tokens=tokens, max_chain_tokens=tokens, max_turns=3, n_r=2,
-                          seed_facts=8, rank_by_question=False)
+    backend = make_backend(backend_name, engine=engine, threads=threads, kv_reuse_mb=kv_reuse_mb)
+    step = step_tokens or tokens
+    config = MirageConfig(temperature=0.0, max_new_tokens=step, max_chain_tokens=tokens,
+                          max_turns=max(3, -(-tokens // step) + 2), n_r=2, seed_facts=8, rank_by_question=False)
     questions = [QUESTIONS[0 if same_question else i % len(QUESTIONS)] for i in range(chains)]
     specs = [ChainSpec(q, q, tuple(kg.retrieve(q, budget=config.retrieve_budget).evidence), tag=i)
              for i, q in enumerate(questions)]
@@ -84,7 +86,9 @@ def bench(kg: Any, backend_name: str, chains: int, tokens: int, engine: str = "a
     longest = max(w for w, _, _ in singles)
     return {
         "backend": backend_name, "engine": backend.engine, "threads": backend.threads,
-        "packed_layers": backend.packed_layers, "same_question": same_question,
+        "packed_layers": backend.packed_layers, "same_question": same_question, "step_tokens": step,
+        "kv_reuse": backend.kv_pool is not None,
+        "reused_tokens": backend.kv_pool.reused_tokens if backend.kv_pool is not None else 0,
         "chains": chains, "max_tokens_per_chain": tokens,
         "sequential": {"wall_s": seq_wall, "cpu_s": seq_cpu, "tokens": seq_tokens,
                        "tokens_per_s": seq_tokens / seq_wall},
@@ -107,6 +111,9 @@ def main() -> None:
                         "model allows), loop, generate (transformers' generate)")
     parser.add_argument("--threads", type=int, help="torch CPU threads [default: the backend's choice]")
     parser.add_argument("--same-question", action="store_true", help="every chain gets the same question")
+    parser.add_argument("--step-tokens", type=int, help="tokens per generate step (a chain continues a cut step in "
+                        "the next one, re-sending its whole prompt) [default: --tokens, one step]")
+    parser.add_argument("--kv-reuse-mb", default="2048", help="comma-separated KV pool sizes to compare (0 = off)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
 
@@ -115,18 +122,21 @@ def main() -> None:
     from mirage_kg import KnowledgeGraph, demo_store
 
     kg = KnowledgeGraph(demo_store())
-    rows = [bench(kg, name.strip(), args.chains, args.tokens, engine.strip(), args.threads, args.same_question)
+    rows = [bench(kg, name.strip(), args.chains, args.tokens, engine.strip(), args.threads, args.same_question,
+                  args.step_tokens, int(reuse))
             for name in args.backends.split(",") if name.strip()
-            for engine in args.engines.split(",") if engine.strip()]
+            for engine in args.engines.split(",") if engine.strip()
+            for reuse in args.kv_reuse_mb.split(",") if reuse.strip()]
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{args.chains} chains, <= {args.tokens} tokens each, greedy, demo KG seeds"
+    print(f"{args.chains} chains, <= {args.tokens} tokens each"
+          f"{f' in steps of {args.step_tokens}' if args.step_tokens else ''}, greedy, demo KG seeds"
           f"{', one question' if args.same_question else ''}; CPU: {os.cpu_count()} cores; "
           f"python {sys.version.split()[0]}, torch {torch.__version__}")
     print(f"{'backend':<9} {'engine':<9} {'run':<11} {'wall s':>8} {'cpu s':>8} {'tokens':>7} {'tok/s':>8}")
     for row in rows:
-        engine = row["engine"] + ("+onednn" if row["packed_layers"] else "")
+        engine = row["engine"] + ("+onednn" if row["packed_layers"] else "") + ("+kv" if row["kv_reuse"] else "")
         for run in ("sequential", "batched"):
             r = row[run]
             print(f"{row['backend']:<9} {engine:<9} {run:<11} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} "

@@ -20,11 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import LogitsProcessorList
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-__all__ = ["BufferedCache", "BufferedLayer", "Decoded", "decode", "supports"]
+__all__ = ["BufferedCache", "BufferedLayer", "Decoded", "KVPool", "decode", "prefilled", "supports"]
 
 
 class BufferedLayer(DynamicLayer):
@@ -123,6 +124,76 @@ class BufferedCache(DynamicCache):
             layer.batch_select_indices(indices)
 
 
+def prefilled(keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], capacity: int) -> BufferedCache:
+    """A :class:`BufferedCache` already holding ``keys``/``values`` (one ``rows x heads x positions x dim`` per layer)."""
+    cache = BufferedCache(len(keys), capacity)
+    for layer, (k, v) in zip(cache.layers, zip(keys, values)):
+        layer.update(k, v)
+    return cache
+
+
+@dataclass
+class SavedRow:
+    tokens: np.ndarray  # the ids whose keys and values are kept, in order (padding excluded)
+    keys: list[torch.Tensor]  # per layer: heads x positions x dim
+    values: list[torch.Tensor]
+    nbytes: int
+
+
+class KVPool:
+    """Keys and values of finished rows, kept so that a later prompt that continues one reuses it (a chain's next
+    turn is its previous prompt plus what it wrote plus a search result: only the new tokens need a forward pass).
+
+    Rows are matched by the longest common token prefix; entries are dropped oldest first past ``limit_bytes``, and
+    an entry that was reused is dropped after the call (its row saves its longer continuation).
+    """
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.entries: list[SavedRow] = []
+        self.nbytes = 0
+        self.reused_tokens = 0  # over the pool's life: tokens whose forward pass was skipped
+
+    def save(self, tokens: list[int], cache: BufferedCache, batch_row: int, mask_row: torch.Tensor) -> None:
+        positions = mask_row.nonzero().squeeze(1)
+        if len(positions) != len(tokens) or not tokens:
+            return
+        keys, values = [], []
+        for layer in cache.layers:
+            assert layer.keys is not None and layer.values is not None
+            keys.append(layer.keys[batch_row].index_select(1, positions))
+            values.append(layer.values[batch_row].index_select(1, positions))
+        nbytes = sum(t.numel() * t.element_size() for t in (*keys, *values))
+        if nbytes > self.limit_bytes:
+            return
+        self.entries.append(SavedRow(np.asarray(tokens, dtype=np.int64), keys, values, nbytes))
+        self.nbytes += nbytes
+        while self.nbytes > self.limit_bytes:
+            self.nbytes -= self.entries.pop(0).nbytes
+
+    def match(self, ids: list[int]) -> tuple[int, SavedRow | None]:
+        """The longest reusable prefix of ``ids`` (at least one token is left to run) and the entry holding it."""
+        best, best_entry = 0, None
+        wanted = np.asarray(ids, dtype=np.int64)
+        for entry in self.entries:
+            n = min(len(wanted) - 1, len(entry.tokens))
+            if n <= best:
+                continue
+            differ = np.flatnonzero(wanted[:n] != entry.tokens[:n])
+            common = int(differ[0]) if differ.size else n
+            if common > best:
+                best, best_entry = common, entry
+        return best, best_entry
+
+    def release(self, used: Sequence[SavedRow]) -> None:
+        gone = {id(e) for e in used}
+        self.nbytes -= sum(e.nbytes for e in self.entries if id(e) in gone)
+        self.entries = [e for e in self.entries if id(e) not in gone]
+
+    def clear(self) -> None:
+        self.entries, self.nbytes = [], 0
+
+
 def supports(model: Any) -> bool:
     """True when the model's own cache is all plain full-attention layers (so a :class:`BufferedCache` fits)."""
     try:
@@ -172,7 +243,7 @@ def decode(
     sample: bool = False,
     generator: torch.Generator | None = None,
     cache: BufferedCache | None = None,
-    on_batch_size: Callable[[int], None] | None = None,
+    on_finish: Callable[[int, list[int], BufferedCache, int, torch.Tensor], None] | None = None,
 ) -> list[Decoded]:
     """Decode every row of ``input_ids`` (left padded, or ``[prefix][padding][suffix]`` rows) until it finishes.
 
@@ -180,8 +251,9 @@ def decode(
     are run. ``attention_mask`` covers the whole prompt, cached part included; positions come from its cumulative
     sum, so a padded row sees the positions it would see alone. ``repetition_penalty`` (CTRL style) counts the
     tokens of each row's prompt (padding excluded) and of what it generated, kept as a rows x vocabulary mask; then
-    ``processors`` (warpers that do not read the ids: temperature, top-k, top-p) get ``(None, scores)``. ``on_batch_size`` is told the live batch size before each
-    step (the backend sets the CPU thread count from it).
+    ``processors`` (warpers that do not read the ids: temperature, top-k, top-p) get ``(None, scores)``.
+    ``on_finish(row, tokens, cache, batch_row, mask_row)`` is called as a row finishes, while the cache still holds
+    it (at ``batch_row``, its real positions where ``mask_row`` is 1): :class:`KVPool` keeps it from there.
     """
     device = input_ids.device
     rows, width = input_ids.shape
@@ -205,8 +277,6 @@ def decode(
 
     with torch.inference_mode():
         for step in range(max_new_tokens):
-            if on_batch_size is not None:
-                on_batch_size(len(alive))
             out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, use_cache=True,
                         **{cache_kw: cache}, **keep_last)
             scores = out.logits[:, -1, :].float()
@@ -237,6 +307,9 @@ def decode(
                     results[row] = Decoded(tokens, "length")
                 else:
                     keep.append(batch_row)
+                    continue
+                if on_finish is not None:
+                    on_finish(row, tokens, cache, batch_row, mask[batch_row])
             if not keep:
                 break
             next_ids = chosen.unsqueeze(1)

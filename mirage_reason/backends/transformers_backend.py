@@ -104,7 +104,9 @@ class TransformersBackend:
     what a resumable chain needs) returns the text as generated.
     ``share_prefix=True`` runs a prefix of at least 32 tokens that all prompts of a batch share once and reuses its KV
     cache for every row (much less prefill work for chains that share a long system prompt); ``False`` prefills
-    every row in full.
+    every row in full. With the loop engine, up to ``kv_reuse_mb`` MiB of finished rows' keys and values are kept
+    (:class:`~.decoding.KVPool`) so that a prompt continuing one of them (a chain's next turn) runs only its new
+    tokens; 0 turns this off.
     """
 
     def __init__(
@@ -122,13 +124,14 @@ class TransformersBackend:
         share_prefix: bool = True,
         engine: Engine = "auto",
         cpu_pack: bool = True,
+        kv_reuse_mb: int = 2048,
     ) -> None:
         _check_think(think)  # before a possibly long load
         _check_engine(engine)
         model_id = str(model)
         hf_model, tokenizer = _load(model_id, device_map, dtype, trust_remote_code, gguf_file)
         self._setup(hf_model, tokenizer, name or model_id, threads, think, max_batch_size, share_prefix, engine,
-                    cpu_pack)
+                    cpu_pack, kv_reuse_mb)
 
     @classmethod
     def from_model(
@@ -143,6 +146,7 @@ class TransformersBackend:
         share_prefix: bool = True,
         engine: Engine = "auto",
         cpu_pack: bool = True,
+        kv_reuse_mb: int = 2048,
     ) -> TransformersBackend:
         """Wrap a model and tokenizer that are already loaded (a fine-tuned model, :func:`tiny_model`, ...).
 
@@ -151,7 +155,8 @@ class TransformersBackend:
         """
         self = cls.__new__(cls)
         name = name or str(model.config._name_or_path or type(model).__name__)
-        self._setup(model, tokenizer, name, threads, think, max_batch_size, share_prefix, engine, cpu_pack)
+        self._setup(model, tokenizer, name, threads, think, max_batch_size, share_prefix, engine, cpu_pack,
+                    kv_reuse_mb)
         return self
 
     def _setup(
@@ -165,6 +170,7 @@ class TransformersBackend:
         share_prefix: bool = True,
         engine: Engine = "auto",
         cpu_pack: bool = True,
+        kv_reuse_mb: int = 2048,
     ) -> None:
         _check_think(think)
         _check_engine(engine)
@@ -184,6 +190,9 @@ class TransformersBackend:
         self.device = model.device
         self.packed_layers = 0
         self.threads: int | None = None
+        self.kv_pool: decoding.KVPool | None = None
+        if self.engine == "loop" and kv_reuse_mb > 0:
+            self.kv_pool = decoding.KVPool(kv_reuse_mb * 2**20)
         if self.device.type == "cpu":
             small = model.num_parameters() < _SMALL_MODEL_PARAMS
             # Every usable core (torch's own default may count the host's cores, not this process's share); small
@@ -243,7 +252,7 @@ class TransformersBackend:
         input_ids = torch.tensor([prefix + [self._pad_id] * n + ids for n, ids in zip(pad_lengths, suffixes)])
         attention = torch.tensor([[1] * shared + [0] * n + [1] * len(ids) for n, ids in zip(pad_lengths, suffixes)])
         if self.engine == "loop":
-            return self._decode_batch(encoded, input_ids, attention, prefix, stop, params)
+            return self._decode_batch(encoded, input_ids, attention, prefix, stop, params, shared)
         processors = LogitsProcessorList()
         if params.repetition_penalty != 1.0:
             processors.append(PromptAwareRepetitionPenalty(params.repetition_penalty, prompt_mask=attention))
@@ -287,8 +296,14 @@ class TransformersBackend:
         prefix: list[int],
         stop: tuple[str, ...],
         params: GenerationParams,
+        shared: int = 0,
     ) -> list[Completion]:
-        """Our decoding loop (:mod:`.decoding`): finished rows leave the batch, the cache is written in place."""
+        """Our decoding loop (:mod:`.decoding`): finished rows leave the batch, the cache is written in place.
+
+        When the KV pool holds earlier rows that these prompts continue (a chain's next turn) and reusing them saves
+        more than the shared prefix does, each row is laid out ``[padding][reused][padding][new tokens]`` and only
+        the new tokens are run; otherwise ``[shared prefix][padding][suffix]``.
+        """
         warpers = LogitsProcessorList()
         generator = None
         if not params.greedy:
@@ -299,16 +314,69 @@ class TransformersBackend:
                 warpers.append(TopPLogitsWarper(params.top_p))
             if params.seed is not None:
                 generator = torch.Generator(device=self.device).manual_seed(params.seed)
-        capacity = input_ids.shape[1] + params.max_new_tokens
+        pool = self.kv_pool
+
+        def keep(row: int, tokens: list[int], cache: Any, batch_row: int, mask_row: torch.Tensor) -> None:
+            assert pool is not None
+            pool.save(encoded[row] + tokens[:-1], cache, batch_row, mask_row)  # the last token was never run
+
+        used: list[decoding.SavedRow] = []
         with torch.inference_mode():
-            cache = self._prefix_cache(prefix, len(encoded), capacity) if prefix else None
+            plan = self._reuse_plan(encoded, shared) if pool is not None else None
+            if plan is not None:
+                input_ids, attention, cache, used = self._reused_layout(encoded, plan, params.max_new_tokens)
+            else:
+                capacity = input_ids.shape[1] + params.max_new_tokens
+                cache = self._prefix_cache(prefix, len(encoded), capacity) if prefix else None
             rows = decoding.decode(
                 self.model, input_ids.to(self.device), attention.to(self.device),
                 max_new_tokens=params.max_new_tokens, eos_ids=self._eos_ids, tokenizer=self.tokenizer, stops=stop,
                 processors=warpers, repetition_penalty=params.repetition_penalty, sample=not params.greedy,
-                generator=generator, cache=cache,
+                generator=generator, cache=cache, on_finish=keep if pool is not None else None,
             )
+        if pool is not None:
+            pool.release(used)
         return [self._finish(row.tokens, len(ids), stop) for row, ids in zip(rows, encoded)]
+
+    def _reuse_plan(self, encoded: list[list[int]], shared: int) -> list[tuple[int, Any]] | None:
+        """Per row (reused tokens, pool entry), when reuse skips more work than the shared prefix, else None."""
+        assert self.kv_pool is not None
+        if not self.kv_pool.entries:
+            return None
+        plan = []
+        for ids in encoded:
+            n, entry = self.kv_pool.match(ids)
+            plan.append((n, entry) if n >= _MIN_SHARED_PREFIX else (0, None))
+        saved = sum(n for n, _ in plan)
+        return plan if saved > shared * len(encoded) else None
+
+    def _reused_layout(
+        self, encoded: list[list[int]], plan: list[tuple[int, Any]], max_new_tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor, Any, list[Any]]:
+        reused_width = max(n for n, _ in plan)
+        new_width = max(len(ids) - n for ids, (n, _) in zip(encoded, plan))
+        pad = self._pad_id
+        input_ids = torch.tensor([[pad] * (reused_width - n) + ids[:n] + [pad] * (new_width - len(ids) + n) + ids[n:]
+                                  for ids, (n, _) in zip(encoded, plan)])
+        attention = torch.tensor([[0] * (reused_width - n) + [1] * n + [0] * (new_width - len(ids) + n)
+                                  + [1] * (len(ids) - n) for ids, (n, _) in zip(encoded, plan)])
+        sample = next(entry for _, entry in plan if entry is not None)
+        keys, values = [], []
+        for layer in range(len(sample.keys)):
+            heads, _, dim = sample.keys[layer].shape
+            # zeros, not empty: the padding positions are masked out, but must not hold NaNs
+            k = sample.keys[layer].new_zeros((len(encoded), heads, reused_width, dim))
+            v = sample.values[layer].new_zeros((len(encoded), heads, reused_width, dim))
+            for row, (n, entry) in enumerate(plan):
+                if entry is not None:
+                    k[row, :, reused_width - n:] = entry.keys[layer][:, :n]
+                    v[row, :, reused_width - n:] = entry.values[layer][:, :n]
+            keys.append(k)
+            values.append(v)
+        cache = decoding.prefilled(keys, values, reused_width + new_width + max_new_tokens)
+        assert self.kv_pool is not None
+        self.kv_pool.reused_tokens += sum(n for n, _ in plan)
+        return input_ids, attention, cache, [entry for _, entry in plan if entry is not None]
 
     def _shared_prefix_length(self, encoded: list[list[int]]) -> int:
         """Tokens all rows share at the start, if worth sharing; every row keeps at least one token of its own."""

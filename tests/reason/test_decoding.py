@@ -167,3 +167,71 @@ def test_smollm2_loop_with_packed_weights_equals_generate(smollm2_backend: Any) 
     params = GenerationParams(max_new_tokens=32, temperature=0.0, repetition_penalty=1.05)
     assert smollm2_backend.generate(prompts, stop=["\n\n"], params=params) == stock.generate(
         prompts, stop=["\n\n"], params=params)
+
+
+# -- keys and values reused across calls (a chain's next turn) -------------------------------------------------------
+
+TURN_PREFIX = "You are a careful medical assistant. Search the knowledge graph, then answer in one sentence. " * 2
+
+
+def _two_turns(backend: Any, params: GenerationParams) -> tuple[list[Any], list[Any]]:
+    """Turn 1 on three prompts, then turn 2 on each prompt + its completion + a search result (as a chain does)."""
+    prompts = [TURN_PREFIX + q for q in ("What causes fever?", "Which drug treats asthma and why?", "Gout?")]
+    first = backend.generate(prompts, stop=["\n"], params=params)
+    result = "\n<result>Influenza has symptom Fever; Salbutamol treats Asthma</result>\n"
+    second = backend.generate([p + c.text + result for p, c in zip(prompts, first)], stop=["\n"], params=params)
+    return first, second
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.5])
+def test_a_continuing_prompt_reuses_its_rows_keys_and_values_and_decodes_the_same(penalty: float) -> None:
+    params = GenerationParams(max_new_tokens=12, temperature=0.0, repetition_penalty=penalty)
+    reusing, plain = _tiny(cpu_pack=False), _tiny(cpu_pack=False, kv_reuse_mb=0)
+    assert reusing.kv_pool is not None and plain.kv_pool is None
+    assert _two_turns(reusing, params) == _two_turns(plain, params)
+    pool = reusing.kv_pool
+    assert pool.reused_tokens > 3 * len(reusing._encode(TURN_PREFIX))  # each row reused more than the prefix
+    assert len(pool.entries) == 3  # turn 1's rows were released once reused; turn 2's rows are kept
+    assert all(len(e.tokens) > 40 for e in pool.entries) and pool.nbytes == sum(e.nbytes for e in pool.entries)
+
+
+def test_an_unrelated_call_in_between_keeps_the_pool_and_a_small_budget_keeps_nothing() -> None:
+    params = GenerationParams(max_new_tokens=8, temperature=0.0)
+    backend = _tiny(cpu_pack=False)
+    prompts = [TURN_PREFIX + q for q in ("What causes fever?", "Gout?")]
+    first = backend.generate(prompts, params=params)
+    backend.generate(["an unrelated prompt", "another one"], params=params)  # e.g. the synthesizer's call
+    before = backend.kv_pool.reused_tokens
+    backend.generate([p + c.text + " and so" for p, c in zip(prompts, first)], params=params)
+    assert backend.kv_pool.reused_tokens - before >= 2 * len(backend._encode(TURN_PREFIX))
+    tight = _tiny(cpu_pack=False, kv_reuse_mb=1)
+    tight.kv_pool.limit_bytes = 1000  # smaller than one row
+    tight.generate(prompts, params=params)
+    assert tight.kv_pool.entries == [] and tight.kv_pool.nbytes == 0
+
+
+def test_pool_match_takes_the_longest_common_prefix_and_leaves_a_token_to_run() -> None:
+    pool = decoding.KVPool(10**9)
+    layer = decoding.BufferedLayer(16)
+    keys = torch.randn(1, 1, 6, 2)
+    layer.update(keys, keys)
+    cache = decoding.BufferedCache(1, 16)
+    cache.layers = [layer]
+    pool.save([1, 2, 3, 4, 5, 6], cache, 0, torch.ones(6, dtype=torch.long))
+    assert pool.match([1, 2, 3, 9, 9])[0] == 3
+    assert pool.match([1, 2, 3, 4, 5, 6])[0] == 5  # the whole prompt is cached: still run the last token
+    assert pool.match([1, 2, 3, 4, 5, 6, 7, 8])[0] == 6
+    n, entry = pool.match([7, 7])
+    assert n == 0
+    assert torch.equal(pool.entries[0].keys[0], keys[0])
+
+
+@pytest.mark.llm
+def test_smollm2_reuse_across_turns_equals_a_fresh_prefill(smollm2_backend: Any) -> None:
+    from mirage_reason.backends.transformers_backend import TransformersBackend
+
+    params = GenerationParams(max_new_tokens=16, temperature=0.0, repetition_penalty=1.05)
+    plain = TransformersBackend("smollm2", kv_reuse_mb=0)
+    before = smollm2_backend.kv_pool.reused_tokens
+    assert _two_turns(smollm2_backend, params) == _two_turns(plain, params)
+    assert smollm2_backend.kv_pool.reused_tokens > before
