@@ -221,8 +221,7 @@ def test_pool_match_takes_the_longest_common_prefix_and_leaves_a_token_to_run() 
     assert pool.match([1, 2, 3, 9, 9])[0] == 3
     assert pool.match([1, 2, 3, 4, 5, 6])[0] == 5  # the whole prompt is cached: still run the last token
     assert pool.match([1, 2, 3, 4, 5, 6, 7, 8])[0] == 6
-    n, entry = pool.match([7, 7])
-    assert n == 0
+    assert pool.match([7, 7]) == (0, None)
     assert torch.equal(pool.entries[0].keys[0], keys[0])
 
 
