@@ -41,7 +41,7 @@ QUESTIONS = [
 
 
 def make_backend(name: str, engine: str = "auto", threads: int | None = None, cpu_pack: bool = True,
-                 kv_reuse_mb: int = 2048) -> Any:
+                 kv_reuse_mb: int | None = None) -> Any:
     from mirage_reason.backends.local_models import tiny_model
     from mirage_reason.backends.transformers_backend import TransformersBackend
 
@@ -65,7 +65,8 @@ def run_chains(kg: Any, backend: Any, config: Any, specs: list[Any]) -> tuple[fl
 
 
 def bench(kg: Any, backend_name: str, chains: int, tokens: int, engine: str = "auto", threads: int | None = None,
-          same_question: bool = False, step_tokens: int | None = None, kv_reuse_mb: int = 2048) -> dict[str, Any]:
+          same_question: bool = False, step_tokens: int | None = None, kv_reuse_mb: int | None = None
+          ) -> dict[str, Any]:
     from mirage_reason.chain import ChainSpec
     from mirage_reason.config import MirageConfig
 

@@ -104,7 +104,8 @@ class TransformersBackend:
     what a resumable chain needs) returns the text as generated.
     ``share_prefix=True`` runs a prefix of at least 32 tokens that all prompts of a batch share once and reuses its KV
     cache for every row (much less prefill work for chains that share a long system prompt); ``False`` prefills
-    every row in full. With the loop engine, up to ``kv_reuse_mb`` MiB of finished rows' keys and values are kept
+    every row in full. With the loop engine, up to ``kv_reuse_mb`` MiB (default: 2048 on the CPU, a tenth of the
+    GPU's memory there) of finished rows' keys and values are kept
     (:class:`~.decoding.KVPool`) so that a prompt continuing one of them (a chain's next turn) runs only its new
     tokens; 0 turns this off.
     """
@@ -124,7 +125,7 @@ class TransformersBackend:
         share_prefix: bool = True,
         engine: Engine = "auto",
         cpu_pack: bool = True,
-        kv_reuse_mb: int = 2048,
+        kv_reuse_mb: int | None = None,
     ) -> None:
         _check_think(think)  # before a possibly long load
         _check_engine(engine)
@@ -146,7 +147,7 @@ class TransformersBackend:
         share_prefix: bool = True,
         engine: Engine = "auto",
         cpu_pack: bool = True,
-        kv_reuse_mb: int = 2048,
+        kv_reuse_mb: int | None = None,
     ) -> TransformersBackend:
         """Wrap a model and tokenizer that are already loaded (a fine-tuned model, :func:`tiny_model`, ...).
 
@@ -170,7 +171,7 @@ class TransformersBackend:
         share_prefix: bool = True,
         engine: Engine = "auto",
         cpu_pack: bool = True,
-        kv_reuse_mb: int = 2048,
+        kv_reuse_mb: int | None = None,
     ) -> None:
         _check_think(think)
         _check_engine(engine)
@@ -191,6 +192,10 @@ class TransformersBackend:
         self.packed_layers = 0
         self.threads: int | None = None
         self.kv_pool: decoding.KVPool | None = None
+        if kv_reuse_mb is None:  # 2 GiB on the CPU; a tenth of the GPU's memory (QwQ-32B: ~256 KiB per token)
+            on_gpu = self.device.type == "cuda"
+            kv_reuse_mb = torch.cuda.get_device_properties(self.device).total_memory // 10 // 2**20 if on_gpu \
+                else 2048
         if self.engine == "loop" and kv_reuse_mb > 0:
             self.kv_pool = decoding.KVPool(kv_reuse_mb * 2**20)
         if self.device.type == "cpu":
