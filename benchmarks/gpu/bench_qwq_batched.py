@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         measured = len(singles)
         one = statistics.mean(singles)
         seq_wall = sum(singles) + one * (n - measured)
-        seq_tokens = args.new_tokens * n
+        seq_tokens = round(tokens_single * n / measured)  # measured runs, scaled when the budget cut them short
         row = {
             "chains": n,
             "batched": {"wall_s": batch_wall, "tokens": batch_tokens, "tokens_per_s": batch_tokens / batch_wall},

@@ -80,6 +80,11 @@ class BufferedLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length
 
+    def reset(self) -> None:
+        self.length = 0
+        if self._keys is not None:
+            self._publish()
+
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
             raise ValueError("crop takes a negative number of positions to remove")
@@ -105,8 +110,8 @@ class BufferedLayer(DynamicLayer):
         if self._keys is None or self._values is None:
             return
         rows, used = len(indices), self.length
-        for buffer in (self._keys, self._values):
-            buffer[:rows, ..., :used, :] = buffer[..., :used, :].index_select(0, indices)
+        for buffer in (self._keys, self._values):  # layers may sit on different GPUs (device_map="auto")
+            buffer[:rows, ..., :used, :] = buffer[..., :used, :].index_select(0, indices.to(buffer.device))
         self._keys, self._values = self._keys[:rows], self._values[:rows]
         self._publish()
 
@@ -161,8 +166,9 @@ class KVPool:
         keys, values = [], []
         for layer in cache.layers:
             assert layer.keys is not None and layer.values is not None
-            keys.append(layer.keys[batch_row].index_select(1, positions))
-            values.append(layer.values[batch_row].index_select(1, positions))
+            where = positions.to(layer.keys.device)
+            keys.append(layer.keys[batch_row].index_select(1, where))
+            values.append(layer.values[batch_row].index_select(1, where))
         nbytes = sum(t.numel() * t.element_size() for t in (*keys, *values))
         if nbytes > self.limit_bytes:
             return
@@ -219,8 +225,9 @@ class _StopWatch:
     def __init__(self, tokenizer: Any, stops: Sequence[str]) -> None:
         self.tokenizer = tokenizer
         self.stops = tuple(s for s in stops if s)
-        # A stop of n characters spans at most n tokens (+2 for tokens that decode to part of a character).
-        self.window = max((len(s) for s in self.stops), default=0) + 2
+        # A stop string spans at most as many tokens as its UTF-8 bytes (byte-level vocabularies), +2 for the
+        # tokens around it that decode to part of a character.
+        self.window = max((len(s.encode()) for s in self.stops), default=0) + 2
 
     def fired(self, tokens: list[int]) -> bool:
         if not self.stops:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from mirage_kg import MissingExtraError
-from mirage_reason.backends import decoding
 from mirage_reason.backends.base import (
     Completion,
     GenerationParams,
@@ -44,6 +43,8 @@ try:
         TopKLogitsWarper,
         TopPLogitsWarper,
     )
+
+    from mirage_reason.backends import decoding  # torch and transformers too
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise MissingExtraError(exc.name or "transformers", "llm") from exc
 
@@ -104,8 +105,8 @@ class TransformersBackend:
     what a resumable chain needs) returns the text as generated.
     ``share_prefix=True`` runs a prefix of at least 32 tokens that all prompts of a batch share once and reuses its KV
     cache for every row (much less prefill work for chains that share a long system prompt); ``False`` prefills
-    every row in full. With the loop engine, up to ``kv_reuse_mb`` MiB (default: 2048 on the CPU, a tenth of the
-    GPU's memory there) of finished rows' keys and values are kept
+    every row in full. With the loop engine, up to ``kv_reuse_mb`` MiB (default: 2048 on the CPU, on a GPU a
+    quarter of the memory free after loading) of finished rows' keys and values are kept
     (:class:`~.decoding.KVPool`) so that a prompt continuing one of them (a chain's next turn) runs only its new
     tokens; 0 turns this off.
     """
@@ -192,10 +193,9 @@ class TransformersBackend:
         self.packed_layers = 0
         self.threads: int | None = None
         self.kv_pool: decoding.KVPool | None = None
-        if kv_reuse_mb is None:  # 2 GiB on the CPU; a tenth of the GPU's memory (QwQ-32B: ~256 KiB per token)
+        if kv_reuse_mb is None:  # 2 GiB on the CPU; on a GPU a quarter of what is free once the model is loaded
             on_gpu = self.device.type == "cuda"
-            kv_reuse_mb = torch.cuda.get_device_properties(self.device).total_memory // 10 // 2**20 if on_gpu \
-                else 2048
+            kv_reuse_mb = torch.cuda.mem_get_info(self.device)[0] // 4 // 2**20 if on_gpu else 2048
         if self.engine == "loop" and kv_reuse_mb > 0:
             self.kv_pool = decoding.KVPool(kv_reuse_mb * 2**20)
         if self.device.type == "cpu":
@@ -227,10 +227,14 @@ class TransformersBackend:
         size = self.max_batch_size or len(batch) or 1
         out: list[Completion] = []
         with self._lock, _torch_threads(self.threads):
-            if not params.greedy and params.seed is not None and self.engine == "generate":
-                torch.manual_seed(params.seed)
+            generator = None
+            if not params.greedy and params.seed is not None:
+                if self.engine == "generate":
+                    torch.manual_seed(params.seed)
+                else:  # one stream for the whole call: chunks of max_batch_size must not replay it
+                    generator = torch.Generator(device=self.device).manual_seed(params.seed)
             for start in range(0, len(batch), size):
-                out.extend(self._generate_batch(batch[start : start + size], stops, params))
+                out.extend(self._generate_batch(batch[start : start + size], stops, params, generator))
         return out
 
     # -- internals -----------------------------------------------------------------------------------------------
@@ -245,7 +249,9 @@ class TransformersBackend:
         add_special = not (bos and prompt.startswith(bos))
         return list(self.tokenizer(prompt, add_special_tokens=add_special)["input_ids"])
 
-    def _generate_batch(self, prompts: list[str], stop: tuple[str, ...], params: GenerationParams) -> list[Completion]:
+    def _generate_batch(
+        self, prompts: list[str], stop: tuple[str, ...], params: GenerationParams, generator: Any = None
+    ) -> list[Completion]:
         encoded = [self._encode(p) for p in prompts]
         shared = self._shared_prefix_length(encoded) if self.share_prefix else 0
         # Row i is [shared prefix][padding][its own suffix]; with no shared prefix that is plain left padding.
@@ -257,7 +263,7 @@ class TransformersBackend:
         input_ids = torch.tensor([prefix + [self._pad_id] * n + ids for n, ids in zip(pad_lengths, suffixes)])
         attention = torch.tensor([[1] * shared + [0] * n + [1] * len(ids) for n, ids in zip(pad_lengths, suffixes)])
         if self.engine == "loop":
-            return self._decode_batch(encoded, input_ids, attention, prefix, stop, params, shared)
+            return self._decode_batch(encoded, input_ids, attention, prefix, stop, params, shared, generator)
         processors = LogitsProcessorList()
         if params.repetition_penalty != 1.0:
             processors.append(PromptAwareRepetitionPenalty(params.repetition_penalty, prompt_mask=attention))
@@ -302,6 +308,7 @@ class TransformersBackend:
         stop: tuple[str, ...],
         params: GenerationParams,
         shared: int = 0,
+        generator: torch.Generator | None = None,
     ) -> list[Completion]:
         """Our decoding loop (:mod:`.decoding`): finished rows leave the batch, the cache is written in place.
 
@@ -310,15 +317,12 @@ class TransformersBackend:
         the new tokens are run; otherwise ``[shared prefix][padding][suffix]``.
         """
         warpers = LogitsProcessorList()
-        generator = None
         if not params.greedy:
             warpers.append(TemperatureLogitsWarper(params.temperature))
             if params.top_k > 0:
                 warpers.append(TopKLogitsWarper(params.top_k))
             if 0.0 < params.top_p < 1.0:
                 warpers.append(TopPLogitsWarper(params.top_p))
-            if params.seed is not None:
-                generator = torch.Generator(device=self.device).manual_seed(params.seed)
         pool = self.kv_pool
 
         def keep(row: int, tokens: list[int], cache: Any, batch_row: int, mask_row: torch.Tensor) -> None:
@@ -401,7 +405,7 @@ class TransformersBackend:
         """
         ids = torch.tensor([prefix], device=self.device)
         extra: dict[str, Any] = {}
-        parameters = inspect.signature(self.model.forward).parameters
+        parameters = inspect.signature(type(self.model).forward).parameters
         if "logits_to_keep" in parameters:
             extra["logits_to_keep"] = 1  # only the cache is wanted: skip the LM head over the whole prefix
         if capacity is not None:

@@ -108,7 +108,8 @@ def llamacpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"llama_cpp.server did not answer within 60 s: {log.read_text()[-2000:]}")
+                raise RuntimeError(f"llama_cpp.server did not answer within 60 s: "
+                                   f"{log.read_text(errors='replace')[-2000:]}")
             time.sleep(0.2)
         yield base_url
     finally:

@@ -234,3 +234,23 @@ def test_smollm2_reuse_across_turns_equals_a_fresh_prefill(smollm2_backend: Any)
     before = smollm2_backend.kv_pool.reused_tokens
     assert _two_turns(smollm2_backend, params) == _two_turns(plain, params)
     assert smollm2_backend.kv_pool.reused_tokens > before
+
+
+def test_seeded_sampling_in_chunks_draws_one_stream_per_call() -> None:
+    backend = _tiny(max_batch_size=1)  # every prompt is its own chunk
+    params = GenerationParams(max_new_tokens=8, temperature=1.0, top_k=0, top_p=1.0, seed=5)
+    first = backend.generate([PROMPTS[1], PROMPTS[1]], params=params)
+    assert first[0].text != first[1].text  # the second chunk does not replay the first one's draws
+    assert backend.generate([PROMPTS[1], PROMPTS[1]], params=params) == first
+
+
+def test_a_missing_llm_extra_is_a_missing_extra_error() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from mirage_kg import MissingExtraError\n"
+            "try:\n    import mirage_reason.backends.transformers_backend\n"
+            "except MissingExtraError as exc:\n    print('extra:', exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("extra:") and "llm" in done.stdout, done.stderr[-800:]
