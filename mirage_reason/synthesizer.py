@@ -400,9 +400,9 @@ class Synthesizer:
             if warning is not None:
                 # The writer named a drug the graph contraindicates here (small models even recommend it): the
                 # warning must be in the text the user reads, not only in the claims.
-                flags.append(f"the answer mentions {entity.label}, which the knowledge graph contraindicates "
-                             f"({warning.text})")
                 if warning.text.lower() not in text.lower():
+                    flags.append(f"the answer mentions {entity.label}, which the knowledge graph contraindicates "
+                                 f"({warning.text})")
                     unstated.append(warning.text)
             elif entity.iri not in allowed:
                 flags.append(f"the answer mentions {entity.label}, which no surviving claim supports")

@@ -170,7 +170,7 @@ def test_a_contraindicated_drug_in_the_written_answer_gets_its_warning_in_the_te
     # a writer that already states the warning is left as written, and nothing is flagged when it is not named
     synth, _, _ = make(["Ibuprofen is contraindicated in peptic ulcer disease; oseltamivir helps."])
     _, text, flags, _ = synth.synthesize(question, entities, chains)
-    assert "Warning:" not in text and len(flags) == 1
+    assert "Warning:" not in text and flags == ()
     synth, _, _ = make(["Oseltamivir helps [1]."])
     assert synth.synthesize(question, entities, chains)[1:3] == ("Oseltamivir helps [1].", ())
 
