@@ -2,7 +2,7 @@
 the same N chains run one after another, on the same backend, KG, prompts and budgets, in one run.
 
     python benchmarks/bench_chains.py [--backends smollm2,tiny] [--engines auto,generate] [--chains 8]
-                                      [--tokens 64] [--same-question] [--threads N] [--json]
+                                      [--tokens 64] [--same-question | --distinct N] [--threads N] [--json]
 
 Decoding is greedy so both runs make the same text, and the chains are seeded with ``retrieve`` evidence from the
 demo KG as in the pipeline. Prints wall time, generated tokens and tokens/s of each run, and the batched wall time
@@ -65,7 +65,8 @@ def run_chains(kg: Any, backend: Any, config: Any, specs: list[Any]) -> tuple[fl
 
 
 def bench(kg: Any, backend_name: str, chains: int, tokens: int, engine: str = "auto", threads: int | None = None,
-          same_question: bool = False, step_tokens: int | None = None, kv_reuse_mb: int | None = None
+          same_question: bool = False, step_tokens: int | None = None, kv_reuse_mb: int | None = None,
+          distinct: int | None = None
           ) -> dict[str, Any]:
     from mirage_reason.chain import ChainSpec
     from mirage_reason.config import MirageConfig
@@ -74,7 +75,8 @@ def bench(kg: Any, backend_name: str, chains: int, tokens: int, engine: str = "a
     step = step_tokens or tokens
     config = MirageConfig(temperature=0.0, max_new_tokens=step, max_chain_tokens=tokens,
                           max_turns=max(3, -(-tokens // step) + 2), n_r=2, seed_facts=8, rank_by_question=False)
-    questions = [QUESTIONS[0 if same_question else i % len(QUESTIONS)] for i in range(chains)]
+    kinds = 1 if same_question else min(distinct or len(QUESTIONS), len(QUESTIONS))
+    questions = [QUESTIONS[i % kinds] for i in range(chains)]  # --distinct 4 with 8 chains: 2 samples per question
     specs = [ChainSpec(q, q, tuple(kg.retrieve(q, budget=config.retrieve_budget).evidence), tag=i)
              for i, q in enumerate(questions)]
     run_chains(kg, backend, config, specs[:1])  # warm-up: first-call allocations, tokenizer caches
@@ -87,7 +89,7 @@ def bench(kg: Any, backend_name: str, chains: int, tokens: int, engine: str = "a
     longest = max(w for w, _, _ in singles)
     return {
         "backend": backend_name, "engine": backend.engine, "threads": backend.threads,
-        "packed_layers": backend.packed_layers, "same_question": same_question, "step_tokens": step,
+        "packed_layers": backend.packed_layers, "distinct_questions": kinds, "step_tokens": step,
         "kv_reuse": backend.kv_pool is not None,
         "reused_tokens": backend.kv_pool.reused_tokens if backend.kv_pool is not None else 0,
         "chains": chains, "max_tokens_per_chain": tokens,
@@ -112,6 +114,8 @@ def main() -> None:
                         "model allows), loop, generate (transformers' generate)")
     parser.add_argument("--threads", type=int, help="torch CPU threads [default: the backend's choice]")
     parser.add_argument("--same-question", action="store_true", help="every chain gets the same question")
+    parser.add_argument("--distinct", type=int, help="distinct questions among the chains (the others repeat them, "
+                        "like --samples) [default: all distinct]")
     parser.add_argument("--step-tokens", type=int, help="tokens per generate step (a chain continues a cut step in "
                         "the next one, re-sending its whole prompt) [default: --tokens, one step]")
     parser.add_argument("--kv-reuse-mb", default="2048", help="comma-separated KV pool sizes to compare (0 = off)")
@@ -124,7 +128,7 @@ def main() -> None:
 
     kg = KnowledgeGraph(demo_store())
     rows = [bench(kg, name.strip(), args.chains, args.tokens, engine.strip(), args.threads, args.same_question,
-                  args.step_tokens, int(reuse))
+                  args.step_tokens, int(reuse), args.distinct)
             for name in args.backends.split(",") if name.strip()
             for engine in args.engines.split(",") if engine.strip()
             for reuse in args.kv_reuse_mb.split(",") if reuse.strip()]
@@ -133,7 +137,9 @@ def main() -> None:
         return
     print(f"{args.chains} chains, <= {args.tokens} tokens each"
           f"{f' in steps of {args.step_tokens}' if args.step_tokens else ''}, greedy, demo KG seeds"
-          f"{', one question' if args.same_question else ''}; CPU: {os.cpu_count()} cores; "
+          f"{', one question' if args.same_question else ''}"
+          f"{f', {args.distinct} distinct questions' if args.distinct and not args.same_question else ''}; "
+          f"CPU: {os.cpu_count()} cores; "
           f"python {sys.version.split()[0]}, torch {torch.__version__}")
     print(f"{'backend':<9} {'engine':<9} {'run':<11} {'wall s':>8} {'cpu s':>8} {'tokens':>7} {'tok/s':>8}")
     for row in rows:

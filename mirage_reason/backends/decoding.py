@@ -105,6 +105,19 @@ class BufferedLayer(DynamicLayer):
         self._values[..., : self.length, :] = used_values
         self._publish()
 
+    def batch_expand(self, indices: torch.Tensor) -> None:
+        """Row ``i`` becomes a copy of row ``indices[i]`` (more rows than before: new buffers, used part copied)."""
+        if self._keys is None or self._values is None:
+            return
+        used_keys = self._keys[..., : self.length, :].index_select(0, indices.to(self._keys.device))
+        used_values = self._values[..., : self.length, :].index_select(0, indices.to(self._values.device))
+        capacity, self._keys, self._values = self.capacity, None, None
+        self._reserve(used_keys, used_values, capacity)
+        assert self._keys is not None and self._values is not None
+        self._keys[..., : self.length, :] = used_keys
+        self._values[..., : self.length, :] = used_values
+        self._publish()
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep the rows ``indices``, compacted in place: only their used positions are copied, nothing allocated."""
         if self._keys is None or self._values is None:
@@ -127,6 +140,10 @@ class BufferedCache(DynamicCache):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         for layer in self.layers:
             layer.batch_select_indices(indices)
+
+    def batch_expand(self, indices: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.batch_expand(indices)
 
 
 def prefilled(keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], capacity: int) -> BufferedCache:
@@ -251,6 +268,7 @@ def decode(
     generator: torch.Generator | None = None,
     cache: BufferedCache | None = None,
     on_finish: Callable[[int, list[int], BufferedCache, int, torch.Tensor], None] | None = None,
+    expand: torch.Tensor | None = None,
 ) -> list[Decoded]:
     """Decode every row of ``input_ids`` (left padded, or ``[prefix][padding][suffix]`` rows) until it finishes.
 
@@ -261,9 +279,13 @@ def decode(
     ``processors`` (warpers that do not read the ids: temperature, top-k, top-p) get ``(None, scores)``.
     ``on_finish(row, tokens, cache, batch_row, mask_row)`` is called as a row finishes, while the cache still holds
     it (at ``batch_row``, its real positions where ``mask_row`` is 1): :class:`KVPool` keeps it from there.
+    With ``expand``, ``input_ids`` holds distinct prompts only and row ``i`` of the batch decodes prompt
+    ``expand[i]``: each distinct prompt is run once, then its cache and first scores are copied to its rows (samples
+    of one sub-question), which then draw on their own.
     """
     device = input_ids.device
-    rows, width = input_ids.shape
+    width = input_ids.shape[1]
+    rows = len(expand) if expand is not None else input_ids.shape[0]
     cached = 0 if cache is None else cache.get_seq_length()
     if cache is None:
         cache = BufferedCache(num_layers(model), width + max_new_tokens)
@@ -287,6 +309,12 @@ def decode(
             out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, use_cache=True,
                         **{cache_kw: cache}, **keep_last)
             scores = out.logits[:, -1, :].float()
+            if step == 0 and expand is not None:
+                expand = expand.to(device)
+                scores = scores.index_select(0, expand)
+                cache.batch_expand(expand)
+                input_ids, attention_mask = input_ids.index_select(0, expand), attention_mask.index_select(0, expand)
+                mask, last_position = attention_mask, last_position.index_select(0, expand)
             if repetition_penalty != 1.0:
                 if seen is None:  # first step: the prompt's real tokens (scatter_add: an id may be pad and real)
                     seen = torch.zeros(scores.shape, dtype=torch.int32, device=device).scatter_add_(

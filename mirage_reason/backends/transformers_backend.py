@@ -332,16 +332,24 @@ class TransformersBackend:
         used: list[decoding.SavedRow] = []
         with torch.inference_mode():
             plan = self._reuse_plan(encoded, shared) if pool is not None else None
+            expand = None
             if plan is not None:
                 input_ids, attention, cache, used = self._reused_layout(encoded, plan, params.max_new_tokens)
             else:
+                # Identical prompts (samples of one sub-question) are run once and copied after the prompt.
+                first: dict[tuple[int, ...], int] = {}
+                mapping = [first.setdefault(tuple(ids), len(first)) for ids in encoded]
+                if len(first) < len(encoded):
+                    distinct = torch.tensor([mapping.index(u) for u in range(len(first))])
+                    input_ids, attention = input_ids.index_select(0, distinct), attention.index_select(0, distinct)
+                    expand = torch.tensor(mapping)
                 capacity = input_ids.shape[1] + params.max_new_tokens
-                cache = self._prefix_cache(prefix, len(encoded), capacity) if prefix else None
+                cache = self._prefix_cache(prefix, input_ids.shape[0], capacity) if prefix else None
             rows = decoding.decode(
                 self.model, input_ids.to(self.device), attention.to(self.device),
                 max_new_tokens=params.max_new_tokens, eos_ids=self._eos_ids, tokenizer=self.tokenizer, stops=stop,
                 processors=warpers, repetition_penalty=params.repetition_penalty, sample=not params.greedy,
-                generator=generator, cache=cache, on_finish=keep if pool is not None else None,
+                generator=generator, cache=cache, on_finish=keep if pool is not None else None, expand=expand,
             )
         if pool is not None:
             pool.release(used)

@@ -254,3 +254,27 @@ def test_a_missing_llm_extra_is_a_missing_extra_error() -> None:
             "except MissingExtraError as exc:\n    print('extra:', exc)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and done.stdout.startswith("extra:") and "llm" in done.stdout, done.stderr[-800:]
+
+
+def test_identical_prompts_are_run_once_and_then_decode_on_their_own() -> None:
+    backend = _tiny(cpu_pack=False, kv_reuse_mb=0)
+    sizes: list[tuple[int, int]] = []
+    forward = backend.model.forward
+
+    def counting_forward(*args: Any, **kwargs: Any) -> Any:
+        sizes.append(tuple(kwargs["input_ids"].shape))
+        return forward(*args, **kwargs)
+
+    prompts = [PROMPTS[3], PROMPTS[1], PROMPTS[3], PROMPTS[3], PROMPTS[1]]
+    greedy = GenerationParams(max_new_tokens=6, temperature=0.0, repetition_penalty=1.3)
+    backend.model.forward = counting_forward
+    try:
+        out = backend.generate(prompts, params=greedy)
+    finally:
+        del backend.model.forward
+    assert sizes[0][0] == 2 and all(rows == 5 for rows, width in sizes[1:2])  # 2 distinct prompts, then 5 rows
+    alone = {p: backend.generate([p], params=greedy)[0] for p in set(prompts)}
+    assert out == [alone[p] for p in prompts]
+    sampled = backend.generate(prompts, params=GenerationParams(max_new_tokens=8, temperature=1.0, top_k=0,
+                                                                top_p=1.0, seed=2))
+    assert len({c.text for c in (sampled[0], sampled[2], sampled[3])}) > 1  # copies draw on their own
