@@ -118,7 +118,7 @@ def main() -> None:
                         "like --samples) [default: all distinct]")
     parser.add_argument("--step-tokens", type=int, help="tokens per generate step (a chain continues a cut step in "
                         "the next one, re-sending its whole prompt) [default: --tokens, one step]")
-    parser.add_argument("--kv-reuse-mb", default="2048", help="comma-separated KV pool sizes to compare (0 = off)")
+    parser.add_argument("--kv-reuse-mb", default="1024", help="comma-separated KV pool sizes to compare (0 = off)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
 

@@ -160,21 +160,32 @@ class SavedRow:
     keys: list[torch.Tensor]  # per layer: heads x positions x dim
     values: list[torch.Tensor]
     nbytes: int
+    born: int = 0  # the pool's call count when it was saved
 
 
 class KVPool:
     """Keys and values of finished rows, kept so that a later prompt that continues one reuses it (a chain's next
     turn is its previous prompt plus what it wrote plus a search result: only the new tokens need a forward pass).
 
-    Rows are matched by the longest common token prefix; entries are dropped oldest first past ``limit_bytes``, and
-    an entry that was reused is dropped after the call (its row saves its longer continuation).
+    Rows are matched by the longest common token prefix; entries are dropped oldest first past ``limit_bytes``, an
+    entry that was reused is dropped after the call (its row saves its longer continuation), and one not reused
+    within ``max_age`` calls is dropped (a chain's next turn comes within a call or two; final answers never do).
     """
 
-    def __init__(self, limit_bytes: int) -> None:
+    def __init__(self, limit_bytes: int, max_age: int = 4) -> None:
         self.limit_bytes = limit_bytes
+        self.max_age = max_age
         self.entries: list[SavedRow] = []
         self.nbytes = 0
+        self.calls = 0
         self.reused_tokens = 0  # over the pool's life: tokens whose forward pass was skipped
+
+    def tick(self) -> None:
+        """A new generate call: forget entries older than ``max_age`` calls."""
+        self.calls += 1
+        old = [e for e in self.entries if self.calls - e.born > self.max_age]
+        if old:
+            self.release(old)
 
     def save(self, tokens: list[int], cache: BufferedCache, batch_row: int, mask_row: torch.Tensor) -> None:
         positions = mask_row.nonzero().squeeze(1)
@@ -189,7 +200,7 @@ class KVPool:
         nbytes = sum(t.numel() * t.element_size() for t in (*keys, *values))
         if nbytes > self.limit_bytes:
             return
-        self.entries.append(SavedRow(np.asarray(tokens, dtype=np.int64), keys, values, nbytes))
+        self.entries.append(SavedRow(np.asarray(tokens, dtype=np.int64), keys, values, nbytes, self.calls))
         self.nbytes += nbytes
         while self.nbytes > self.limit_bytes:
             self.nbytes -= self.entries.pop(0).nbytes

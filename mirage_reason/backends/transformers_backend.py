@@ -105,8 +105,8 @@ class TransformersBackend:
     what a resumable chain needs) returns the text as generated.
     ``share_prefix=True`` runs a prefix of at least 32 tokens that all prompts of a batch share once and reuses its KV
     cache for every row (much less prefill work for chains that share a long system prompt); ``False`` prefills
-    every row in full. With the loop engine, up to ``kv_reuse_mb`` MiB (default: 2048 on the CPU, on a GPU a
-    quarter of the memory free after loading) of finished rows' keys and values are kept
+    every row in full. With the loop engine, up to ``kv_reuse_mb`` MiB (default: 1024 on the CPU, on a GPU a
+    quarter of the memory free after loading; entries not reused within 4 calls are dropped) of finished rows' keys and values are kept
     (:class:`~.decoding.KVPool`) so that a prompt continuing one of them (a chain's next turn) runs only its new
     tokens; 0 turns this off.
     """
@@ -193,9 +193,9 @@ class TransformersBackend:
         self.packed_layers = 0
         self.threads: int | None = None
         self.kv_pool: decoding.KVPool | None = None
-        if kv_reuse_mb is None:  # 2 GiB on the CPU; on a GPU a quarter of what is free once the model is loaded
+        if kv_reuse_mb is None:  # 1 GiB on the CPU; on a GPU a quarter of what is free once the model is loaded
             on_gpu = self.device.type == "cuda"
-            kv_reuse_mb = torch.cuda.mem_get_info(self.device)[0] // 4 // 2**20 if on_gpu else 2048
+            kv_reuse_mb = torch.cuda.mem_get_info(self.device)[0] // 4 // 2**20 if on_gpu else 1024
         if self.engine == "loop" and kv_reuse_mb > 0:
             self.kv_pool = decoding.KVPool(kv_reuse_mb * 2**20)
         if self.device.type == "cpu":
@@ -227,6 +227,8 @@ class TransformersBackend:
         size = self.max_batch_size or len(batch) or 1
         out: list[Completion] = []
         with self._lock, _torch_threads(self.threads):
+            if self.kv_pool is not None:
+                self.kv_pool.tick()
             generator = None
             if not params.greedy and params.seed is not None:
                 if self.engine == "generate":

@@ -278,3 +278,16 @@ def test_identical_prompts_are_run_once_and_then_decode_on_their_own() -> None:
     sampled = backend.generate(prompts, params=GenerationParams(max_new_tokens=8, temperature=1.0, top_k=0,
                                                                 top_p=1.0, seed=2))
     assert len({c.text for c in (sampled[0], sampled[2], sampled[3])}) > 1  # copies draw on their own
+
+
+def test_pool_entries_not_reused_within_max_age_calls_are_dropped() -> None:
+    backend = _tiny(cpu_pack=False)
+    params = GenerationParams(max_new_tokens=4, temperature=0.0)
+    backend.generate([TURN_PREFIX + "Gout?"], params=params)
+    assert len(backend.kv_pool.entries) == 1
+    for _ in range(backend.kv_pool.max_age):
+        backend.generate(["x"], params=params)  # short rows: saved too, then aged out in turn
+    assert any(len(e.tokens) > 10 for e in backend.kv_pool.entries)  # still reusable by the 4th call after it
+    backend.generate(["x"], params=params)
+    assert all(len(e.tokens) < 10 for e in backend.kv_pool.entries)  # the long row is gone
+    assert backend.kv_pool.nbytes == sum(e.nbytes for e in backend.kv_pool.entries)
