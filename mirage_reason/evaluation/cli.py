@@ -47,8 +47,8 @@ def _pipeline_list(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--output", metavar="DIR", type=click.Path(file_okay=False),
               help="Run folder with results.jsonl and report.json [default: mirage-eval/<dataset>-<hash>].")
 @click.option("--threads", type=click.IntRange(min=0), default=1, show_default=True,
-              help="torch CPU threads (1 is fastest for the small offline models on small machines; 0 = torch's "
-                   "default).")
+              help="torch CPU threads outside generation: the linker's and BERTScore's encoders (1 is fastest for "
+                   "them on small machines; 0 = torch's default). A local model generates on every usable core.")
 @click.option("--no-bertscore", is_flag=True, help="Skip BERTScore (no scoring model is loaded).")
 @click.option("--judge-url", metavar="URL", help="OpenAI-compatible endpoint for a pairwise LLM judge.")
 @click.option("--judge-model", metavar="ID", help="The judge's model name on that endpoint.")
