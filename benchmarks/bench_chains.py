@@ -65,8 +65,7 @@ def run_chains(kg: Any, backend: Any, config: Any, specs: list[Any]) -> tuple[fl
 
 
 def bench(kg: Any, backend_name: str, chains: int, tokens: int, engine: str = "auto", threads: int | None = None,
-          same_question: bool = False, step_tokens: int | None = None, kv_reuse_mb: int | None = None,
-          distinct: int | None = None
+          distinct: int | None = None, step_tokens: int | None = None, kv_reuse_mb: int | None = None
           ) -> dict[str, Any]:
     from mirage_reason.chain import ChainSpec
     from mirage_reason.config import MirageConfig
@@ -75,7 +74,7 @@ def bench(kg: Any, backend_name: str, chains: int, tokens: int, engine: str = "a
     step = step_tokens or tokens
     config = MirageConfig(temperature=0.0, max_new_tokens=step, max_chain_tokens=tokens,
                           max_turns=max(3, -(-tokens // step) + 2), n_r=2, seed_facts=8, rank_by_question=False)
-    kinds = 1 if same_question else min(distinct or len(QUESTIONS), len(QUESTIONS))
+    kinds = min(distinct or len(QUESTIONS), len(QUESTIONS))
     questions = [QUESTIONS[i % kinds] for i in range(chains)]  # --distinct 4 with 8 chains: 2 samples per question
     specs = [ChainSpec(q, q, tuple(kg.retrieve(q, budget=config.retrieve_budget).evidence), tag=i)
              for i, q in enumerate(questions)]
@@ -127,8 +126,9 @@ def main() -> None:
     from mirage_kg import KnowledgeGraph, demo_store
 
     kg = KnowledgeGraph(demo_store())
-    rows = [bench(kg, name.strip(), args.chains, args.tokens, engine.strip(), args.threads, args.same_question,
-                  args.step_tokens, int(reuse), args.distinct)
+    distinct = 1 if args.same_question else args.distinct
+    rows = [bench(kg, name.strip(), args.chains, args.tokens, engine.strip(), args.threads, distinct,
+                  args.step_tokens, int(reuse))
             for name in args.backends.split(",") if name.strip()
             for engine in args.engines.split(",") if engine.strip()
             for reuse in args.kv_reuse_mb.split(",") if reuse.strip()]
@@ -137,8 +137,7 @@ def main() -> None:
         return
     print(f"{args.chains} chains, <= {args.tokens} tokens each"
           f"{f' in steps of {args.step_tokens}' if args.step_tokens else ''}, greedy, demo KG seeds"
-          f"{', one question' if args.same_question else ''}"
-          f"{f', {args.distinct} distinct questions' if args.distinct and not args.same_question else ''}; "
+          f"{f', {distinct} distinct question(s)' if distinct else ''}; "
           f"CPU: {os.cpu_count()} cores; "
           f"python {sys.version.split()[0]}, torch {torch.__version__}")
     print(f"{'backend':<9} {'engine':<9} {'run':<11} {'wall s':>8} {'cpu s':>8} {'tokens':>7} {'tok/s':>8}")

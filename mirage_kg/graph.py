@@ -308,18 +308,28 @@ class KnowledgeGraph:
                     if iri in pref:
                         break
         else:
-            for chunk in _chunks(wanted):
-                rows = self.store.select(
-                    f"SELECT ?e ?k ?l WHERE {{ VALUES ?e {{ {' '.join(iri_ref(i) for i in chunk)} }} "
-                    f"VALUES ?k {{ {iri_ref(SKOS_PREF)} {iri_ref(RDFS_LABEL)} }} GRAPH ?g {{ ?e ?k ?l }} "
-                    f"FILTER(isLiteral(?l)) }}")
-                for r in rows:
-                    bucket = pref if r["k"].value == SKOS_PREF else plain
-                    bucket.setdefault(r["e"].value, []).append((r["l"].value, r["l"].lang))
+            for iri, values in self._literal_values(wanted, (SKOS_PREF, RDFS_LABEL)).items():
+                if SKOS_PREF in values:
+                    pref[iri] = values[SKOS_PREF]
+                if RDFS_LABEL in values:
+                    plain[iri] = values[RDFS_LABEL]
         out = {}
         for iri in wanted:
             out[iri] = pick_label(pref.get(iri) or plain.get(iri) or []) or compress(iri)
         return out
+
+    def _literal_values(self, iris: Sequence[str], keys: Sequence[str]
+                        ) -> dict[str, dict[str, list[tuple[str, str | None]]]]:
+        """iri -> predicate -> [(value, language)] of the literals each IRI has for ``keys``, in any graph."""
+        found: dict[str, dict[str, list[tuple[str, str | None]]]] = {}
+        for chunk in _chunks(iris):
+            rows = self.store.select(
+                f"SELECT ?s ?k ?v WHERE {{ VALUES ?s {{ {' '.join(iri_ref(i) for i in chunk)} }} "
+                f"VALUES ?k {{ {' '.join(iri_ref(k) for k in keys)} }} GRAPH ?g {{ ?s ?k ?v }} "
+                f"FILTER(isLiteral(?v)) }}")
+            for r in rows:
+                found.setdefault(r["s"].value, {}).setdefault(r["k"].value, []).append((r["v"].value, r["v"].lang))
+        return found
 
     # --- relations -----------------------------------------------------------------------------------------------
     def relation(self, iri: str) -> Relation:
@@ -333,15 +343,8 @@ class KnowledgeGraph:
         wanted = [i for i in dict.fromkeys(iris)]
         missing = [i for i in wanted if i not in state.relations]
         if missing:
-            meta: dict[str, dict[str, list[tuple[str, str | None]]]] = {}
-            keys = (RDFS_LABEL, SKOS_PREF, INVERSE_LABEL, FORWARD_TEMPLATE, BACKWARD_TEMPLATE)
-            for chunk in _chunks(missing):
-                rows = self.store.select(
-                    f"SELECT ?r ?k ?v WHERE {{ VALUES ?r {{ {' '.join(iri_ref(i) for i in chunk)} }} "
-                    f"VALUES ?k {{ {' '.join(iri_ref(k) for k in keys)} }} GRAPH ?g {{ ?r ?k ?v }} "
-                    f"FILTER(isLiteral(?v)) }}")
-                for r in rows:
-                    meta.setdefault(r["r"].value, {}).setdefault(r["k"].value, []).append((r["v"].value, r["v"].lang))
+            meta = self._literal_values(
+                missing, (RDFS_LABEL, SKOS_PREF, INVERSE_LABEL, FORWARD_TEMPLATE, BACKWARD_TEMPLATE))
             for iri in missing:
                 m = meta.get(iri, {})
                 label = pick_label(m.get(RDFS_LABEL) or m.get(SKOS_PREF) or []) or readable_name(iri)

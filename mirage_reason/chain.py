@@ -347,7 +347,8 @@ class Chain:
         self.trace.append({"event": "generate", "turn": self.turns, "text": completion.text,
                            "finish": completion.finish_reason, "tokens": completion.completion_tokens})
         self.text += completion.text
-        if completion.stop == QUERY_END or (completion.stop_unknown and self._ends_in_open_block()):
+        # A server that does not say which stop fired (stop_unknown) stopped on QUERY_END if a block is left open.
+        if completion.stop == QUERY_END or (completion.stop_unknown and self._open_block() is not None):
             self.text += QUERY_END
             limit = self._limit_reason()
             if limit is not None:
@@ -373,12 +374,12 @@ class Chain:
             return "max_tokens"
         return None
 
-    def _ends_in_open_block(self) -> bool:
-        """Whether the text ends inside a search block (the server stopped on ``QUERY_END`` without saying so)."""
+    def _open_block(self) -> str | None:
+        """The search block the text ends inside (after the last result), from its opening tag; None if none."""
         end = self.text.rfind(RESULT_END)
         region = self.text[end + len(RESULT_END):] if end >= 0 else self.text
         start = region.rfind(QUERY_BEGIN)
-        return start >= 0 and QUERY_END not in region[start:]
+        return region[start:] if start >= 0 and QUERY_END not in region[start:] else None
 
     def _garbled(self, problem: str, text: str | None = None) -> None:
         event: dict[str, Any] = {"event": "garbled", "turn": self.turns, "problem": problem}
@@ -429,10 +430,9 @@ class Chain:
         return prompts.result_block(search.lines, note)
 
     def _finish(self, reason: str) -> None:
-        end = self.text.rfind(RESULT_END)
-        region = self.text[end + len(RESULT_END):] if end >= 0 else self.text
-        if QUERY_BEGIN in region and QUERY_END not in region[region.rfind(QUERY_BEGIN):]:
-            self._garbled("unclosed search block", region[region.rfind(QUERY_BEGIN):][:self.config.max_query_chars])
+        block = self._open_block()
+        if block is not None:
+            self._garbled("unclosed search block", block[:self.config.max_query_chars])
         self.finish_reason = reason
         self.trace.append({"event": "finish", "turn": self.turns, "reason": reason})
 

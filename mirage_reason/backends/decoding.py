@@ -25,7 +25,7 @@ import torch
 from transformers import LogitsProcessorList
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-__all__ = ["BufferedCache", "BufferedLayer", "Decoded", "KVPool", "decode", "prefilled", "supports"]
+__all__ = ["BufferedCache", "BufferedLayer", "Decoded", "KVPool", "decode", "penalise", "prefilled", "supports"]
 
 
 class BufferedLayer(DynamicLayer):
@@ -93,20 +93,11 @@ class BufferedLayer(DynamicLayer):
             self._publish()
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        if self._keys is None or self._values is None:
-            return
-        # Only the used part is copied; the new buffers keep the full capacity for the positions to come.
-        used_keys = self._keys[..., : self.length, :].repeat_interleave(repeats, dim=0)
-        used_values = self._values[..., : self.length, :].repeat_interleave(repeats, dim=0)
-        self._keys = self._values = None
-        self._reserve(used_keys, used_values, self.capacity)
-        assert self._keys is not None and self._values is not None
-        self._keys[..., : self.length, :] = used_keys
-        self._values[..., : self.length, :] = used_values
-        self._publish()
+        if self._keys is not None:
+            self.batch_expand(torch.arange(self._keys.shape[0]).repeat_interleave(repeats))
 
     def batch_expand(self, indices: torch.Tensor) -> None:
-        """Row ``i`` becomes a copy of row ``indices[i]`` (more rows than before: new buffers, used part copied)."""
+        """Row ``i`` becomes a copy of row ``indices[i]``: new buffers of full capacity, only the used part copied."""
         if self._keys is None or self._values is None:
             return
         used_keys = self._keys[..., : self.length, :].index_select(0, indices.to(self._keys.device))
@@ -144,6 +135,11 @@ class BufferedCache(DynamicCache):
     def batch_expand(self, indices: torch.Tensor) -> None:
         for layer in self.layers:
             layer.batch_expand(indices)
+
+
+def penalise(scores: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL's repetition penalty: the scores of ``seen`` tokens are divided by ``penalty`` (multiplied if negative)."""
+    return torch.where(seen, torch.where(scores < 0, scores * penalty, scores / penalty), scores)
 
 
 def prefilled(keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], capacity: int) -> BufferedCache:
@@ -330,8 +326,7 @@ def decode(
                 if seen is None:  # first step: the prompt's real tokens (scatter_add: an id may be pad and real)
                     seen = torch.zeros(scores.shape, dtype=torch.int32, device=device).scatter_add_(
                         1, input_ids, attention_mask.to(torch.int32)) > 0
-                penalised = torch.where(scores < 0, scores * repetition_penalty, scores / repetition_penalty)
-                scores = torch.where(seen, penalised, scores)
+                scores = penalise(scores, seen, repetition_penalty)
             if processors:
                 scores = processors(None, scores)
             if sample:

@@ -87,8 +87,7 @@ class PromptAwareRepetitionPenalty(LogitsProcessor):
             real = (positions[None, :] >= self.pad_lengths[:, None].to(input_ids.device)).to(torch.int32)
         # scatter_add, not scatter: a token id can sit at a pad position and a real one in the same row.
         seen = torch.zeros(scores.shape, dtype=torch.int32, device=scores.device).scatter_add_(1, input_ids, real) > 0
-        penalised = torch.where(scores < 0, scores * self.penalty, scores / self.penalty)
-        return torch.where(seen, penalised, scores)
+        return decoding.penalise(scores, seen, self.penalty)
 
 
 class TransformersBackend:
@@ -269,14 +268,8 @@ class TransformersBackend:
         processors = LogitsProcessorList()
         if params.repetition_penalty != 1.0:
             processors.append(PromptAwareRepetitionPenalty(params.repetition_penalty, prompt_mask=attention))
-        if not params.greedy:
-            # Our own warpers, in vLLM's order (penalty, temperature, top-k, top-p); the stock ones are switched off
-            # below so the model's generation_config defaults cannot slip in.
-            processors.append(TemperatureLogitsWarper(params.temperature))
-            if params.top_k > 0:
-                processors.append(TopKLogitsWarper(params.top_k))
-            if 0.0 < params.top_p < 1.0:
-                processors.append(TopPLogitsWarper(params.top_p))
+        # The stock warpers are switched off below so the model's generation_config defaults cannot slip in.
+        processors.extend(_warpers(params))
         kwargs: dict[str, Any] = {
             "max_new_tokens": params.max_new_tokens,
             "do_sample": not params.greedy,
@@ -318,13 +311,7 @@ class TransformersBackend:
         more than the shared prefix does, each row is laid out ``[padding][reused][padding][new tokens]`` and only
         the new tokens are run; otherwise ``[shared prefix][padding][suffix]``.
         """
-        warpers = LogitsProcessorList()
-        if not params.greedy:
-            warpers.append(TemperatureLogitsWarper(params.temperature))
-            if params.top_k > 0:
-                warpers.append(TopKLogitsWarper(params.top_k))
-            if 0.0 < params.top_p < 1.0:
-                warpers.append(TopPLogitsWarper(params.top_p))
+        warpers = _warpers(params)
         pool = self.kv_pool
 
         def keep(row: int, tokens: list[int], cache: Any, batch_row: int, mask_row: torch.Tensor) -> None:
@@ -339,12 +326,15 @@ class TransformersBackend:
                 input_ids, attention, cache, used = self._reused_layout(encoded, plan, params.max_new_tokens)
             else:
                 # Identical prompts (samples of one sub-question) are run once and copied after the prompt.
-                first: dict[tuple[int, ...], int] = {}
-                mapping = [first.setdefault(tuple(ids), len(first)) for ids in encoded]
-                if len(first) < len(encoded):
-                    distinct = torch.tensor([mapping.index(u) for u in range(len(first))])
-                    input_ids, attention = input_ids.index_select(0, distinct), attention.index_select(0, distinct)
-                    expand = torch.tensor(mapping)
+                slot: dict[tuple[int, ...], int] = {}
+                distinct: list[int] = []  # the first row of each distinct prompt
+                for row, ids in enumerate(encoded):
+                    if slot.setdefault(tuple(ids), len(distinct)) == len(distinct):
+                        distinct.append(row)
+                if len(distinct) < len(encoded):
+                    rows_run = torch.tensor(distinct)
+                    input_ids, attention = input_ids.index_select(0, rows_run), attention.index_select(0, rows_run)
+                    expand = torch.tensor([slot[tuple(ids)] for ids in encoded])
                 capacity = input_ids.shape[1] + params.max_new_tokens
                 cache = self._prefix_cache(prefix, input_ids.shape[0], capacity) if prefix else None
             rows = decoding.decode(
@@ -482,6 +472,18 @@ def _pack_for_onednn(model: PreTrainedModel) -> int:
     for module, name, child in linears:
         setattr(module, name, OneDNNLinear(child))
     return len(linears)
+
+
+def _warpers(params: GenerationParams) -> LogitsProcessorList:
+    """Sampling warpers in vLLM's order after the penalty (temperature, top-k, top-p); none when greedy."""
+    warpers = LogitsProcessorList()
+    if not params.greedy:
+        warpers.append(TemperatureLogitsWarper(params.temperature))
+        if params.top_k > 0:
+            warpers.append(TopKLogitsWarper(params.top_k))
+        if 0.0 < params.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(params.top_p))
+    return warpers
 
 
 @contextmanager

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mirage_kg import Entity, Evidence, Path, Relation, Step, UnknownEntityError
+from mirage_kg import Candidate, Entity, Evidence, Mention, Path, Relation, RetrievalResult, Step, UnknownEntityError
 
 KG = "https://w3id.org/mirage-kg/entity/"
 MKG = "https://w3id.org/mirage-kg/schema#"
@@ -72,31 +72,6 @@ TRIPLES = [
 def ent(label: str) -> Entity:
     return Entity(KG + label.replace(" ", "_"), label)
 
-
-@dataclass(frozen=True)
-class Candidate:
-    entity: Entity
-    score: float
-    method: str
-
-
-@dataclass(frozen=True)
-class Mention:
-    text: str
-    start: int
-    end: int
-    candidates: tuple[Candidate, ...]
-
-
-@dataclass(frozen=True)
-class Retrieval:
-    question: str
-    mentions: tuple[Mention, ...]
-    entities: tuple[Entity, ...]
-    evidence: tuple[Evidence, ...]
-
-    def evidence_entities(self) -> set[str]:
-        return {n.id for e in self.evidence for n in e.path.nodes}
 
     def to_text(self) -> str:
         return "\n".join(e.path.text for e in self.evidence)
@@ -198,7 +173,7 @@ class FakeKG:
     def link(self, text: str, top: int = 5) -> list[Mention]:
         return self.linker.link(text, top)
 
-    def retrieve(self, question: str, budget: int = 100) -> Retrieval:
+    def retrieve(self, question: str, budget: int = 100) -> RetrievalResult:
         self.counts["retrieve"] += 1
         mentions = tuple(self.link(question))
         entities = tuple(dict.fromkeys(m.candidates[0].entity for m in mentions))
@@ -206,7 +181,7 @@ class FakeKG:
         for e in entities:
             for step in self._steps(e):
                 evidence.append(Evidence(Path((step,)), ("fake",), 1.0))
-        return Retrieval(question, mentions, entities, tuple(evidence[:budget]))
+        return RetrievalResult(question, mentions, entities, tuple(evidence[:budget]))
 
     def path_exists(self, path: Path) -> bool:
         keys = {(ent(s).iri, RELATIONS[r].iri, ent(o).iri) for s, r, o in self.triples}
