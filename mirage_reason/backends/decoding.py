@@ -220,9 +220,6 @@ class KVPool:
         self.nbytes -= sum(e.nbytes for e in self.entries if id(e) in gone)
         self.entries = [e for e in self.entries if id(e) not in gone]
 
-    def clear(self) -> None:
-        self.entries, self.nbytes = [], 0
-
 
 def supports(model: Any) -> bool:
     """True when the model's own cache is all plain full-attention layers (so a :class:`BufferedCache` fits)."""

@@ -62,6 +62,8 @@ def test_buffered_layer_appends_in_place_grows_past_its_capacity_and_selects_row
     assert layer.get_seq_length() == 8 and torch.equal(layer.keys[:, :, -1], torch.ones(3, 1, 4))
     with pytest.raises(ValueError):
         layer.crop(2)
+    layer.reset()
+    assert layer.get_seq_length() == 0 and layer.keys.shape[-2] == 0
 
 
 def test_supports_plain_full_attention_models_only() -> None:
@@ -291,3 +293,37 @@ def test_pool_entries_not_reused_within_max_age_calls_are_dropped() -> None:
     backend.generate(["x"], params=params)
     assert all(len(e.tokens) < 10 for e in backend.kv_pool.entries)  # the long row is gone
     assert backend.kv_pool.nbytes == sum(e.nbytes for e in backend.kv_pool.entries)
+
+
+def test_a_sliding_window_model_falls_back_to_generate() -> None:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from mirage_reason.backends.local_models import smollm2_tokenizer
+    from mirage_reason.backends.transformers_backend import TransformersBackend
+
+    tokenizer = smollm2_tokenizer()
+    config = MistralConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=16,
+                           pad_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    backend = TransformersBackend.from_model(MistralForCausalLM(config).eval(), tokenizer, name="mistral")
+    assert not decoding.supports(backend.model)
+    assert backend.engine == "generate" and backend.kv_pool is None and backend.packed_layers == 0
+    [out] = backend.generate(["a b c"], params=GenerationParams(max_new_tokens=5, temperature=0.0))
+    assert out.completion_tokens == 5 and out.finish_reason == "length"
+
+
+def test_no_onednn_means_no_packing_and_the_same_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    params = GenerationParams(max_new_tokens=10, temperature=0.0)
+    expected = _tiny(cpu_pack=False).generate(PROMPTS, params=params)
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    backend = _tiny()
+    assert backend.packed_layers == 0
+    assert backend.generate(PROMPTS, params=params) == expected
+
+
+def test_a_packed_layer_that_disagrees_with_the_stock_one_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mirage_reason.backends import transformers_backend
+
+    monkeypatch.setattr(transformers_backend.OneDNNLinear, "forward", lambda self, x: torch.zeros(1))
+    assert _tiny().packed_layers == 0
