@@ -241,7 +241,7 @@ def typo(text: str, rng: random.Random) -> str:
 
 
 def bench_linking(quick: bool, seed: int) -> dict[str, Any]:
-    from mirage_kg.graph import KnowledgeGraph
+    from mirage_kg.knowledge import KnowledgeGraph
     from mirage_kg.store import OxigraphStore, ensure_schema
     from mirage_kg.terms import iri_ref, literal
 
@@ -313,7 +313,7 @@ def main() -> None:
         print_linking(bench_linking(args.quick, args.seed))
         return
 
-    from mirage_kg.graph import KnowledgeGraph
+    from mirage_kg.knowledge import KnowledgeGraph
     from mirage_kg.store import OxigraphStore, ensure_schema
 
     entities = 10_000 if args.quick else 100_000

@@ -52,7 +52,7 @@ def main() -> None:
     except ImportError:
         pass
 
-    from mirage_kg.graph import KnowledgeGraph
+    from mirage_kg.knowledge import KnowledgeGraph
     from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
     from mirage_kg.retrieval import Retriever
     from mirage_kg.store import OxigraphStore, ensure_schema

@@ -18,7 +18,9 @@ __version__ = "0.1.0"
 
 # Public names that live in modules with heavier imports, resolved on first use.
 _LAZY = {
-    "KnowledgeGraph": "mirage_kg.graph",
+    "KnowledgeGraph": "mirage_kg.knowledge",
+    "Graph": "mirage_kg.graph",
+    "Neighbour": "mirage_kg.graph",
     "Linker": "mirage_kg.linking",
     "Mention": "mirage_kg.linking",
     "Candidate": "mirage_kg.linking",
@@ -36,7 +38,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Candidate", "EndpointError", "Entity", "Evidence", "InputError", "KnowledgeGraph", "Linker", "Mention",
+    "Candidate", "EndpointError", "Entity", "Evidence", "Graph", "InputError", "KnowledgeGraph", "Linker", "Mention",
+    "Neighbour",
     "MirageError", "MissingExtraError", "OxigraphStore", "Path", "QueryError", "Relation", "RetrievalResult",
     "Retriever", "SparqlStore", "Step", "Store", "StoreError", "UnknownEntityError", "compress", "compute_stats",
     "demo_store", "expand", "open_store", "validate",

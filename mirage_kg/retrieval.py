@@ -7,13 +7,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mirage_kg.graph import Graph, Neighbour
+from mirage_kg.linking import Linker, Mention
 from mirage_kg.model import Entity, Evidence, Path, Step
-
-if TYPE_CHECKING:
-    from mirage_kg.graph import KnowledgeGraph
-    from mirage_kg.linking import Mention
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,8 @@ class RetrievalResult:
 
 
 class Retriever:
-    """``retrieve(question, budget)`` over a ``KnowledgeGraph``: graph structure only, no relation names.
+    """``retrieve(question, budget)`` over a ``Graph`` and a ``Linker``: graph structure only, no relation names.
+    Without a ``linker`` it uses the graph's own (a ``KnowledgeGraph`` has one), else builds one on the graph.
 
     1. **Link** the question; each mention's candidates scoring at least ``min_score`` (up to ``per_mention``)
        become question entities, weighted by score and rank.
@@ -60,10 +59,11 @@ class Retriever:
        entities, then hub facts to the best-scored entities, until ``budget`` entities are in. One fact per
        connected pair (a store may state a fact both ways)."""
 
-    def __init__(self, kg: KnowledgeGraph, *, min_score: float = 0.7, per_mention: int = 3, max_hubs: int = 10,
+    def __init__(self, kg: Graph, linker: Linker | None = None, *, min_score: float = 0.7, per_mention: int = 3, max_hubs: int = 10,
                  self_weight: float = 2.0, alpha: float = 0.5, beta: float = 0.5, bridge_hops: int = 2,
                  bridge_pairs: int = 3, bridge_paths: int = 2) -> None:
         self.kg = kg
+        self._linker = linker
         self.min_score = min_score
         self.per_mention = per_mention
         self.max_hubs = max_hubs
@@ -75,6 +75,17 @@ class Retriever:
         self.bridge_paths = bridge_paths
 
     # --- linking -------------------------------------------------------------------------------------------------
+    @property
+    def linker(self) -> Linker:
+        """The linker given, else the graph's current one (rebuilt by it after a load), else one built here."""
+        if self._linker is not None:
+            return self._linker
+        own = getattr(self.kg, "linker", None)
+        if own is not None:
+            return own  # type: ignore[no-any-return]
+        self._linker = Linker(self.kg)
+        return self._linker
+
     def question_entities(
             self, mentions: Sequence[Mention]) -> tuple[dict[str, float], dict[str, Entity], dict[str, str]]:
         """IRI -> weight (link score over candidate rank), IRI -> Entity, IRI -> the mention's text."""
@@ -94,7 +105,7 @@ class Retriever:
 
     # --- the whole thing -----------------------------------------------------------------------------------------
     def retrieve(self, question: str, budget: int = 100) -> RetrievalResult:
-        mentions = tuple(self.kg.link(question, top=5))
+        mentions = tuple(self.linker.link(question, top=5))
         weights, entities, mention_of = self.question_entities(mentions)
         return self.retrieve_linked(question, mentions, weights, entities, mention_of, budget)
 
@@ -105,12 +116,12 @@ class Retriever:
         linked = tuple(entities[i] for i in ranked_q)
         if budget < 1 or not weights:
             return RetrievalResult(question, mentions, linked, (), mention_of)
-        adjacency = {q: self.kg._adjacent(q) for q in ranked_q}
+        adjacency = {q: self.kg.neighbours(q) for q in ranked_q}
         hubs = self.rank_hubs(weights, adjacency)
         evidence = self._collect(ranked_q, adjacency, hubs, budget)
         return RetrievalResult(question, mentions, linked, evidence, mention_of)
 
-    def rank_hubs(self, weights: dict[str, float], adjacency: dict[str, list[tuple[str, str, str]]]) -> list[str]:
+    def rank_hubs(self, weights: dict[str, float], adjacency: dict[str, list[Neighbour]]) -> list[str]:
         """The best ``max_hubs`` hubs, best first."""
         score: dict[str, float] = {}
         for q, edges in adjacency.items():
@@ -125,7 +136,7 @@ class Retriever:
         final = {n: s * math.sqrt(degree[n]) for n, s in score.items()}
         return sorted(final, key=lambda n: (-round(final[n], 9), -degree[n], n))[: self.max_hubs]
 
-    def _collect(self, ranked_q: list[str], adjacency: dict[str, list[tuple[str, str, str]]], hubs: list[str],
+    def _collect(self, ranked_q: list[str], adjacency: dict[str, list[Neighbour]], hubs: list[str],
                  budget: int) -> tuple[Evidence, ...]:
         kg = self.kg
         facts: dict[frozenset[str], tuple[tuple[str, str, str, str], float]] = {}  # pair -> (step, score)
@@ -140,7 +151,7 @@ class Retriever:
             if len(used) + len(new) > budget:
                 return False
             used.update(new)
-            facts[key] = ((a, p, n, "forward") if d == "out" else (n, p, a, "backward"), score)
+            facts[key] = ((a, p, n, "forward") if d == "forward" else (n, p, a, "backward"), score)
             return True
 
         q_set = set(ranked_q)
@@ -149,9 +160,9 @@ class Retriever:
         via: dict[str, tuple[str, str, str]] = {}  # entity -> (best hub, predicate, direction)
         for hub in hubs:
             if hub not in adjacency:
-                adjacency[hub] = kg._adjacent(hub)
+                adjacency[hub] = kg.neighbours(hub)
             one_edge: dict[str, tuple[str, str]] = {}  # outgoing edges first, then by relation id
-            for p, d, n in sorted(adjacency[hub], key=lambda e: (e[1] != "out", e[0])):
+            for p, d, n in sorted(adjacency[hub], key=lambda e: (e[1] != "forward", e[0])):
                 one_edge.setdefault(n, (p, d))
             share = hub_rank[hub] / max(len(one_edge), 1) ** self.alpha
             for n, (p, d) in one_edge.items():

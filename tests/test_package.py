@@ -54,3 +54,59 @@ def test_kg_layer_never_imports_the_reasoner_at_module_level() -> None:
                 for mod in mods:
                     assert not mod.startswith(("mirage_reason", "torch", "transformers", "sentence_transformers")), \
                         f"{path}: imports {mod} at module level"
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """mirage_kg module -> the mirage_kg modules it imports anywhere in its text (top level, in functions, and
+    under TYPE_CHECKING alike)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    modules = {}
+    for path in (root / "mirage_kg").rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            found.update(t for t in targets if t in modules and t != name)
+        graph[name] = found
+    return graph
+
+
+def test_no_import_circle_in_mirage_kg() -> None:
+    """No module of mirage_kg reaches itself through imports, counting lazy and TYPE_CHECKING ones (a package
+    importing its own submodules is not a circle)."""
+    graph = _module_imports()
+    cycles = []
+
+    def walk(start: str, node: str, trail: list[str]) -> None:
+        for nxt in graph[node]:
+            if nxt == start:
+                cycles.append(" -> ".join(trail + [nxt]))
+            elif nxt not in trail and len(trail) < 12:
+                walk(start, nxt, trail + [nxt])
+
+    for start in ("mirage_kg.graph", "mirage_kg.linking", "mirage_kg.retrieval", "mirage_kg.knowledge",
+                  "mirage_kg.caching", "mirage_kg.stats", "mirage_kg.validation.structural"):
+        walk(start, start, [start])
+    real = [c for c in cycles if not any(step + "." in nxt for step, nxt in zip(c.split(" -> "), c.split(" -> ")[1:]))]
+    assert real == []
+
+
+def test_only_the_store_package_knows_store_classes() -> None:
+    """Upper layers use the Store contract; no ``isinstance`` on a store class outside mirage_kg/store."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "mirage_kg"
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if "store" not in p.relative_to(root).parts[:1]
+                 and re.search(r"isinstance\([^)]*(OxigraphStore|SparqlStore)", p.read_text(encoding="utf-8"))]
+    assert offenders == []

@@ -11,7 +11,7 @@ import click
 from mirage_kg.cli.main import store_options
 
 if TYPE_CHECKING:
-    from mirage_kg.graph import KnowledgeGraph
+    from mirage_kg.knowledge import KnowledgeGraph
     from mirage_kg.model import Entity, Path, Step
 
 
@@ -79,7 +79,7 @@ def _embedding_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _open_graph(store: str | None, endpoint: str | None, embedding_model: str | None = None) -> KnowledgeGraph:
-    from mirage_kg.graph import KnowledgeGraph
+    from mirage_kg.knowledge import KnowledgeGraph
     from mirage_kg.store import open_store
 
     return KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model)
@@ -124,8 +124,8 @@ AMBIGUITY_MARGIN = 0.02
               help="Neighbours per (relation, direction).")
 @click.option("--relation", "relations", multiple=True, metavar="R",
               help="Only this relation (CURIE, IRI or label; repeatable).")
-@click.option("--direction", type=click.Choice(["out", "in", "both"]), default="both", show_default=True,
-              help="Outgoing edges, incoming edges, or both.")
+@click.option("--direction", type=click.Choice(["forward", "backward", "both", "out", "in"]), default="both",
+              show_default=True, help="Outgoing edges (forward, or out), incoming edges (backward, or in), or both.")
 @click.option("--rank-by", metavar="TEXT", help="Rank neighbours by similarity to TEXT instead of by degree.")
 @_embedding_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -143,7 +143,7 @@ def anchor(entity: str, store: str | None, endpoint: str | None, k: int, relatio
         kg.store.close()
     neighbours = [{
         "relation": s.relation.id, "relation_label": s.relation.label,
-        "direction": "out" if s.direction == "forward" else "in",
+        "direction": s.direction,
         "id": s.end.id, "label": s.end.label, "text": s.text,
     } for s in steps]
     if html_path:
@@ -378,7 +378,7 @@ def anchor_html(center: Entity, steps: Sequence[Step]) -> str:
         parts.append(f'<text class="rel" x="{mx:.1f}" y="{my - 4:.1f}" text-anchor="middle">'
                      f"{_esc(_short(step.relation.label, 22))}</text>")
         parts.append(_node(x, y, step.end.label, f"{step.end.label} ({step.end.id})"))
-        rows.append(f"<tr><td>{_esc(step.relation.label)}</td><td>{'out' if step.direction == 'forward' else 'in'}"
+        rows.append(f"<tr><td>{_esc(step.relation.label)}</td><td>{step.direction}"
                     f"</td><td>{_esc(step.end.label)}</td><td>{_esc(step.end.id)}</td><td>{_esc(step.text)}</td></tr>")
     parts.append(_node(cx, cy, center.label, f"{center.label} ({center.id})", "node center"))
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{size:.0f}" height="{size:.0f}" '

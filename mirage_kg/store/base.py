@@ -1,5 +1,10 @@
 """The ``Store`` contract every backend implements, and the atomic-load protocol they share.
 
+The contract's primitive is ``quads(subject, predicate, object, graph)``: a streamed, paged pattern match over the
+named graphs. The embedded store answers it from its index; an endpoint with paged SPARQL. SPARQL select / ask /
+construct / update sit beside it. The graph layer, linking and validation use only this contract, and pick an
+access pattern from ``indexed`` (pattern lookups are cheap: walk the index) rather than from a store's class.
+
 A load is atomic through a journal in the manifest graph: the target graph is marked pending, streamed in, then
 marked committed in one update. A load into a graph that already holds triples is staged in a scratch graph and
 merged with one transactional ``ADD``. Opening a store drops whatever a killed load left pending, so a reader
@@ -12,7 +17,8 @@ import datetime as _dt
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO
+from pathlib import Path
+from typing import IO, NamedTuple
 
 from mirage_kg.namespaces import GRAPH, MKG
 from mirage_kg.terms import Term, iri_ref, literal
@@ -33,6 +39,19 @@ RDF_FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 Progress = Callable[[int], None]
+
+
+class Quad(NamedTuple):
+    """One quad of a named graph, as plain terms. A named tuple, not a dataclass: a scan makes millions."""
+
+    subject: Term
+    predicate: Term
+    object: Term
+    graph: str
+
+
+#: rows per page when a store pages a pattern or a large SELECT (an endpoint may lower it to its result cap)
+PAGE_SIZE = 10_000
 
 
 @dataclass(frozen=True)
@@ -102,8 +121,32 @@ class LineReader:
 class Store(abc.ABC):
     """An RDF dataset MIRAGE-KG reads and writes. Queries see the union of all named graphs."""
 
-    #: where the store lives, for messages ("memory", a folder, an endpoint URL)
+    #: where the store lives, for messages ("memory", a folder, an endpoint URL without credentials)
     location: str
+    #: the folder of an on-disk store (caches may live beside it); None for memory and endpoints
+    path: Path | None = None
+    #: whether ``quads`` is a cheap local index lookup (walk it node by node) or a round trip (batch in SPARQL)
+    indexed: bool = False
+
+    # --- the pattern primitive -----------------------------------------------------------------------------
+    def quads(self, subject: str | Term | None = None, predicate: str | None = None, obj: str | Term | None = None,
+              graph: str | None = None) -> Iterator[Quad]:
+        """Quads of the named graphs matching a pattern (None is a wildcard; a plain string is an IRI),
+        streamed page by page. This default pages one SELECT with LIMIT/OFFSET; a store with an index
+        overrides it."""
+        terms = [_pattern_term(subject), _pattern_term(predicate), _pattern_term(obj)]
+        names = ("s", "p", "o")
+        pattern = " ".join(t if t else f"?{n}" for t, n in zip(terms, names))
+        binds = "".join(f" BIND({t} AS ?{n})" for t, n in zip(terms, names) if t)
+        where = f"GRAPH {iri_ref(graph)} {{ {pattern} }} BIND({iri_ref(graph)} AS ?g)" if graph else \
+            f"GRAPH ?g {{ {pattern} }}"
+        for row in self.select_all(f"SELECT ?s ?p ?o ?g WHERE {{ {where}{binds} }}"):
+            yield Quad(row["s"], row["p"], row["o"], row["g"].value)
+
+    def select_all(self, query: str, *, timeout: float | None = None) -> Iterator[dict[str, Term]]:
+        """Every row of a SELECT that may be large (no LIMIT/OFFSET of its own), streamed. A store with a
+        result-size cap pages under it; the embedded store has none."""
+        yield from self.select(query, timeout=timeout)
 
     # --- reading -------------------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -144,12 +187,7 @@ class Store(abc.ABC):
         self, subject: str | None = None, predicate: str | None = None, obj: Term | None = None
     ) -> list[tuple[Term, Term, Term]]:
         """Distinct triples (over all graphs) matching a pattern; None is a wildcard."""
-        s = iri_ref(subject) if subject else "?s"
-        p = iri_ref(predicate) if predicate else "?p"
-        o = obj.sparql() if obj is not None else "?o"
-        binds = "".join(f" BIND({t} AS ?{v})" for t, v in ((s, "s"), (p, "p"), (o, "o")) if not t.startswith("?"))
-        rows = self.select(f"SELECT DISTINCT ?s ?p ?o WHERE {{ GRAPH ?g {{ {s} {p} {o} }}{binds} }}")
-        return [(r["s"], r["p"], r["o"]) for r in rows]
+        return list(dict.fromkeys((q.subject, q.predicate, q.object) for q in self.quads(subject, predicate, obj)))
 
     # --- writing -------------------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -240,6 +278,12 @@ class Store(abc.ABC):
             f"SELECT ?g ?src WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ ?g {iri_ref(LOADED_FROM)} ?src }} }}"
         )
         return {r["g"].value: r["src"].value for r in rows}
+
+
+def _pattern_term(term: str | Term | None) -> str | None:
+    if term is None:
+        return None
+    return term.sparql() if isinstance(term, Term) else iri_ref(term)
 
 
 def query_form(query: str) -> str:

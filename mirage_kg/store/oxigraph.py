@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import pyoxigraph as ox
 
 from mirage_kg.errors import QueryError, StoreError
-from mirage_kg.store.base import LineReader, Store
+from mirage_kg.store.base import LineReader, Quad, Store
 from mirage_kg.terms import Term
 
 _FORMATS = {
@@ -23,6 +24,7 @@ _FORMATS = {
     "application/ld+json": ox.RdfFormat.JSON_LD,
 }
 _QUAD_FORMATS = {"application/n-quads", "application/trig"}
+_XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 
 
 def to_term(node: object) -> Term:
@@ -31,7 +33,8 @@ def to_term(node: object) -> Term:
         return Term("uri", node.value)
     if isinstance(node, ox.Literal):
         dt = node.datatype.value if node.datatype is not None else None
-        return Term("literal", node.value, node.language, None if node.language else dt)
+        # a plain string has no datatype in SPARQL JSON results: the same Term whichever store answered
+        return Term("literal", node.value, node.language, None if node.language or dt == _XSD_STRING else dt)
     if isinstance(node, ox.BlankNode):
         return Term("bnode", node.value)
     return Term("triple", str(node))
@@ -52,8 +55,10 @@ def to_node(term: Term) -> ox.NamedNode | ox.Literal | ox.BlankNode:
 class OxigraphStore(Store):
     """pyoxigraph's ``Store``: ``OxigraphStore()`` in memory, ``OxigraphStore(path)`` on disk (created if absent).
 
-    Besides SPARQL, the graph layer and the validator read the quad index directly (``match``, and ``raw``, the
-    pyoxigraph store itself) for the walks SPARQL would make slow: bridge search, degree and component passes."""
+    ``quads`` reads the quad index directly (``indexed``), so the graph layer walks it node by node for the
+    searches SPARQL would make slow (bridge search, adjacency, components)."""
+
+    indexed = True
 
     def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
         self.path = Path(path) if path is not None else None
@@ -122,14 +127,19 @@ class OxigraphStore(Store):
             return 0
         return super().triple_count(graph)  # a COUNT in Rust: far faster than iterating quads in Python
 
-    def match(
-        self, subject: str | None = None, predicate: str | None = None, obj: str | None = None
-    ) -> "list[tuple[str, str, object]]":
-        """Raw index access for the graph layer: (subject IRI, predicate IRI, pyoxigraph object), all graphs."""
-        s = ox.NamedNode(subject) if subject else None
-        p = ox.NamedNode(predicate) if predicate else None
-        o = ox.NamedNode(obj) if obj else None
-        return [(q.subject.value, q.predicate.value, q.object) for q in self.raw.quads_for_pattern(s, p, o, None)]
+    def quads(self, subject: str | Term | None = None, predicate: str | None = None, obj: str | Term | None = None,
+              graph: str | None = None) -> Iterator[Quad]:
+        """The pattern primitive, answered from the quad index (named graphs only, like the SPARQL default)."""
+        try:
+            nodes = [None if t is None else to_node(t) if isinstance(t, Term) else ox.NamedNode(t)
+                     for t in (subject, predicate, obj)]
+        except ValueError:
+            return  # a term no quad can hold (e.g. an invalid IRI) matches nothing
+        where = ox.NamedNode(graph) if graph else None
+        for quad in self.raw.quads_for_pattern(nodes[0], nodes[1], nodes[2], where):
+            name = quad.graph_name
+            if isinstance(name, ox.NamedNode):
+                yield Quad(to_term(quad.subject), to_term(quad.predicate), to_term(quad.object), name.value)
 
     # --- writing -------------------------------------------------------------------------------------------
     def update(self, update: str) -> None:

@@ -103,10 +103,16 @@ def _descendants(store: Store, roots: set[str]) -> set[str]:
     return seen
 
 
-def _to_rdflib(term: Term) -> Any:
+def _to_rdflib(term: Term, iris: dict[str, Any] | None = None) -> Any:
+    """A term as an rdflib one; ``iris`` caches IRIs, which repeat (a subject per label, each type)."""
     rdflib = _rdflib()
     if term.kind == "uri":
-        return rdflib.URIRef(term.value)
+        if iris is None:
+            return rdflib.URIRef(term.value)
+        iri = iris.get(term.value)
+        if iri is None:
+            iri = iris[term.value] = rdflib.URIRef(term.value)
+        return iri
     if term.kind == "bnode":
         return rdflib.BNode(term.value)
     if term.lang:
@@ -114,23 +120,6 @@ def _to_rdflib(term: Term) -> Any:
     # normalize=False keeps an ill-typed lexical form ("yes"^^xsd:boolean) as it is, for the report to show
     return rdflib.Literal(term.value, datatype=rdflib.URIRef(term.datatype) if term.datatype else None,
                           normalize=False)
-
-
-def _from_oxigraph(node: Any, iris: dict[str, Any]) -> Any:
-    """A pyoxigraph term as an rdflib one; ``iris`` caches IRIs, which repeat (a subject per label, each type)."""
-    import pyoxigraph as ox
-
-    rdflib = _rdflib()
-    if isinstance(node, ox.NamedNode):
-        iri = iris.get(node.value)
-        if iri is None:
-            iri = iris[node.value] = rdflib.URIRef(node.value)
-        return iri
-    if isinstance(node, ox.BlankNode):
-        return rdflib.BNode(node.value)
-    if node.language:
-        return rdflib.Literal(node.value, lang=node.language)
-    return rdflib.Literal(node.value, datatype=rdflib.URIRef(node.datatype.value), normalize=False)
 
 
 @contextmanager
@@ -162,15 +151,12 @@ def data_graph(store: Store, shapes: "rdflib.Graph", *, limit: int | None = None
 
     The subset: triples of every predicate the shapes name; ``rdf:type`` triples to a class the shapes name or
     a subclass of one, with the subClassOf edges among those classes (what class targets and ``sh:class``
-    need); the schema graph's triples of the same kinds. The embedded store is read through its index.
+    need); the schema graph's triples of the same kinds. An indexed store is read pattern by pattern through its
+    index; an endpoint answers one paged SELECT.
     Past ``limit`` triples (counted first, cheaply) it raises ``SubsetTooLarge`` instead of building."""
-    import pyoxigraph as ox
-
     rdflib = _rdflib()
     graph = rdflib.Graph()
-    raw = getattr(store, "raw", None)
-    manifest = ox.NamedNode(MANIFEST_GRAPH)
-    patterns: list[tuple[Any, Any, Any]] = [(None, None, None)]
+    patterns: list[tuple[str | None, str | None, str | None]] = [(None, None, None)]
     if _needs_whole_graph(shapes):
         how = "whole dataset"
         where = f"GRAPH ?g {{ ?s ?p ?o }} FILTER(?g != {iri_ref(MANIFEST_GRAPH)})"
@@ -179,10 +165,9 @@ def data_graph(store: Store, shapes: "rdflib.Graph", *, limit: int | None = None
         mentioned, whole_hierarchy = _mentions(shapes)
         classes = set() if whole_hierarchy else _descendants(store, mentioned)
         predicates = sorted(mentioned | ({RDF_TYPE, RDFS_SUBCLASS} if whole_hierarchy else set()))
-        type_node, sub_node = ox.NamedNode(RDF_TYPE), ox.NamedNode(RDFS_SUBCLASS)
-        patterns = [(None, ox.NamedNode(p), None) for p in predicates]
-        patterns += [(None, type_node, ox.NamedNode(c)) for c in sorted(classes)]
-        patterns += [(ox.NamedNode(c), sub_node, None) for c in sorted(classes)]
+        patterns = [(None, p, None) for p in predicates]
+        patterns += [(None, RDF_TYPE, c) for c in sorted(classes)]
+        patterns += [(c, RDFS_SUBCLASS, None) for c in sorted(classes)]
         branches = [f"{{ VALUES ?p {{ {' '.join(iri_ref(p) for p in predicates)} }} GRAPH ?g {{ ?s ?p ?o }} }}"]
         if classes:
             listed = " ".join(iri_ref(c) for c in sorted(classes))
@@ -197,15 +182,15 @@ def data_graph(store: Store, shapes: "rdflib.Graph", *, limit: int | None = None
         if size > limit:
             raise SubsetTooLarge(size)
     with _quiet():
-        if isinstance(raw, ox.Store):
-            iris: dict[str, Any] = {}
+        iris: dict[str, Any] = {}
+        if store.indexed:
             for s, p, o in patterns:
-                graph.addN((_from_oxigraph(q.subject, iris), _from_oxigraph(q.predicate, iris),
-                            _from_oxigraph(q.object, iris), graph)
-                           for q in raw.quads_for_pattern(s, p, o, None) if q.graph_name != manifest)
+                graph.addN((_to_rdflib(q.subject, iris), _to_rdflib(q.predicate, iris), _to_rdflib(q.object, iris),
+                            graph) for q in store.quads(s, p, o) if q.graph != MANIFEST_GRAPH)
         else:
-            triples = store.construct(f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ {where} }}")
-            graph.addN((_to_rdflib(s), _to_rdflib(p), _to_rdflib(o), graph) for s, p, o in triples)
+            rows = store.select_all(f"SELECT ?s ?p ?o WHERE {{ {where} }}")
+            graph.addN((_to_rdflib(r["s"], iris), _to_rdflib(r["p"], iris), _to_rdflib(r["o"], iris), graph)
+                       for r in rows)
     return graph, f"{how}: {len(graph):,} triples"
 
 

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-import pyoxigraph as ox
 
 from mirage_kg.namespaces import MKG, MKG_RELATION, OWL, RDF, RDFS, SCHEMA_GRAPH, SKOS, XSD, compress
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
@@ -103,7 +102,8 @@ class Context:
         self.max_examples = max_examples
 
     def select(self, query: str) -> list[dict]:
-        return self.store.select(PREFIXES + query)
+        """All rows (paged under an endpoint's result cap when the query sets no LIMIT of its own)."""
+        return list(self.store.select_all(PREFIXES + query))
 
     def count_and_examples(self, inner: str, order: Sequence[str]) -> tuple[int, list[dict]]:
         """``inner`` is a SELECT whose rows are the offending things: how many, and the first few by ``order``
@@ -170,22 +170,13 @@ class Context:
 
     def edges(self, predicates: list[str], *, with_schema: bool = False) -> Iterator[tuple[str, str]]:
         """(subject, object) IRI pairs of the predicates' edges in the data graphs (and the schema graph when
-        ``with_schema``), streamed. The embedded store is scanned through its index (twice as fast as a SELECT:
-        no per-row term records); any other store answers one SELECT."""
-        raw = getattr(self.store, "raw", None)
-        if isinstance(raw, ox.Store):
-            skip = {ox.NamedNode(MANIFEST_GRAPH)} | (set() if with_schema else {ox.NamedNode(SCHEMA_GRAPH)})
-            for predicate in predicates:
-                for quad in raw.quads_for_pattern(None, ox.NamedNode(predicate), None, None):
-                    if (quad.graph_name not in skip and isinstance(quad.subject, ox.NamedNode)
-                            and isinstance(quad.object, ox.NamedNode)):
-                        yield quad.subject.value, quad.object.value
-            return
-        graphs = f"FILTER(?g != {iri_ref(MANIFEST_GRAPH)})" if with_schema else DATA
-        rows = self.select(f"""SELECT ?s ?o WHERE {{ GRAPH ?g {{ ?s ?p ?o }} {graphs} {values('p', predicates)}
-            FILTER(isIRI(?s) && isIRI(?o)) }}""")
-        for r in rows:
-            yield r["s"].value, r["o"].value
+        ``with_schema``), streamed through the store's pattern primitive (the embedded store's index, an
+        endpoint's paged SELECT)."""
+        skip = {MANIFEST_GRAPH} | (set() if with_schema else {SCHEMA_GRAPH})
+        for predicate in predicates:
+            for quad in self.store.quads(predicate=predicate):
+                if quad.graph not in skip and quad.subject.kind == "uri" and quad.object.kind == "uri":
+                    yield quad.subject.value, quad.object.value
 
     @cached_property
     def concepts(self) -> set[str]:
@@ -197,13 +188,8 @@ class Context:
         return _components(self)
 
     def subjects(self, predicate: str) -> set[str]:
-        """IRIs that have ``predicate`` in any graph (through the embedded store's index when there is one)."""
-        raw = getattr(self.store, "raw", None)
-        if isinstance(raw, ox.Store):
-            return {q.subject.value for q in raw.quads_for_pattern(None, ox.NamedNode(predicate), None, None)
-                    if isinstance(q.subject, ox.NamedNode)}
-        rows = self.select(f"SELECT DISTINCT ?x WHERE {{ ?x {iri_ref(predicate)} ?o FILTER(isIRI(?x)) }}")
-        return {r["x"].value for r in rows}
+        """IRIs that have ``predicate`` in any graph (the store's pattern primitive)."""
+        return {q.subject.value for q in self.store.quads(predicate=predicate) if q.subject.kind == "uri"}
 
     @cached_property
     def subclass_edges(self) -> list[tuple[str, str]]:

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirage_kg.errors import InputError, MirageError, UnknownEntityError
-from mirage_kg.graph import NON_FACT_PREDICATES, KnowledgeGraph, path_sort_key
+from mirage_kg.graph import NON_FACT_PREDICATES, path_sort_key
+from mirage_kg.knowledge import KnowledgeGraph
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
 from mirage_kg.model import Entity, Path as KgPath, Relation, Step
 from mirage_kg.namespaces import ENTITY, MKG, compress, is_identifier, mint
@@ -227,7 +228,7 @@ def fact_multigraph(store: Store) -> Any:
     import networkx as nx
 
     kg = KnowledgeGraph(store, embedding_model="none")
-    non = kg._state().non_concepts
+    non = kg.non_concepts()
     graph = nx.MultiGraph()
     for s, p, o in store.triples():
         if s.kind == o.kind == "uri" and p.value not in NON_FACT_PREDICATES and s.value not in non \

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mirage_kg.graph import KnowledgeGraph
+from mirage_kg.knowledge import KnowledgeGraph
 from mirage_kg.linking import Candidate, Linker, Mention, fold, normalise, singular
 from mirage_kg.store import OxigraphStore, SparqlStore, Store, ensure_schema
 
@@ -171,7 +171,7 @@ def test_without_sentence_transformers_embedding_is_skipped_with_one_warning(tmp
 import sys, warnings, io
 sys.modules["sentence_transformers"] = None  # as if the [embed] extra were not installed
 from mirage_kg.store import OxigraphStore, ensure_schema
-from mirage_kg.graph import KnowledgeGraph
+from mirage_kg.knowledge import KnowledgeGraph
 store = OxigraphStore(); ensure_schema(store)
 store.load(io.BytesIO({TTL.encode()!r}), media_type="text/turtle", graph="urn:g", source="t")
 kg = KnowledgeGraph(store, cache_dir={str(tmp_path)!r})

@@ -35,19 +35,19 @@ def test_anchor_json_shape(runner: CliRunner) -> None:
     assert out["neighbours"]
     for n in out["neighbours"]:
         assert set(n) == {"relation", "relation_label", "direction", "id", "label", "text"}
-        assert n["direction"] in ("out", "in")
+        assert n["direction"] in ("forward", "backward")
         assert n["text"].startswith("Asthma")
-    assert {"relation": "MKG:has_symptom", "relation_label": "has symptom", "direction": "out",
+    assert {"relation": "MKG:has_symptom", "relation_label": "has symptom", "direction": "forward",
             "id": "KG:Wheezing", "label": "Wheezing", "text": "Asthma has symptom Wheezing"} in out["neighbours"]
 
 
 def test_anchor_options(runner: CliRunner) -> None:
     out = run_json(runner, ["query", "anchor", "Asthma", "-k", "1", "--direction", "out", "--relation",
                             "MKG:has_symptom", "--json"])
-    assert [(n["relation"], n["direction"]) for n in out["neighbours"]] == [("MKG:has_symptom", "out")]
+    assert [(n["relation"], n["direction"]) for n in out["neighbours"]] == [("MKG:has_symptom", "forward")]
     both = run_json(runner, ["query", "anchor", "KG:Asthma", "-k", "1", "--json"])
     groups = [(n["relation"], n["direction"]) for n in both["neighbours"]]
-    assert len(groups) == len(set(groups)) and {d for _, d in groups} == {"in", "out"}
+    assert len(groups) == len(set(groups)) and {d for _, d in groups} == {"forward", "backward"}
 
 
 def test_bridge_json_shape(runner: CliRunner) -> None:

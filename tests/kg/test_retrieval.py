@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mirage_kg.graph import KnowledgeGraph
+from mirage_kg.knowledge import KnowledgeGraph
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
 from mirage_kg.retrieval import RetrievalResult, Retriever
 from mirage_kg.store import DEMO_GRAPH, OxigraphStore, demo_store, ensure_schema

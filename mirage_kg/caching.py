@@ -1,0 +1,71 @@
+"""Store identity and the on-disk cache folders derived from it: the manifest's load records, a fingerprint that
+changes whenever a load commits, and where caches built from a store (degree index, label index, embeddings) live."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, Store
+
+_USER_CACHE_KEEP = 24  # fingerprint folders kept under ~/.cache/mirage-kg (memory stores make a new one each run)
+
+
+def load_records(store: Store) -> tuple[tuple[str, ...], ...]:
+    """The manifest's committed loads (graph, source, loadedAt), sorted: changes whenever a load commits."""
+    found: dict[str, list[str]] = {}
+    for quad in store.quads(predicate=None, graph=MANIFEST_GRAPH):
+        if quad.predicate.value in (LOADED_FROM, LOADED_AT):
+            found.setdefault(quad.subject.value, []).append(f"{quad.predicate.value}={quad.object.value}")
+    return tuple(sorted((g, *sorted(v)) for g, v in found.items()))
+
+
+def store_fingerprint(store: Store) -> str:
+    """A short hash of the store's load records and triple count: caches built from the store are keyed by it."""
+    payload = json.dumps([store.location if store.location != "memory" else "", load_records(store),
+                          store.triple_count()])
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:20]
+
+
+def cache_folder(store: Store, fingerprint: str, cache_dir: Path | None = None) -> Path:
+    """Where caches for this store live: ``<store>/.mirage-cache/`` for an on-disk store, else a fingerprint folder
+    under ``cache_dir`` or ``$MIRAGE_KG_CACHE`` or ``~/.cache/mirage-kg``. Stale entries inside are the caller's to
+    judge by fingerprint; old fingerprint folders are pruned."""
+    if cache_dir is None and store.path is not None:
+        folder = store.path / ".mirage-cache"
+        try:
+            folder.mkdir(exist_ok=True)
+            if os.access(folder, os.W_OK):
+                return folder
+        except OSError:
+            pass
+    root = Path(cache_dir or os.environ.get("MIRAGE_KG_CACHE") or Path.home() / ".cache" / "mirage-kg")
+    folder = root / fingerprint
+    folder.mkdir(parents=True, exist_ok=True)
+    os.utime(folder)
+    if cache_dir is None:
+        _prune(root)
+    return folder
+
+
+def _prune(root: Path) -> None:
+    try:
+        entries = sorted((p for p in root.iterdir() if p.is_dir() and len(p.name) == 20),
+                         key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for old in entries[_USER_CACHE_KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in one rename; a cache that cannot be written is simply not kept."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
