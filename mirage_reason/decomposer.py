@@ -24,7 +24,8 @@ from mirage_reason.config import MirageConfig
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
 
-__all__ = ["Decomposer", "Decomposition", "SubQuestion", "link_entities", "parse_sub_questions"]
+__all__ = ["INTENTS", "Decomposer", "Decomposition", "SubQuestion", "link_entities", "parse_sub_questions",
+           "question_intents"]
 
 Origin = Literal["question", "model", "repaired", "fallback"]
 
@@ -76,6 +77,29 @@ _ITEM = re.compile(r"^\s*(?:(?:sub-?\s?question\s*)?\d+\s*[.):-]|[-*•])\s*(?P<
 _LEAD = re.compile(r"^(?:(?:sub-?\s?)?question\s*\d*\s*[:.-]\s*)", re.IGNORECASE)
 _VAGUE = re.compile(r"\b(?:this condition|the condition|this disease|the disease|this problem|these symptoms|"
                     r"this symptom|this drug|this medication|it|this|that|they|them)\b", re.IGNORECASE)
+
+
+#: what a question asks for -> the wording that asks it (English, and the Chinese of CMCQA/ExplainCPE)
+INTENTS: dict[str, re.Pattern[str]] = {
+    "diagnosis": re.compile(r"\b(?:what (?:is|could|might|do|does)\b.*\b(?:it|this|that|wrong|have|be|cause)|"
+                            r"what'?s (?:wrong|happening|going on)|diagnos\w*|which (?:disease|condition)|"
+                            r"what (?:disease|condition|illness)|cause[sd]? (?:of|by|this|these|my))|"
+                            r"什么病|怎么回事|诊断|原因", re.IGNORECASE),
+    "tests": re.compile(r"\b(?:tests?|testing|exam\w*|check(?:ed|up)?|screen\w*|scan|x-?ray|blood work|"
+                        r"confirm)\b|检查|化验", re.IGNORECASE),
+    "treatment": re.compile(r"\b(?:take|taking|medication|medicine|medicines|drugs?|treat\w*|cure|therap\w*|"
+                            r"prescri\w*|remed\w*|pills?|relieve|help with|what (?:can|should) i do)\b|"
+                            r"吃什么药|用药|治疗|怎么办", re.IGNORECASE),
+    "avoid": re.compile(r"\b(?:avoid|not take|shouldn'?t|should not|never take|contraindicat\w*|unsafe|"
+                        r"dangerous|interact\w*)\b|禁忌|不能吃|避免", re.IGNORECASE),
+}
+
+
+def question_intents(question: str) -> tuple[str, ...]:
+    """What the question asks for, among ``INTENTS`` (diagnosis, tests, treatment, avoid), in that order; a
+    question that asks none of them explicitly is taken to ask what it is and what to do about it."""
+    found = tuple(name for name, pattern in INTENTS.items() if pattern.search(question))
+    return found or ("diagnosis", "treatment")
 
 
 def parse_sub_questions(raw: str, limit: int) -> list[str]:
