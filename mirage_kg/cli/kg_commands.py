@@ -69,6 +69,8 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, fmt: 
                 click.echo(f"loaded {path} ({loader.name}): +{receipt.added:,} triples into <{receipt.graph}>")
     finally:
         target.close()
+        for warning in report.warnings:
+            click.echo(f"warning: {warning}", err=True)
         if report.total or report_path:
             _print_report(report)
             if report_path:

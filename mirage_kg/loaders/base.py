@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from mirage_kg.errors import InputError
+from mirage_kg.loaders.hygiene import read_lines  # noqa: F401  (the loaders' shared line reader)
 from mirage_kg.namespaces import ENTITY, GRAPH, MKG
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import escape_string
@@ -38,6 +38,11 @@ class LoadReport:
     max_examples: int = 5
     skipped: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: things that loaded but not as the user may expect (a header-only language refset), one line each
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, message: str, path: str | Path | None = None) -> None:
+        self.warnings.append(f"{path}: {message}" if path is not None else message)
 
     def skip(self, reason: str, path: str | Path, line: int | None, detail: str = "") -> None:
         self.skipped[reason] += 1
@@ -52,6 +57,7 @@ class LoadReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "skipped": self.total,
+            "warnings": list(self.warnings),
             "reasons": [
                 {"reason": r, "count": n, "examples": self.examples.get(r, [])} for r, n in self.skipped.most_common()
             ],
@@ -93,18 +99,6 @@ def default_graph_name(path: Path, kind: str) -> str:
     from mirage_kg.namespaces import mint
 
     return mint(GRAPH + kind + "/", path.name)
-
-
-def read_lines(path: Path, problem: Problem, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
-    """(line number, text without the newline) for each line, decoding per line so a bad byte names its line."""
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode(encoding)
-            except UnicodeDecodeError as exc:
-                problem("invalid UTF-8", path, number, f"byte {raw[exc.start]:#04x} at column {exc.start + 1}")
-                continue
-            yield number, text.rstrip("\r\n")
 
 
 def literal_nt(value: str, lang: str | None = None) -> str:

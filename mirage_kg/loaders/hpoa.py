@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
+from mirage_kg.loaders.hygiene import UTF8_BOM, open_input
 from mirage_kg.loaders.nt_terms import ALT, CONCEPT, PREF, SOURCE_VERSION, TYPE
 from mirage_kg.loaders.obo import checked_lang
 from mirage_kg.namespaces import ENTITY, GRAPH, MKG, RDF, mint, prefixes
@@ -57,36 +58,12 @@ def _normalise_header(text: str) -> tuple[str, ...]:
     return tuple(re.sub(r"(?<=[a-z])(?=[A-Z])", "_", n).lower() for n in names)
 
 
-def ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        handle.seek(0, 2)
-        if handle.tell() == 0:
-            return True
-        handle.seek(-1, 2)
-        return handle.read(1) == b"\n"
-
-
-def complete_lines(path: Path, problem: Problem) -> Iterator[tuple[int, str]]:
-    """``read_lines``, holding each line back until the next one arrives: a last line with no line break is a
-    cut-off row (a truncated download), reported instead of loaded."""
-    complete = ends_with_newline(path)
-    held: tuple[int, str] | None = None
-    for item in read_lines(path, problem):
-        if held is not None:
-            yield held
-        held = item
-    if held is not None:
-        if complete:
-            yield held
-        else:
-            problem("truncated last line", path, held[0], "the file ends inside a row (no line break)")
-
-
 def hpoa_metadata(path: Path) -> dict[str, str]:
     """The ``#key: value`` lines at the top (version, date, ...)."""
     meta: dict[str, str] = {}
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         for raw in handle:
+            raw = raw.removeprefix(UTF8_BOM)
             if not raw.startswith(b"#") or b"\t" in raw:
                 break
             key, _, value = raw.decode("utf-8", "replace").lstrip("#").partition(":")
@@ -127,7 +104,7 @@ class HpoaLoader(Loader):
         header_seen = False
         done = 0
         number = 0
-        for number, text in complete_lines(path, problem):
+        for number, text in read_lines(path, problem):
             done += len(text) + 1
             if number % 16384 == 0:
                 advance(done)
@@ -202,12 +179,14 @@ class HpoaLoader(Loader):
         advance(done)
         if not header_seen:
             problem("no header row", path, number or None, f"expected the columns {' '.join(COLUMNS)}")
+        if not diseases:
+            raise InputError("no annotations to load: the file holds no well-formed annotation row", path)
 
     @staticmethod
     def known_hpo_terms(store: Store, path: Path) -> set[str] | None:
         """The HP terms of this file that the store holds as concepts; None when it holds none (no HPO loaded)."""
         ids: set[str] = set()
-        with open(path, "rb") as handle:
+        with open_input(path) as handle:
             for raw in handle:
                 match = _HP_COLUMN.search(raw)
                 if match:
@@ -222,7 +201,7 @@ class HpoaLoader(Loader):
         return known or None
 
     def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
-        if not path.is_file():
+        if not path.exists():
             raise InputError("no such file", path)
         graph = options.graph or hpoa_graph_name(path)
         known = self.known_hpo_terms(store, path) if options.extra.get("check_ids", True) else None

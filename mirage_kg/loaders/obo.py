@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError, MissingExtraError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
+from mirage_kg.loaders.hygiene import open_input
 from mirage_kg.loaders.nt_terms import (
     ACTIVE,
     ALT,
@@ -396,7 +397,7 @@ class OboLoader(Loader):
 def graph_for_obo(path: Path) -> str:
     """The graph name from the header lines only (read before the load starts)."""
     ontology = version = None
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         for raw in handle:
             if raw.startswith(b"["):
                 break
@@ -409,5 +410,5 @@ def graph_for_obo(path: Path) -> str:
 
 
 def count_newlines(path: Path) -> int:
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))

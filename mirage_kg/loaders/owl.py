@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError, MissingExtraError, QueryError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
+from mirage_kg.loaders.hygiene import checked_bytes, open_input
 from mirage_kg.loaders.nt_terms import SOURCE_VERSION
 from mirage_kg.loaders.obo import OBO_IN_OWL, OBO_PURL, TermRecord, TermWriter, obo_graph_name, readable
 from mirage_kg.namespaces import OWL, RDFS_LABEL, SKOS, SKOS_ALT, SKOS_DEFINITION, SKOS_PREF
@@ -50,25 +51,11 @@ class OwlLoader(Loader):
             path.suffix.lower() in (".rdf", ".xml") and b"http://www.w3.org/2002/07/owl#" in head)
 
     def _checked_bytes(self, path: Path, problem: Problem, advance: Callable[[float], None]) -> bytes:
-        """The file, with each bad UTF-8 line named (and, lenient, repaired with U+FFFD so the XML still parses)."""
-        data = path.read_bytes()
-        try:
-            data.decode("utf-8")
-            advance(len(data))
-            return data
-        except UnicodeDecodeError:
-            pass
-        out = []
-        with open(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    problem("invalid UTF-8", path, number, f"byte {raw[exc.start]:#04x} at column {exc.start + 1}")
-                    raw = raw.decode("utf-8", "replace").encode("utf-8")
-                out.append(raw)
+        """The file, with the shared input checks (encoding, control bytes, each bad UTF-8 line named; lenient,
+        a bad line is blanked so the XML parser's line numbers stay the file's)."""
+        data = checked_bytes(path, problem)
         advance(len(data))
-        return b"".join(out)
+        return data
 
     def _parse(self, path: Path, data: bytes) -> tuple[object, object]:
         owlready2 = _owlready()
@@ -185,6 +172,8 @@ class OwlLoader(Loader):
     def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
         if not path.is_file():
             raise InputError("no such OWL file", path)
+        if path.stat().st_size == 0:
+            raise InputError("the file is empty", path)
         graph = options.graph or owl_graph_name(path)
         with progress_bar(f"loading {path.name}", total=path.stat().st_size, unit="bytes") as advance:
             receipt = store.load(self.lines(path, options, report, graph, advance),
@@ -195,7 +184,7 @@ class OwlLoader(Loader):
 def owl_graph_name(path: Path) -> str:
     """``GRAPH:obo/<name>/<release>``: the name from the ontology IRI (``.../tst.owl`` -> tst, else the file name),
     the release from the versionIRI or versionInfo, read from the file's first 64 KiB."""
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         head = handle.read(65536).decode("utf-8", "replace")
     version = None
     match = re.search(r'versionIRI\s+rdf:resource="([^"]+)"', head) or re.search(r"<owl:versionInfo[^>]*>([^<]+)<", head)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, default_graph_name
+from mirage_kg.loaders.hygiene import UTF8_BOM, check_encoding, open_input
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import RDF_FORMATS, LoadReceipt, Store
 
@@ -50,7 +51,13 @@ class RdfLoader(Loader):
     def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
         media = media_type_for(path, options.extra.get("rdf_format"))
         graph = options.graph or default_graph_name(path, "rdf")
-        with open(path, "rb") as handle, progress_bar(f"loading {path.name}", path.stat().st_size, "bytes") as advance:
+        with open_input(path) as handle, progress_bar(f"loading {path.name}", path.stat().st_size, "bytes") as advance:
+            head = handle.peek(4096)[:4096]
+            if not head:
+                raise InputError("the file is empty", path)
+            check_encoding(path, head)
+            if head.startswith(UTF8_BOM):
+                handle.read(len(UTF8_BOM))  # not every RDF parser skips it
             try:
                 receipt = store.load(_CountingReader(handle, advance), media_type=media, graph=graph,  # type: ignore[arg-type]
                                      source=str(path), base_iri=path.resolve().as_uri())

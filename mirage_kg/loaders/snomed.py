@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
 from mirage_kg.loaders.nt_terms import (
     ACTIVE,
     ALT,
@@ -59,6 +59,11 @@ HEADERS = {
     "relationship": ("id", "effectiveTime", "active", "moduleId", "sourceId", "destinationId", "relationshipGroup",
                      "typeId", "characteristicTypeId", "modifierId"),
     "language": ("id", "effectiveTime", "active", "moduleId", "refsetId", "referencedComponentId", "acceptabilityId"),
+}
+HEADER_ONLY_MEANS = {
+    HEADERS["description"]: "no terms from it (labels, synonyms or definitions)",
+    HEADERS["relationship"]: "no relationships from it",
+    HEADERS["language"]: "no preferred terms, so every prefLabel comes from the FSN minus its semantic tag",
 }
 # file kind -> (glob pattern with {kind}, header, required)
 PATTERNS = {
@@ -110,45 +115,31 @@ def locate_release(path: Path, kind: str | None = None) -> Rf2Release:
     raise InputError(f"missing required file {expected}: no RF2 concept file in this folder", path / expected)
 
 
-def text_lines(path: Path, problem: Problem) -> Iterator[tuple[int, str]]:
-    """(number, line with its ending) for each line: decoded in bulk while the file is clean, then line by line
-    from the first line not yet read, so that a bad byte is named by its line (and, lenient, only it is lost)."""
-    number = 0
-    try:
-        with open(path, encoding="utf-8", newline="\n") as handle:
-            for number, text in enumerate(handle, start=1):
-                yield number, text
-        return
-    except UnicodeDecodeError:
-        pass
-    with open(path, "rb") as handle:
-        for current, raw in enumerate(handle, start=1):
-            if current <= number:
-                continue
-            try:
-                yield current, raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                problem("invalid UTF-8", path, current, f"byte {raw[exc.start]:#04x} at column {exc.start + 1}")
-
-
 def rf2_rows(path: Path, header: tuple[str, ...], problem: Problem,
              advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
-    """Fields of each well-formed row after the header; the line number rides along as the last item."""
+    """Fields of each well-formed row after the header; the line number rides along as the last item.
+
+    The header is checked whatever the leniency: a file without it would have its first row taken for column
+    names, and a file with its columns in another order would load every field as the wrong one."""
     width = len(header)
     done = 0
-    lines = text_lines(path, problem)
-    first = next(lines, (1, ""))
-    if first[0] != 1 or tuple(first[1].lstrip("\ufeff").rstrip("\r\n").split("\t")) != header:
-        problem("unexpected header", path, 1, f"expected {' '.join(header)}")
+    lines = read_lines(path, problem)
+    number, first = next(lines, (0, ""))
+    found = tuple(first.split("\t"))
+    if number != 1 or found != header:
+        if number == 0:
+            raise InputError(f"empty file: an RF2 file starts with the header {' '.join(header)}", path, 1)
+        hint = " (the header row is missing?)" if found and found[0].isdigit() else ""
+        raise InputError(f"unexpected header{hint}: expected {' '.join(header)}, found {' '.join(found)[:200]}",
+                         path, number)
+    rows = 0
     for number, text in lines:
-        done += len(text)
+        rows += 1
+        done += len(text) + 1
         if number & 0x3FFF == 0 and advance is not None:
             advance(done)
             done = 0
-        if text[-1:] != "\n":
-            problem("truncated last line", path, number, "the file ends inside a row (no line break)")
-            continue
-        fields = text.rstrip("\r\n").split("\t")
+        fields = text.split("\t")
         if len(fields) != width:
             problem("wrong column count", path, number, f"expected {width} tab-separated columns, "
                     f"found {len(fields)}")
@@ -157,6 +148,10 @@ def rf2_rows(path: Path, header: tuple[str, ...], problem: Problem,
         yield fields
     if advance is not None:
         advance(done)
+    if not rows:
+        if header is HEADERS["concept"]:
+            raise InputError("the concept file holds only its header: no concepts to load", path, 1)
+        problem.report.warn(f"the file holds only its header: {HEADER_ONLY_MEANS[header]}", path)
 
 
 def latest_rows(path: Path, header: tuple[str, ...], problem: Problem, full: bool,

@@ -8,12 +8,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, default_graph_name, literal_nt, read_lines
+from mirage_kg.loaders.hygiene import looks_like_header
 from mirage_kg.loaders.nt_terms import CONCEPT, LABEL, OBJECT_PROPERTY, PREF, RELATION, TYPE
 from mirage_kg.namespaces import mint
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref
+
+
+# Column names a triple file's first row may carry (a header is not a fact).
+HEADER_WORDS = frozenset({"head", "relation", "tail", "subject", "predicate", "object", "source", "target",
+                          "relationship", "rel", "s", "p", "o", "h", "r", "t", "from", "to", "edge", "type",
+                          "entity1", "entity2", "head_entity", "tail_entity", "x", "y"})
 
 
 def readable(name: str) -> str:
@@ -42,6 +50,7 @@ class TriplesLoader(Loader):
         relations: dict[str, str] = {}
         lang = options.lang or None
         done = 0
+        facts = rows = 0
         for number, text in read_lines(path, problem):
             if advance is not None:
                 done += len(text) + 1
@@ -51,6 +60,11 @@ class TriplesLoader(Loader):
             if not text.strip() or text.startswith("#"):
                 continue
             parts = text.split("\t")
+            rows += 1
+            if rows == 1 and looks_like_header(parts, HEADER_WORDS):
+                problem("header row", path, number, f"the first row {text!r} is column names, not a fact; "
+                        "delete it (or load with --lenient to skip it)")
+                continue
             if len(parts) != 3:
                 problem("wrong column count", path, number,
                         f"expected 3 tab-separated fields (head, relation, tail), found {len(parts)}")
@@ -75,9 +89,13 @@ class TriplesLoader(Loader):
                 out.append(f"{prop} {TYPE} {RELATION} .\n{prop} {TYPE} {OBJECT_PROPERTY} .\n"
                            f"{prop} {LABEL} {literal_nt(readable(rel))} .\n")
             out.append(f"{ids[0]} {prop} {ids[1]} .\n")
+            facts += 1
             yield "".join(out)
         if advance is not None:
             advance(done)
+        if not facts:
+            what = "the file is empty" if not rows else f"none of its {rows:,} rows is a fact"
+            raise InputError(f"no facts to load: {what}", path)
 
     def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
         graph = options.graph or default_graph_name(path, "triples")

@@ -13,6 +13,7 @@ Modelling choices (docs/sources.md says why):
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
+from mirage_kg.loaders.hygiene import readable_file
 from mirage_kg.loaders.nt_terms import (
     ALT,
     CONCEPT,
@@ -40,6 +42,8 @@ WIDTHS = {"MRCONSO.RRF": 18, "MRREL.RRF": 16, "MRSTY.RRF": 6, "MRSAB.RRF": 25, "
 REQUIRED = ("MRCONSO.RRF",)
 OPTIONAL = ("MRREL.RRF", "MRSTY.RRF", "MRSAB.RRF", "MRDOC.RRF")
 SUPPRESSED = frozenset("OEY")
+EMPTY_MEANS = {"MRREL.RRF": "relations", "MRSTY.RRF": "semantic types", "MRSAB.RRF": "source versions",
+               "MRDOC.RRF": "relation inverses from MRDOC"}
 
 # UMLS LAT -> BCP 47 language tag (the rest: the LAT lower-cased, a valid 3-letter tag)
 LAT_TO_LANG = {
@@ -131,14 +135,19 @@ def lats_for(lang: str | None) -> frozenset[str] | None:
 
 
 def locate_release(path: Path) -> dict[str, Path]:
-    """The RRF files of a release folder (``META/`` or the folder itself); a missing MRCONSO is an error."""
-    meta = path / "META" if (path / "META" / "MRCONSO.RRF").is_file() else path
+    """The RRF files of a release folder (``META/`` or the folder itself); a missing MRCONSO is an error, and so is
+    a file that is there but cannot be read (an optional file is skipped only when it is truly absent)."""
     if not path.is_dir():
         raise InputError("a UMLS release is a folder holding MRCONSO.RRF (and MRREL, MRSTY, MRSAB)", path)
+    try:
+        meta = path / "META" if os.path.lexists(path / "META" / "MRCONSO.RRF") else path
+        os.listdir(meta)
+    except OSError as exc:
+        raise InputError(f"cannot read the release folder: {exc.strerror or exc}", path / "META") from exc
     files = {}
     for name in REQUIRED + OPTIONAL:
         candidate = meta / name
-        if candidate.is_file():
+        if readable_file(candidate):
             files[name] = candidate
     for name in REQUIRED:
         if name not in files:
@@ -163,6 +172,7 @@ def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | No
     width = WIDTHS[path.name]
     expected = width + 1
     done = 0
+    number = 0
     for number, text in read_lines(path, problem):
         done += len(text) + 1
         if number & 0x3FFF == 0 and advance is not None:
@@ -181,6 +191,8 @@ def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | No
         yield fields
     if advance is not None:
         advance(done)
+    if not number and path.name != "MRCONSO.RRF":  # an empty MRCONSO is an error, raised by its reader
+        problem.report.warn(f"the file is empty: no {EMPTY_MEANS.get(path.name, 'rows')}", path)
 
 
 def read_sources(files: dict[str, Path], problem: Problem) -> dict[str, str]:
@@ -260,7 +272,7 @@ class UmlsLoader(Loader):
 
     @classmethod
     def can_load(cls, path: Path, head: bytes) -> bool:
-        return path.is_dir() and ((path / "MRCONSO.RRF").is_file() or (path / "META" / "MRCONSO.RRF").is_file())
+        return path.is_dir() and (os.path.lexists(path / "MRCONSO.RRF") or os.path.lexists(path / "META" / "MRCONSO.RRF"))
 
     def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
         files = locate_release(path)
@@ -314,7 +326,9 @@ class UmlsLoader(Loader):
         endings: dict[str, str] = {}
         group: list[list[str]] = []
         current = ""
+        rows = 0
         for fields in rrf_rows(path, problem, advance):
+            rows += 1
             cui = fields[0]
             if cui != current:
                 if group:
@@ -338,6 +352,8 @@ class UmlsLoader(Loader):
             group.append(fields)
         if group:
             yield self._emit(current, group, ns, state, slots, overflow, codes_by_sab, endings)
+        if not rows:
+            raise InputError("no concepts: MRCONSO.RRF holds no well-formed row", path)
 
     @staticmethod
     def _emit(cui: str, rows: list[list[str]], ns: str, state: bytearray, slots: dict[str, int],

@@ -124,7 +124,7 @@ BAD_INPUTS: dict[str, tuple[str, str, str, Callable[[Path], None], int | None, s
     "umls unknown id": ("umls", "umls", MRREL,
                         lambda p: _append(p, b"C0000001|A1|AUI|RO|C0999999|A2|AUI||R99||MTH|MTH|||N||\n"), 12,
                         "C0999999"),
-    "umls truncated last line": ("umls", "umls", MRREL, _cut_last_line, 11, "truncated line"),
+    "umls truncated last line": ("umls", "umls", MRREL, _cut_last_line, 11, "truncated last line"),
     "umls missing file": ("umls", "umls", MRCONSO, lambda p: p.unlink(), None, "missing required file MRCONSO.RRF"),
     "snomed wrong column count": ("snomed", "snomed", SCT_REL,
                                   lambda p: _edit_line(p, 4, lambda b: b.replace(b"\t0\t116680003", b"\t116680003")),

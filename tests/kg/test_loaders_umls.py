@@ -9,11 +9,15 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from pathlib import Path
 
+import pytest
 from test_loaders_contract import FIXTURES, load, objects, triples
+
+from mirage_kg.errors import InputError
 
 from mirage_kg.store import OxigraphStore, ensure_schema
 
@@ -126,3 +130,26 @@ def test_release_folder_or_meta_folder(tmp_path: Path) -> None:
     store = OxigraphStore()
     receipts, _ = load(store, "umls", UMLS / "META")
     assert receipts[0].graph.endswith("/umls/2099AA")  # release.dat one level up
+
+
+@pytest.mark.parametrize("breakage", ["symlink loop", "folder", "unreadable"])
+def test_a_broken_optional_file_is_an_error_not_absent(tmp_path: Path, breakage: str) -> None:
+    """An MRREL.RRF that is there but cannot be read must not load as a release without relations."""
+    release = tmp_path / "umls"
+    shutil.copytree(UMLS, release)
+    mrrel = release / "META" / "MRREL.RRF"
+    mrrel.unlink()
+    if breakage == "symlink loop":
+        mrrel.symlink_to(mrrel)
+    elif breakage == "folder":
+        mrrel.mkdir()
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("running as root: file modes do not stop reads")
+        mrrel.write_text("x")
+        mrrel.chmod(0)
+    store = OxigraphStore()
+    with pytest.raises(InputError, match="MRREL.RRF") as caught:
+        load(store, "umls", release)
+    assert "cannot read" in str(caught.value) or "not a regular file" in str(caught.value)
+    assert store.triple_count() == 0

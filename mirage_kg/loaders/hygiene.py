@@ -1,0 +1,156 @@
+"""Input hygiene shared by every loader: what a text source file must be before any of its rows is believed.
+
+A file in UTF-16/32 or binary data is refused up front with what it looks like and how to convert it; a UTF-8 BOM
+is dropped; a line holding a NUL or another C0 control byte, a line of bad UTF-8 and a last line cut off without
+its line break are row problems (an ``InputError`` naming file and line, or a counted skip under ``--lenient``);
+a line longer than ``MAX_LINE_BYTES`` stops the load (``/dev/zero`` must not fill the memory); a file that cannot be
+read (permissions, a symlink loop, a folder) is an ``InputError``, never "absent"."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from mirage_kg.errors import InputError
+
+#: the longest line any source format has a reason to hold (a UMLS definition is a few kB)
+MAX_LINE_BYTES = 8 << 20
+UTF8_BOM = b"\xef\xbb\xbf"
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
+         (b"\xfe\xff", "UTF-16BE"))
+# C0 controls other than TAB, LF and CR, and DEL: no source format carries them in a field.
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+class RowProblem(Protocol):
+    def __call__(self, reason: str, path: str | Path, line: int | None, detail: str = "") -> None: ...
+
+
+def open_input(path: Path) -> BinaryIO:
+    """The file opened for reading; a file that cannot be read is an ``InputError`` saying why."""
+    try:
+        if path.is_dir():
+            raise InputError("is a folder, not a file (give the file, or the release folder with its --format)", path)
+        return open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path) from exc
+
+
+def readable_file(path: Path) -> bool:
+    """Whether an optional release file is there. Absent is False; there but unreadable (a symlink loop, mode 000,
+    a folder in its place) is an ``InputError``, so a broken file is never mistaken for a missing one."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        if not path.is_file():
+            raise InputError("is not a regular file (a broken or looping symlink, or a folder?)", path)
+        with open(path, "rb"):
+            return True
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path) from exc
+
+
+def check_encoding(path: str | Path, head: bytes) -> None:
+    """Refuse UTF-16/32 (with or without a BOM) and binary data, from the first bytes of the file."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            raise InputError(f"the file is {name} (it starts with a {name} byte-order mark); source files must be "
+                             f"UTF-8: convert it with `iconv -f {name} -t UTF-8`", path, 1)
+    sample = head[:4096]
+    if b"\x00" not in sample:
+        return
+    guess = _nul_pattern(sample)
+    if guess is not None:
+        raise InputError(f"the file looks like {guess} without a byte-order mark (NUL bytes between the characters); "
+                         f"source files must be UTF-8: convert it with `iconv -f {guess} -t UTF-8`", path, 1)
+    if sample.count(0) * 10 > len(sample):
+        raise InputError("binary data, not a text file (it is full of NUL bytes)", path, 1)
+
+
+def _nul_pattern(sample: bytes) -> str | None:
+    """UTF-16/32 text in a Latin script has its NUL bytes at fixed positions of each code unit."""
+    def zero_share(step: int, offset: int) -> float:
+        part = sample[offset::step]
+        return part.count(0) / len(part) if part else 0.0
+
+    if len(sample) >= 16:
+        shares = [zero_share(4, i) for i in range(4)]
+        if min(shares[1:]) > 0.9 and shares[0] < 0.1:
+            return "UTF-32LE"
+        if min(shares[:3]) > 0.9 and shares[3] < 0.1:
+            return "UTF-32BE"
+    even, odd = zero_share(2, 0), zero_share(2, 1)
+    if odd > 0.3 and even < 0.05:
+        return "UTF-16LE"
+    if even > 0.3 and odd < 0.05:
+        return "UTF-16BE"
+    return None
+
+
+def read_lines(path: Path, problem: RowProblem, *, keep_ends: bool = False, final_newline: bool = True,
+               repair_utf8: bool = False, max_line: int | None = None) -> Iterator[tuple[int, str]]:
+    """(line number, text) for each clean line, the line break removed unless ``keep_ends``. With
+    ``final_newline`` (every line format) a last line without its line break is a cut-off row, not data. With
+    ``repair_utf8`` a bad UTF-8 line that the (lenient) problem lets through is kept with U+FFFD in place.
+
+    Lines are numbered as in the file even when some are dropped (lenient), so later messages stay true."""
+    max_line = max_line or MAX_LINE_BYTES
+    with open_input(path) as handle:
+        head = handle.peek(4096)[:4096] if hasattr(handle, "peek") else b""
+        check_encoding(path, head)
+        readline = handle.readline
+        control = _CONTROL.search
+        number = 0
+        while True:
+            try:
+                raw = readline(max_line + 1)
+            except OSError as exc:
+                raise InputError(f"cannot read: {exc.strerror or exc}", path, number + 1) from exc
+            if not raw:
+                return
+            number += 1
+            if number == 1 and raw.startswith(UTF8_BOM):
+                raw = raw[3:]
+            if raw[-1:] != b"\n":
+                if len(raw) > max_line:
+                    raise InputError(f"line longer than {max_line:,} bytes: not a text file of this format", path,
+                                     number)
+                if final_newline:
+                    problem("truncated last line", path, number,
+                            "the file ends inside a row (no line break at the end): a cut-off download? "
+                            "Add the line break if the row is whole")
+                    return
+            bad = control(raw)
+            if bad is not None:
+                problem("control character", path, number,
+                        f"byte {raw[bad.start()]:#04x} at column {bad.start() + 1} (NUL and other control bytes "
+                        "are not text)")
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problem("invalid UTF-8", path, number, f"byte {raw[exc.start]:#04x} at column {exc.start + 1}")
+                if not repair_utf8:
+                    continue
+                text = raw.decode("utf-8", "replace")
+            yield number, (text if keep_ends else text.rstrip("\r\n"))
+
+
+def checked_bytes(path: Path, problem: RowProblem) -> bytes:
+    """A whole (XML) file, with the same checks as ``read_lines``; lenient, a bad UTF-8 line is repaired and a line
+    with a control byte blanked, so the parser's line numbers stay those of the file."""
+    out: list[bytes] = []
+    lines: Iterable[tuple[int, str]] = read_lines(path, problem, keep_ends=True, final_newline=False, repair_utf8=True)
+    for number, text in lines:
+        while len(out) < number - 1:
+            out.append(b"\n")
+        out.append(text.encode("utf-8"))
+    return b"".join(out)
+
+
+def looks_like_header(fields: list[str], words: frozenset[str]) -> bool:
+    """Whether a first row is column names: every field one of the format's header words."""
+    return all(f.strip().lstrip("#").strip().lower().replace(" ", "_") in words for f in fields)
