@@ -67,10 +67,15 @@ def compute_stats(store: Store) -> Stats:
         GRAPH ?g {{ ?s {iri_ref(RDF_TYPE)} ?o }} {_SYSTEM} }} }}""")
     distinct_data = _count(store, f"""SELECT (COUNT(*) AS ?n) WHERE {{ SELECT DISTINCT ?s ?p ?o WHERE {{
         GRAPH ?g {{ ?s ?p ?o }} {_SYSTEM} }} }}""")
+    from mirage_kg.releases.provenance import releases
+
     sources = store.loaded_graphs()
+    recorded = releases(store)
     graphs = []
     for name in store.graphs():
-        graphs.append({"name": compress(name), "triples": store.triple_count(name), "source": sources.get(name)})
+        release = recorded.get(name)
+        graphs.append({"name": compress(name), "triples": store.triple_count(name), "source": sources.get(name),
+                       "release": release.to_json() if release is not None else None})
     return Stats(
         triples=store.triple_count(),
         facts=facts,

@@ -34,10 +34,15 @@ FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpo
 @click.option("--relations", "relation_filter", multiple=True, help="UMLS: keep only these REL/RELA (repeatable).")
 @click.option("--stated", is_flag=True, help="SNOMED CT: use stated instead of inferred relationships.")
 @click.option("--keep-inactive", is_flag=True, help="SNOMED CT: keep inactive concepts, marked inactive.")
+@click.option("--update", "as_update", is_flag=True,
+              help="A new release over the graph holding this source's previous one: apply the difference in one "
+                   "atomic step and print it (SNOMED CT Delta folders apply over the previous release's files).")
 def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, fmt: str, graph: str | None,
          namespace: str | None, lang: str, lenient: bool, report_path: Path | None, sab: tuple[str, ...],
-         include_suppressed: bool, relation_filter: tuple[str, ...], stated: bool, keep_inactive: bool) -> None:
-    """Load PATHS (files or release folders) into a store, each into its own named graph, atomically."""
+         include_suppressed: bool, relation_filter: tuple[str, ...], stated: bool, keep_inactive: bool,
+         as_update: bool) -> None:
+    """Load PATHS (files or release folders) into a store, each into its own named graph, atomically; with
+    --update, bring an existing graph to a new release of its source."""
     import os
 
     from mirage_kg.loaders import LoadOptions, LoadReport, detect, get_loader
@@ -65,7 +70,18 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, fmt: 
             if not path.exists():
                 raise InputError("no such file or folder", path)
             loader = detect(path) if fmt == "auto" else get_loader(fmt)
+            if as_update:
+                from mirage_kg.releases import update_release
+
+                result = update_release(target, path, loader, options, report)
+                for line in result.diff.lines():
+                    click.echo(line)
+                click.echo(f"updated <{result.graph}> to {result.release.citation()}")
+                continue
+            from mirage_kg.releases.provenance import new_release_info, options_record, record_release
+
             for receipt in loader.load(target, path, options, report):
+                record_release(target, new_release_info(loader.name, path, receipt.graph, options_record(options)))
                 click.echo(f"loaded {path} ({loader.name}): +{receipt.added:,} triples into <{receipt.graph}>")
     finally:
         target.close()
@@ -120,8 +136,16 @@ def stats(store: str | None, endpoint: str | None, as_json: bool) -> None:
     graphs.add_column("graph")
     graphs.add_column("triples", justify="right")
     graphs.add_column("source")
+    graphs.add_column("release")
     for g in result.graphs:
-        graphs.add_row(str(g["name"]), f"{g['triples']:,}", str(g["source"] or ""))
+        release = g.get("release") or {}
+        shown = ""
+        if release:
+            details = release.get("details") or {}
+            stated = details.get("effective_time") or details.get("version_iri") or details.get("data_version")
+            shown = f"{release['source']} {release['release']}" + (f" ({stated})" if stated else "")
+            shown += f", loaded {str(release['loaded_at'])[:19]}"
+        graphs.add_row(str(g["name"]), f"{g['triples']:,}", str(g["source"] or ""), shown)
     console.print(graphs)
 
 

@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "load": "mirage_kg.cli.kg_commands:load",
     "stats": "mirage_kg.cli.kg_commands:stats",
     "export": "mirage_kg.cli.kg_commands:export",
+    "diff": "mirage_kg.cli.release_commands:diff",
     "query": "mirage_kg.cli.query_commands:query",
     "link": "mirage_kg.cli.query_commands:link",
     "retrieve": "mirage_kg.cli.query_commands:retrieve",

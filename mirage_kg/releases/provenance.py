@@ -1,0 +1,170 @@
+"""Release provenance: which release of which source each graph holds, recorded in the store's manifest graph.
+
+One JSON record per source graph (``MKG:release`` in the manifest): the source format, the release's name and the
+versions the source itself states (MRSAB versions, SNOMED CT effectiveTime and modules, ontology version IRI or
+data-version), a SHA-256 of every input file, when it was loaded and with which options, and the releases the
+graph held before (an update appends to ``history``). Citations name the release through ``release_of``."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mirage_kg.namespaces import MKG
+from mirage_kg.store.base import MANIFEST_GRAPH, Store
+from mirage_kg.terms import iri_ref, literal
+
+RELEASE = MKG + "release"
+
+
+@dataclass(frozen=True)
+class ReleaseInfo:
+    """The release a source graph holds."""
+
+    graph: str
+    source: str  #: loader name: umls, snomed, obo, owl, rdf, triples, hpoa
+    release: str  #: the release's own name: 2024AA, INT_20240131, 2025-01-16, a file name
+    path: str = ""
+    details: dict[str, Any] = field(default_factory=dict)  #: versions the source states
+    files: dict[str, str] = field(default_factory=dict)  #: file (relative to path) -> sha256
+    loaded_at: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    history: tuple[str, ...] = ()  #: earlier releases of this graph, oldest first
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["history"] = list(self.history)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ReleaseInfo:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["history"] = tuple(known.get("history") or ())
+        return cls(**known)
+
+    def citation(self) -> str:
+        """How a citation names the release: ``UMLS 2024AA``, ``SNOMED CT INT_20240131``, ``hp 2025-01-16``."""
+        names = {"umls": "UMLS", "snomed": "SNOMED CT"}
+        name = names.get(self.source) or self.details.get("ontology") or self.source
+        return f"{name} {self.release}".strip()
+
+
+def file_hashes(path: Path) -> dict[str, str]:
+    """SHA-256 of a file, or of every file under a release folder (relative names), read in 1 MiB blocks."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    out = {}
+    for item in files:
+        digest = hashlib.sha256()
+        with open(item, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        out[item.name if item == path else str(item.relative_to(path))] = digest.hexdigest()
+    return out
+
+
+def describe_release(source: str, path: Path) -> tuple[str, dict[str, Any]]:
+    """(release name, versions the source states) read from a release's own files, cheaply."""
+    if source == "umls":
+        from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem
+        from mirage_kg.loaders.umls import locate_release, read_sources, release_name
+
+        files = locate_release(path)
+        versions = read_sources(files, Problem(LoadOptions(lenient=True), LoadReport()))
+        return release_name(path), {"sources": dict(sorted(versions.items()))}
+    if source == "snomed":
+        return _describe_rf2(path)
+    if source == "obo":
+        return _describe_obo(path)
+    if source in ("owl", "rdf"):
+        head = path.read_bytes()[:1 << 16].decode("utf-8", "replace") if path.is_file() else ""
+        match = re.search(r"versionIRI[^\"<]*[\"<]([^\">]+)[\">]", head)
+        details = {"version_iri": match.group(1)} if match else {}
+        return (match.group(1).rstrip("/").rsplit("/", 2)[-2] if match and "/" in match.group(1) else path.name,
+                details)
+    return path.name, {}
+
+
+def _describe_rf2(path: Path) -> tuple[str, dict[str, Any]]:
+    from mirage_kg.loaders.snomed import locate_release
+
+    release = locate_release(path)
+    times: set[str] = set()
+    modules: set[str] = set()
+    for concept_file in release.files.get("concepts", []):
+        with open(concept_file, encoding="utf-8", errors="replace") as handle:
+            next(handle, None)
+            for line in handle:
+                fields = line.split("\t", 4)
+                if len(fields) >= 4:
+                    times.add(fields[1])
+                    modules.add(fields[3])
+    stems = [re.sub(r"^sct2_Concept_(Snapshot|Full|Delta)_", "", Path(n).stem) for n in release.names()]
+    dates = [m.group(0) for s in stems if (m := re.search(r"\d{8}", s))]
+    return "+".join(stems), {"kind": release.kind, "effective_time": max(dates or times or {""}),
+                             "modules": sorted(modules)}
+
+
+def _describe_obo(path: Path) -> tuple[str, dict[str, Any]]:
+    details: dict[str, Any] = {}
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if raw.startswith(b"["):
+                break
+            text = raw.decode("utf-8", "replace").strip()
+            for key, name in (("data-version:", "data_version"), ("ontology:", "ontology"),
+                              ("format-version:", "format_version")):
+                if text.startswith(key):
+                    details[name] = text.split(":", 1)[1].strip()
+    return details.get("data_version") or path.stem, details
+
+
+def new_release_info(source: str, path: Path, graph: str, options: dict[str, Any],
+                     history: tuple[str, ...] = ()) -> ReleaseInfo:
+    """The record of a release about to be loaded into ``graph`` (hashes its files)."""
+    name, details = describe_release(source, path)
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    return ReleaseInfo(graph=graph, source=source, release=name, path=str(path), details=details,
+                       files=file_hashes(path), loaded_at=now, options=options, history=history)
+
+
+def release_record_update(info: ReleaseInfo) -> str:
+    """The SPARQL update that replaces the graph's release record (to run alone, or inside a larger update)."""
+    manifest, graph = iri_ref(MANIFEST_GRAPH), iri_ref(info.graph)
+    text = json.dumps(info.to_json(), sort_keys=True, ensure_ascii=False)
+    return (f"DELETE WHERE {{ GRAPH {manifest} {{ {graph} {iri_ref(RELEASE)} ?old }} }} ;\n"
+            f"INSERT DATA {{ GRAPH {manifest} {{ {graph} {iri_ref(RELEASE)} {literal(text)} }} }}")
+
+
+def record_release(store: Store, info: ReleaseInfo) -> None:
+    """Write (or replace) the release record of ``info.graph``."""
+    store.update(release_record_update(info))
+
+
+def releases(store: Store) -> dict[str, ReleaseInfo]:
+    """Every recorded release: graph IRI -> its record."""
+    rows = store.select(f"SELECT ?g ?r WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ ?g {iri_ref(RELEASE)} ?r }} }}")
+    out = {}
+    for row in rows:
+        try:
+            out[row["g"].value] = ReleaseInfo.from_json(json.loads(row["r"].value))
+        except (ValueError, TypeError):
+            continue  # a record written by a newer version: the graph is still there, its provenance unread
+    return out
+
+
+def release_of(store: Store, graph: str) -> ReleaseInfo | None:
+    """The release ``graph`` holds, or None when it was loaded without a record (or is not a source graph)."""
+    return releases(store).get(graph)
+
+
+def options_record(options: Any) -> dict[str, Any]:
+    """The load options worth recording (what was asked, not the defaults left empty)."""
+    data = {"lang": options.lang, "lenient": options.lenient, "namespace": options.namespace,
+            "relation_namespace": options.relation_namespace}
+    data.update({k: v for k, v in sorted(options.extra.items()) if v not in (None, False, [], "", ())})
+    return data

@@ -1,0 +1,115 @@
+"""``load --update``: a new release of a source over the graph that holds its previous release, by applying the
+difference in one transaction. Until that transaction the previous release is what every reader sees; a process
+killed before it leaves the previous release as it was (nothing is written before it).
+
+The new release runs through its own loader into a ``CapturingStore`` (sorted lines, nothing written), is merged
+against the graph's sorted lines, and the triples removed and added go in with the new release record in one
+SPARQL update. SNOMED CT Delta files are read over the previous release's files (see ``loaders.snomed``)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from mirage_kg.errors import InputError
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport
+from mirage_kg.namespaces import XSD, compress
+from mirage_kg.releases.diff import CapturingStore, ReleaseDiff, graph_contains, graph_lines, triple_difference
+from mirage_kg.releases.provenance import (
+    ReleaseInfo,
+    new_release_info,
+    options_record,
+    release_record_update,
+    releases,
+)
+from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, Store
+from mirage_kg.terms import iri_ref, literal
+
+#: triples per INSERT/DELETE DATA block (one transaction holds them all; blocks keep each statement small)
+_BLOCK = 20_000
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What ``update_release`` did: the difference it applied and the release the graph now holds."""
+
+    graph: str
+    diff: ReleaseDiff
+    release: ReleaseInfo
+
+
+def target_graph(store: Store, loader: Loader, explicit: str | None) -> str:
+    """The graph a new release of this source goes over: ``--graph``, else the one graph holding a release
+    loaded with the same loader."""
+    if explicit:
+        if store.triple_count(explicit) == 0:
+            raise InputError(f"graph {compress(explicit)} holds nothing to update; load the release without --update")
+        return explicit
+    candidates = sorted(g for g, info in releases(store).items() if info.source == loader.name)
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise InputError(f"no graph of {store.location} holds a {loader.name} release recorded in its manifest; "
+                         "load the first release without --update, or name the graph with --graph")
+    raise InputError(f"several graphs hold {loader.name} releases ({', '.join(compress(g) for g in candidates)}); "
+                     "say which with --graph")
+
+
+def release_lines(loader: Loader, path: Path, options: LoadOptions, report: LoadReport, graph: str,
+                  reads: Store | None, workdir: str | Path | None = None) -> CapturingStore:
+    """A release on disk as the sorted lines a load into ``graph`` would write (nothing is written)."""
+    capture = CapturingStore(reads, workdir)
+    graph_options = LoadOptions(graph=graph, namespace=options.namespace,
+                                relation_namespace=options.relation_namespace, lang=options.lang,
+                                lenient=options.lenient, extra=dict(options.extra))
+    loader.load(capture, path, graph_options, report)
+    return capture
+
+
+def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: LoadOptions,
+                 report: LoadReport, examples: int = 10) -> ReleaseDiff:
+    """The difference between what ``graph`` holds and the release at ``path``."""
+    with tempfile.TemporaryDirectory(prefix="mirage-kg-diff-") as workdir:
+        new = release_lines(loader, path, options, report, graph, store, workdir)
+        old = graph_lines(store, graph, workdir=workdir)
+        triples = triple_difference(old, new.lines, graph_contains(store, graph))
+    return ReleaseDiff.of(compress(graph), str(path), triples, examples)
+
+
+def update_release(store: Store, path: Path, loader: Loader, options: LoadOptions, report: LoadReport,
+                   examples: int = 10) -> UpdateResult:
+    """Bring the graph holding this source's previous release to the release at ``path``, atomically."""
+    graph = target_graph(store, loader, options.graph)
+    previous = releases(store).get(graph)
+    if previous is not None and loader.name == "snomed":
+        options.extra.setdefault("snomed_base", previous.options.get("snomed_base_chain") or [previous.path])
+    diff = diff_release(store, graph, loader, path, options, report, examples)
+    history = (*previous.history, previous.release) if previous is not None else ()
+    recorded = options_record(options)
+    if loader.name == "snomed" and options.extra.get("snomed_delta_applied"):
+        recorded["snomed_base_chain"] = [*options.extra["snomed_base"], str(path)]
+    recorded.pop("snomed_base", None)
+    recorded.pop("snomed_delta_applied", None)
+    info = new_release_info(loader.name, path, graph, recorded, history)
+    apply_difference(store, graph, diff, info)
+    return UpdateResult(graph, diff, info)
+
+
+def apply_difference(store: Store, graph: str, diff: ReleaseDiff, info: ReleaseInfo) -> None:
+    """The removed and added triples, the release record and the load record, as one SPARQL update."""
+    target = iri_ref(graph)
+    operations = []
+    for verb, triples in (("DELETE", diff.triples.removed), ("INSERT", diff.triples.added)):
+        for start in range(0, len(triples), _BLOCK):
+            body = " .\n".join(str(t) for t in triples[start:start + _BLOCK])
+            operations.append(f"{verb} DATA {{ GRAPH {target} {{\n{body} .\n}} }}")
+    manifest = iri_ref(MANIFEST_GRAPH)
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    operations.append(f"DELETE WHERE {{ GRAPH {manifest} {{ {target} {iri_ref(LOADED_FROM)} ?from }} }}")
+    operations.append(f"DELETE WHERE {{ GRAPH {manifest} {{ {target} {iri_ref(LOADED_AT)} ?at }} }}")
+    operations.append(f"INSERT DATA {{ GRAPH {manifest} {{ {target} {iri_ref(LOADED_FROM)} {literal(info.path)} ; "
+                      f"{iri_ref(LOADED_AT)} {literal(now, datatype=XSD + 'dateTime')} }} }}")
+    operations.append(release_record_update(info))
+    store.update(" ;\n".join(operations))

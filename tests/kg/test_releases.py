@@ -1,0 +1,199 @@
+"""Release provenance, ``mirage-kg diff`` and ``load --update``: synthetic release pairs in the exact layouts,
+each diff checked change by change, and each update checked equal (by export) to a fresh load of the new release."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mirage_kg.cli.main import main
+from mirage_kg.store.base import MANIFEST_GRAPH
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+OBO = "http://purl.obolibrary.org/obo/"
+
+
+def run(*args: str) -> object:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def data_export(store: Path) -> list[str]:
+    """The store's quads minus the manifest (load times and hashes differ between two loads)."""
+    lines = run("export", "--store", str(store), "--format", "nq").output.splitlines()
+    return sorted(line for line in lines if f"<{MANIFEST_GRAPH}>" not in line)
+
+
+def edit(path: Path, replace: dict[str, str | None], add: list[str] = ()) -> None:
+    """Rewrite rows of a release file in place: a row starting with a key is replaced (None: dropped)."""
+    newline = "\r\n" if b"\r\n" in path.read_bytes() else "\n"
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        for start, new in replace.items():
+            if line.startswith(start):
+                line = new
+                break
+        if line is not None:
+            out.append(line)
+    out.extend(add)
+    path.write_text(newline.join(out) + newline, encoding="utf-8", newline="")
+
+
+def graph_of(store: Path) -> str:
+    stats = json.loads(run("stats", "--store", str(store), "--json").output)
+    (graph,) = [g for g in stats["graphs"] if g["release"]]
+    return graph["name"]
+
+
+def check_update_equals_fresh_load(tmp_path: Path, old: Path, new: Path, *extra: str) -> dict:
+    """Load OLD, update to NEW, fresh-load NEW into the same graph name; the two stores hold the same data."""
+    updated, fresh = tmp_path / "updated", tmp_path / "fresh"
+    run("load", str(old), "--store", str(updated), *extra)
+    graph = graph_of(updated)
+    output = run("load", "--update", str(new), "--store", str(updated), *extra).output
+    assert "updated <" in output
+    run("load", str(new), "--store", str(fresh), "--graph", graph, *extra)
+    assert data_export(updated) == data_export(fresh)
+    return json.loads(run("stats", "--store", str(updated), "--json").output)
+
+
+# --- UMLS ---------------------------------------------------------------------------------------------------------
+@pytest.fixture()
+def umls_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """2099AA (the fixture) and 2099AB: C0000003 retired (its MRCONSO, MRSTY and MRREL rows gone), C0000004
+    relabelled, one MRREL row added (C0000004 RO C0000001) and one relationship removed (the RB/RN pair between
+    C0000004 and C0000001, stated once each way)."""
+    old = tmp_path / "2099AA"
+    shutil.copytree(FIXTURES / "umls", old)
+    new = tmp_path / "2099AB"
+    shutil.copytree(FIXTURES / "umls", new)
+    meta = new / "META"
+    edit(new / "release.dat", {"umls.release.name=": "umls.release.name=2099AB"})
+    edit(meta / "MRCONSO.RRF", {
+        "C0000003|": None,
+        "C0000004|": 'C0000004|ENG|P|L0000060|PF|S0000060|Y|A0000060||||SNOMEDCT_US|PT|200000002|Deltapain, sharp|9|N||',
+    })
+    edit(meta / "MRSTY.RRF", {"C0000003|": None})
+    edit(meta / "MRREL.RRF", {"C0000001|A0000012|AUI|RO|C0000003|": None, "C0000003|": None,
+                               "C0000004|A0000060|AUI|RB|": None, "C0000001|A0000012|AUI|RN|": None},
+         add=["C0000004|A0000060|AUI|RO|C0000001|A0000012|AUI||R0000012||MTH|MTH|||N||"])
+    return old, new
+
+
+def test_umls_diff_reports_exactly_the_changes(tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
+    old, new = umls_pair
+    store = tmp_path / "kg"
+    run("load", str(old), "--store", str(store))
+    graph = graph_of(store)
+    diff = json.loads(run("diff", graph, str(new), "--store", str(store), "--json").output)
+    assert diff["concepts"]["added"] == {"count": 0, "examples": []}
+    assert diff["concepts"]["retired"] == {"count": 1, "examples": ["UMLS:C0000003"]}
+    assert diff["concepts"]["relabelled"]["examples"] == [
+        {"id": "UMLS:C0000004", "lang": "en", "old": 'Deltapain "sharp"', "new": "Deltapain, sharp"}]
+    assert {k: v["examples"] for k, v in diff["facts"]["added"].items()} == {
+        "MKG:related_to": [["UMLS:C0000001", "UMLS:C0000004"]]}
+    assert {k: v["examples"] for k, v in diff["facts"]["removed"].items()} == {
+        "skos:broader": [["UMLS:C0000004", "UMLS:C0000001"]]}
+    assert diff["synonyms"]["added"]["count"] == diff["synonyms"]["removed"]["count"] == 0
+    assert diff["other"] == {"added": {}, "removed": {}}
+    # the drug's relation and semantic type were used by the retired concept only
+    assert diff["concepts"]["relations_removed"]["examples"] == ["MKG:may_treat"]
+    assert diff["concepts"]["classes_removed"]["examples"] == ["STY:T121"]
+    # the retired concept's own triples (type, labels, code, semantic type, its may_treat edge) went with it
+    assert diff["concepts"]["their_triples"]["removed"] >= 4 and diff["concepts"]["their_triples"]["added"] == 0
+    text = run("diff", graph, str(new), "--store", str(store), "--html", str(tmp_path / "d.html")).output
+    assert "concepts retired: 1 (e.g. UMLS:C0000003)" in text and "Deltapain, sharp" in text
+    assert "UMLS:C0000003" in (tmp_path / "d.html").read_text()
+
+
+def test_umls_update_equals_fresh_load(tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
+    stats = check_update_equals_fresh_load(tmp_path, *umls_pair)
+    (graph,) = [g for g in stats["graphs"] if g["release"]]
+    assert graph["release"]["release"] == "2099AB" and graph["release"]["history"] == ["2099AA"]
+    assert graph["release"]["details"]["sources"]["MSH"]
+
+
+def test_update_of_the_same_release_changes_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "kg"
+    run("load", str(FIXTURES / "umls"), "--store", str(store))
+    before = data_export(store)
+    output = run("load", "--update", str(FIXTURES / "umls"), "--store", str(store)).output
+    assert "no changes" in output
+    assert data_export(store) == before
+
+
+# --- OBO ----------------------------------------------------------------------------------------------------------
+@pytest.fixture()
+def obo_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """tst 2099-01-31 (the fixture) and 2099-02-28: TST:0000005 obsoleted, a synonym added to TST:0000004."""
+    old = tmp_path / "old" / "mini.obo"
+    old.parent.mkdir()
+    shutil.copy(FIXTURES / "obo" / "mini.obo", old)
+    text = old.read_text(encoding="utf-8")
+    text = text.replace("data-version: tst/releases/2099-01-31", "data-version: tst/releases/2099-02-28")
+    text = text.replace("id: TST:0000005\nname: fast heart rate\n", "id: TST:0000005\nname: fast heart rate\n"
+                        "is_obsolete: true\n")
+    text = text.replace("id: TST:0000004\nname: heart\n", "id: TST:0000004\nname: heart\n"
+                        'synonym: "cardiac organ" EXACT []\n')
+    new = tmp_path / "new" / "mini.obo"
+    new.parent.mkdir()
+    new.write_text(text, encoding="utf-8")
+    return old, new
+
+
+def test_obo_diff_reports_exactly_the_changes(tmp_path: Path, obo_pair: tuple[Path, Path]) -> None:
+    old, new = obo_pair
+    diff = json.loads(run("diff", str(old), str(new), "--json").output)
+    assert diff["versions"] == {"old": ["tst/releases/2099-01-31"], "new": ["tst/releases/2099-02-28"]}
+    assert diff["concepts"]["retired"]["examples"] == [OBO + "TST_0000005"]
+    assert diff["concepts"]["added"]["count"] == 0 and diff["concepts"]["relabelled"]["count"] == 0
+    assert diff["synonyms"]["added"]["examples"] == [[OBO + "TST_0000004", "cardiac organ"]]
+    assert diff["synonyms"]["removed"]["count"] == 0
+    assert diff["facts"] == {"added": {}, "removed": {}}
+    assert diff["other"] == {"added": {}, "removed": {}}
+
+
+def test_obo_update_equals_fresh_load(tmp_path: Path, obo_pair: tuple[Path, Path]) -> None:
+    check_update_equals_fresh_load(tmp_path, *obo_pair)
+
+
+# --- atomicity ----------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_killed_update_leaves_the_previous_release(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def release(path: Path, changed: int) -> None:
+        with open(path, "w") as handle:
+            for i in range(0, 400_000, 1000):
+                handle.write("".join(f"E{j}\tr{j % 7}\tE{(j * 7919 + (j < changed)) % 200_000}\n"
+                                     for j in range(i, i + 1000)))
+
+    old, new = tmp_path / "v1" / "facts.tsv", tmp_path / "v2" / "facts.tsv"
+    old.parent.mkdir()
+    new.parent.mkdir()
+    release(old, 0)
+    release(new, 4_000)
+    store = tmp_path / "kg"
+    run("load", str(old), "--store", str(store))
+    before = sorted(run("export", "--store", str(store), "--format", "nq").output.splitlines())
+    env = {**os.environ, "MIRAGE_KG_PROGRESS": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "mirage_kg.cli", "load", "--update", str(new), "--store",
+                             str(store)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the update finished before it could be killed; use a bigger file"
+    after = sorted(run("export", "--store", str(store), "--format", "nq").output.splitlines())
+    assert after == before
+    # and the update, run to its end, still applies over the intact previous release
+    output = run("load", "--update", str(new), "--store", str(store)).output
+    assert "facts + MKG:r" in output and "facts - MKG:r" in output
