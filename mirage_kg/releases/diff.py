@@ -22,7 +22,7 @@ from mirage_kg.errors import StoreError
 from mirage_kg.namespaces import MKG, MKG_CONCEPT, MKG_RELATION, OWL, RDF, RDF_TYPE, SKOS_ALT, SKOS_PREF, compress
 from mirage_kg.releases.sorting import SortedLines, merge_difference
 from mirage_kg.store.base import LoadReceipt, Store
-from mirage_kg.terms import iri_ref
+from mirage_kg.terms import Term, iri_ref
 
 _SOURCE_VERSION = MKG + "sourceVersion"
 _ACTIVE = MKG + "active"
@@ -36,26 +36,19 @@ def graph_lines(store: Store, graph: str, *, rename_to: str | None = None,
     ``MKG:sourceVersion`` triples) so that two graphs of one source compare."""
     lines = SortedLines(workdir)
     old_ref, new_ref = iri_ref(graph) + " ", iri_ref(rename_to) + " " if rename_to else None
-    raw = getattr(store, "raw", None)
 
     def add(line: str) -> None:
         if new_ref is not None and line.startswith(old_ref):
             line = new_ref + line[len(old_ref):]
         lines.add(line)
 
-    if isinstance(raw, ox.Store):
-        # pyoxigraph writes the graph in Rust; Python only splits lines
-        import tempfile
+    import tempfile
 
-        with tempfile.TemporaryFile(dir=workdir) as spool:
-            raw.dump(output=spool, format=ox.RdfFormat.N_TRIPLES, from_graph=ox.NamedNode(graph))
-            spool.seek(0)
-            for raw_line in io.TextIOWrapper(spool, encoding="utf-8", newline="\n"):
-                add(raw_line)
-        return lines
-    rows = store.select(f"SELECT ?s ?p ?o WHERE {{ GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}")
-    for row in rows:
-        add(f"{row['s'].sparql()} {row['p'].sparql()} {row['o'].sparql()} .\n")
+    with tempfile.TemporaryFile(dir=workdir) as spool:
+        store.export_graph(spool, graph)  # the embedded store writes it in Rust; Python only splits lines
+        spool.seek(0)
+        for raw_line in io.TextIOWrapper(spool, encoding="utf-8", newline="\n"):
+            add(raw_line)
     return lines
 
 
@@ -345,10 +338,18 @@ class ReleaseDiff:
         return "\n".join(parts) + "\n"
 
 
+def _term(node: object) -> Term:
+    if isinstance(node, ox.NamedNode):
+        return Term("uri", node.value)
+    if isinstance(node, ox.Literal):
+        return Term("literal", node.value, node.language, None if node.language else node.datatype.value)
+    return Term("bnode", getattr(node, "value", str(node)))
+
+
 def graph_contains(store: Store, graph: str) -> Callable[[ox.Triple], bool]:
-    """Membership of a triple in ``graph`` (the store's quad index when embedded, else an ASK)."""
-    raw = getattr(store, "raw", None)
-    target = ox.NamedNode(graph)
-    if isinstance(raw, ox.Store):
-        return lambda t: ox.Quad(t.subject, t.predicate, t.object, target) in raw
-    return lambda t: store.ask(f"ASK {{ GRAPH {iri_ref(graph)} {{ {t.subject} {t.predicate} {t.object} }} }}")
+    """Membership of a triple in ``graph``, through the store's pattern primitive."""
+    def contains(triple: ox.Triple) -> bool:
+        found = store.quads(_term(triple.subject), _term(triple.predicate), _term(triple.object), graph)
+        return next(iter(found), None) is not None
+
+    return contains

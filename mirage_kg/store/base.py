@@ -202,6 +202,12 @@ class Store(abc.ABC):
         """Write the whole dataset (or its union, for a triple format) to ``out``."""
         raise NotImplementedError
 
+    def export_graph(self, out: IO[bytes], graph: str) -> None:
+        """Write one named graph to ``out`` as N-Triples (release diffs read a graph this way)."""
+        for quad in self.quads(graph=graph):
+            out.write(f"{quad.subject.sparql()} {quad.predicate.sparql()} {quad.object.sparql()} .\n"
+                      .encode("utf-8"))
+
     def close(self) -> None:
         """Release the store."""
 

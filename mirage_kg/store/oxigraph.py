@@ -201,6 +201,9 @@ class OxigraphStore(Store):
         else:
             self._dump_union(out, fmt)
 
+    def export_graph(self, out: IO[bytes], graph: str) -> None:
+        self.raw.dump(output=out, format=ox.RdfFormat.N_TRIPLES, from_graph=ox.NamedNode(graph))
+
     def _dump_union(self, out: IO[bytes], fmt: ox.RdfFormat) -> None:
         triples = ox.Store()
         triples.bulk_extend(ox.Quad(q.subject, q.predicate, q.object, ox.DefaultGraph()) for q in self.raw)
