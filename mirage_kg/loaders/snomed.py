@@ -85,10 +85,13 @@ _SEMANTIC_TAG = re.compile(r"\s*\([^()]*\)\s*$")
 
 @dataclass
 class Rf2Release:
-    """The files of one release: ``kind`` is Snapshot or Full."""
+    """The files of one release: ``kind`` is Snapshot, Full or Delta. ``deltas`` holds, per file kind, the rows
+    of Delta releases read over this one (id -> latest row), when a Delta is applied."""
 
     kind: str
     files: dict[str, list[Path]] = field(default_factory=dict)
+    deltas: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    version_names: list[str] = field(default_factory=list)
 
     def names(self) -> list[str]:
         return [p.name for p in self.files.get("concepts", [])]
@@ -98,14 +101,14 @@ def locate_release(path: Path, kind: str | None = None) -> Rf2Release:
     """The RF2 files under ``path``: the Snapshot when there is one (or ``kind``), else the Full release."""
     if not path.is_dir():
         raise InputError("a SNOMED CT release is a folder of RF2 files (Snapshot/ or Full/)", path)
-    kinds = [kind.capitalize()] if kind else ["Snapshot", "Full"]
+    kinds = [kind.capitalize()] if kind else ["Snapshot", "Full", "Delta"]
     for candidate in kinds:
         concepts = sorted(path.rglob(PATTERNS["concepts"][0].format(kind=candidate)))
         if concepts:
             release = Rf2Release(candidate)
             for key, (pattern, _, required) in PATTERNS.items():
                 found = sorted(path.rglob(pattern.format(kind=candidate)))
-                if required and not found:
+                if required and not found and candidate != "Delta":  # a Delta holds only what changed
                     expected = pattern.format(kind=candidate)
                     raise InputError(f"missing required file {expected} (the {candidate} release has no {key} file)",
                                      path / expected)
@@ -154,6 +157,50 @@ def rf2_rows(path: Path, header: tuple[str, ...], problem: Problem,
         problem.report.warn(f"the file holds only its header: {HEADER_ONLY_MEANS[header]}", path)
 
 
+def with_deltas(base: Rf2Release, deltas: list[Rf2Release], problem: Problem) -> Rf2Release:
+    """``base`` with Delta releases read over it, in order: per id the row with the latest effectiveTime wins
+    (a later Delta's on a tie). Only the Deltas' rows are held."""
+    for delta in deltas:
+        for key, (_, header_kind, _) in PATTERNS.items():
+            for path in delta.files.get(key, []):
+                rows = base.deltas.setdefault(key, {})
+                for fields in rf2_rows(path, HEADERS[header_kind], problem):
+                    held = rows.get(fields[0])
+                    if held is None or fields[1] >= held[1]:
+                        rows[fields[0]] = fields
+        # the version the release now stands at, named as the base kind's file of that date would be
+        base.version_names = [name.replace("_Delta_", f"_{base.kind}_") for name in delta.names()] or \
+            base.version_names
+    return base
+
+
+def release_rows(release: Rf2Release, key: str, path: Path | None, header: tuple[str, ...], problem: Problem,
+                 advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
+    """The rows of one file of ``release``, with its Deltas' rows in place of the rows they supersede, and
+    their new rows after the kind's last file."""
+    rows = latest_rows(path, header, problem, release.kind == "Full", advance) if path is not None else iter(())
+    delta = release.deltas.get(key)
+    if not delta:
+        yield from rows
+        return
+    for fields in rows:
+        newer = delta.get(fields[0])
+        if newer is not None and newer[1] >= fields[1]:
+            del delta[fields[0]]
+            yield newer
+        else:
+            yield fields
+    if path is None or path == release.files[key][-1]:
+        yield from list(delta.values())
+        delta.clear()
+
+
+def _release_files(release: Rf2Release, key: str) -> list[Path | None]:
+    """The files the loader reads for ``key``; a None stands for "no base file, only Delta rows"."""
+    files: list[Path | None] = list(release.files.get(key, []))
+    return files or ([None] if release.deltas.get(key) else [])
+
+
 def latest_rows(path: Path, header: tuple[str, ...], problem: Problem, full: bool,
                 advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
     """Snapshot: every row. Full: for each id only the row with the latest effectiveTime (the first of equals)."""
@@ -187,6 +234,8 @@ class SnomedLoader(Loader):
 
     def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
         release = locate_release(path, options.extra.get("snomed_release"))
+        if release.kind == "Delta":
+            release = self._over_base(release, path, options, report)
         graph = options.graph or self.graph_name(release, bool(options.extra.get("stated")))
         total = sum(p.stat().st_size for paths in release.files.values() for p in paths)
         if release.kind == "Full":
@@ -197,11 +246,30 @@ class SnomedLoader(Loader):
         return [receipt]
 
     @staticmethod
+    def _over_base(delta: Rf2Release, path: Path, options: LoadOptions, report: LoadReport) -> Rf2Release:
+        """A Delta applies over the release it follows: the base release (and Deltas already applied to it)
+        that ``load --update`` names in ``snomed_base``, from the paths the manifest recorded."""
+        chain = [Path(p) for p in options.extra.get("snomed_base") or ()]
+        if not chain:
+            raise InputError("this is a SNOMED CT Delta: it applies over the release it follows; run "
+                             "`mirage-kg load --update` over the graph that holds that release", path)
+        for earlier in chain:
+            if not earlier.exists():
+                raise InputError(f"the Delta applies over the release loaded from {earlier}, which is no longer "
+                                 "there; put it back, or load the new Snapshot with --update instead", earlier)
+        problem = Problem(options, report)
+        base = locate_release(chain[0], options.extra.get("snomed_release"))
+        if base.kind == "Delta":
+            raise InputError("the first release of a Delta chain must be a Snapshot or Full release", chain[0])
+        options.extra["snomed_delta_applied"] = True
+        return with_deltas(base, [locate_release(p, "Delta") for p in chain[1:]] + [delta], problem)
+
+    @staticmethod
     def graph_name(release: Rf2Release, stated: bool) -> str:
         """``GRAPH:snomedct/INT_20240101`` (edition and date from the concept file names), ``/stated`` if so."""
         parts = []
         for name in release.names():
-            match = re.match(r"sct2_Concept_(?:Snapshot|Full)_(.+)\.txt$", name)
+            match = re.match(r"sct2_Concept_(?:Snapshot|Full|Delta)_(.+)\.txt$", name)
             parts.append(match.group(1) if match else Path(name).stem)
         segments = ["+".join(parts)] + ([] if release.kind == "Snapshot" else ["full"]) + (["stated"] if stated else [])
         return GRAPH + "snomedct/" + "/".join(mint("", s) for s in segments)
@@ -212,13 +280,13 @@ class SnomedLoader(Loader):
         full = release.kind == "Full"
         keep = bool(options.extra.get("keep_inactive"))
         ns = prefixes()["SNOMEDCT"]
-        for name in release.names():
+        for name in release.version_names or release.names():
             yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(Path(name).stem)} .\n"
 
         # 1. concepts. One id -> flags entry per concept is all the state.
         state: dict[str, int] = {}
-        for path in release.files["concepts"]:
-            for fields in latest_rows(path, HEADERS["concept"], problem, full, advance):
+        for path in _release_files(release, "concepts"):
+            for fields in release_rows(release, "concepts", path, HEADERS["concept"], problem, advance):
                 ident, active = fields[0], fields[2]
                 if not ident.isdigit():
                     problem("malformed SCTID", path, fields[-1], f"concept id {ident!r}")  # type: ignore[arg-type]
@@ -243,10 +311,11 @@ class SnomedLoader(Loader):
         # 2. relationships
         stated = bool(options.extra.get("stated"))
         wanted = {STATED} if stated else {INFERRED, ADDITIONAL}
-        paths = release.files["relationships"] + (release.files.get("stated", []) if stated else [])
+        paths = [(key, path) for key in ("relationships", "stated")[:1 + stated]
+                 for path in _release_files(release, key)]
         get = state.get
-        for path in paths:
-            for fields in latest_rows(path, HEADERS["relationship"], problem, full, advance):
+        for key, path in paths:
+            for fields in release_rows(release, key, path, HEADERS["relationship"], problem, advance):
                 if fields[2] != "1" or fields[8] not in wanted:
                     continue  # inactive rows and the other characteristic type are not this load's edges
                 source, target, kind = fields[4], fields[5], fields[7]
@@ -273,8 +342,8 @@ class SnomedLoader(Loader):
         endings: dict[str, str] = {}  # languageCode -> '"@en .\n', for the codes seen valid
         fallback: dict[str, str] = {}  # concept -> FSN, until a preferred synonym turns up
         for key in ("descriptions", "definitions"):
-            for path in release.files.get(key, []):
-                for fields in latest_rows(path, HEADERS["description"], problem, full, advance):
+            for path in _release_files(release, key):
+                for fields in release_rows(release, key, path, HEADERS["description"], problem, advance):
                     if fields[2] != "1":
                         continue
                     concept, lang, kind, term = fields[4], fields[5], fields[6], fields[7]
@@ -323,8 +392,8 @@ class SnomedLoader(Loader):
         chosen = options.extra.get("language_refset")
         by_refset: dict[str, set[int]] = {}
         seen: set[str] = set()
-        for path in release.files["language"]:
-            for fields in latest_rows(path, HEADERS["language"], problem, full, advance):
+        for path in _release_files(release, "language"):
+            for fields in release_rows(release, "language", path, HEADERS["language"], problem, advance):
                 if fields[2] == "1" and fields[6] == PREFERRED:
                     refset = fields[4]
                     seen.add(refset)

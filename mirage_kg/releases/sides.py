@@ -16,7 +16,7 @@ from mirage_kg.namespaces import GRAPH, SCHEMA_GRAPH, compress, expand, mint
 from mirage_kg.releases.diff import ReleaseDiff, graph_contains, graph_lines, triple_difference
 from mirage_kg.releases.provenance import releases
 from mirage_kg.releases.sorting import SortedLines
-from mirage_kg.releases.update import release_lines
+from mirage_kg.releases.update import delta_base, release_lines
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
 
 
@@ -96,6 +96,10 @@ def diff_sides(old: Side, new: Side, options: LoadOptions, report: LoadReport, e
                reads: Store | None = None) -> ReleaseDiff:
     """The difference from ``old`` to ``new``."""
     graph = old.graph or new.graph or GRAPH + "release"
+    if new.release is not None and old.store is not None and old.graph:
+        previous = releases(old.store).get(old.graph)
+        if previous is not None and previous.source == "snomed":  # a Delta side reads over the old release
+            options.extra.setdefault("snomed_base", delta_base(previous))
     with tempfile.TemporaryDirectory(prefix="mirage-kg-diff-") as workdir:
         new_lines = side_lines(new, graph, options, report, reads or old.store or new.store, workdir)
         old_lines = side_lines(old, graph, options, report, reads or old.store or new.store, workdir)

@@ -57,13 +57,18 @@ def target_graph(store: Store, loader: Loader, explicit: str | None) -> str:
                      "say which with --graph")
 
 
+def delta_base(previous: ReleaseInfo) -> list[str]:
+    """The releases a SNOMED CT Delta applies over: the graph's base release and the Deltas applied since."""
+    return list(previous.options.get("snomed_base_chain") or [previous.path])
+
+
 def release_lines(loader: Loader, path: Path, options: LoadOptions, report: LoadReport, graph: str,
                   reads: Store | None, workdir: str | Path | None = None) -> CapturingStore:
     """A release on disk as the sorted lines a load into ``graph`` would write (nothing is written)."""
     capture = CapturingStore(reads, workdir)
     graph_options = LoadOptions(graph=graph, namespace=options.namespace,
                                 relation_namespace=options.relation_namespace, lang=options.lang,
-                                lenient=options.lenient, extra=dict(options.extra))
+                                lenient=options.lenient, extra=options.extra)  # the loader may note what it applied
     loader.load(capture, path, graph_options, report)
     return capture
 
@@ -84,7 +89,7 @@ def update_release(store: Store, path: Path, loader: Loader, options: LoadOption
     graph = target_graph(store, loader, options.graph)
     previous = releases(store).get(graph)
     if previous is not None and loader.name == "snomed":
-        options.extra.setdefault("snomed_base", previous.options.get("snomed_base_chain") or [previous.path])
+        options.extra.setdefault("snomed_base", delta_base(previous))
     diff = diff_release(store, graph, loader, path, options, report, examples)
     history = (*previous.history, previous.release) if previous is not None else ()
     recorded = options_record(options)

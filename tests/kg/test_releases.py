@@ -50,14 +50,16 @@ def graph_of(store: Path) -> str:
     return graph["name"]
 
 
-def check_update_equals_fresh_load(tmp_path: Path, old: Path, new: Path, *extra: str) -> dict:
-    """Load OLD, update to NEW, fresh-load NEW into the same graph name; the two stores hold the same data."""
+def check_update_equals_fresh_load(tmp_path: Path, old: Path, new: Path, *extra: str,
+                                   fresh_release: Path | None = None) -> dict:
+    """Load OLD, update to NEW, fresh-load NEW (or ``fresh_release``, the Snapshot a Delta leads to) into the
+    same graph name; the two stores hold the same data."""
     updated, fresh = tmp_path / "updated", tmp_path / "fresh"
     run("load", str(old), "--store", str(updated), *extra)
     graph = graph_of(updated)
     output = run("load", "--update", str(new), "--store", str(updated), *extra).output
     assert "updated <" in output
-    run("load", str(new), "--store", str(fresh), "--graph", graph, *extra)
+    run("load", str(fresh_release or new), "--store", str(fresh), "--graph", graph, *extra)
     assert data_export(updated) == data_export(fresh)
     return json.loads(run("stats", "--store", str(updated), "--json").output)
 
@@ -197,3 +199,90 @@ def test_killed_update_leaves_the_previous_release(tmp_path: Path) -> None:
     # and the update, run to its end, still applies over the intact previous release
     output = run("load", "--update", str(new), "--store", str(store)).output
     assert "facts + MKG:r" in output and "facts - MKG:r" in output
+
+
+# --- SNOMED CT ----------------------------------------------------------------------------------------------------
+_SNOMED_HEADERS = {
+    "Terminology/sct2_Concept_{kind}_INT_20990228.txt": "id\teffectiveTime\tactive\tmoduleId\tdefinitionStatusId",
+    "Terminology/sct2_Description_{kind}-en_INT_20990228.txt": "id\teffectiveTime\tactive\tmoduleId\tconceptId\t"
+                                                                "languageCode\ttypeId\tterm\tcaseSignificanceId",
+    "Terminology/sct2_Relationship_{kind}_INT_20990228.txt": "id\teffectiveTime\tactive\tmoduleId\tsourceId\t"
+                                                             "destinationId\trelationshipGroup\ttypeId\t"
+                                                             "characteristicTypeId\tmodifierId",
+    "Refset/Language/der2_cRefset_Language{kind}-en_INT_20990228.txt": "id\teffectiveTime\tactive\tmoduleId\t"
+                                                                       "refsetId\treferencedComponentId\tacceptabilityId",
+}
+_M, _US = "900000000000207008", "900000000000509007"
+# The Delta of 2099-02-28, file by file: Gamma finding inactivated; a new IS-A (Kidney place IS-A Clinical thing);
+# the description "Beta disorder" reworded; in the US refset "Alphaitis" becomes preferred and "Alpha disorder"
+# acceptable.
+_DELTA_ROWS = [
+    [f"100000006\t20990228\t0\t{_M}\t900000000000074008"],
+    ["1000062\t20990228\t1\t{m}\t100000003\ten\t900000000000013009\tBeta disease\t900000000000448009".format(m=_M)],
+    [f"2000012\t20990228\t1\t{_M}\t100000005\t100000001\t0\t116680003\t900000000000011006\t900000000000451002"],
+    [f"00000000-0000-4000-8000-000000000018\t20990228\t1\t{_M}\t{_US}\t1000052\t900000000000548007",
+     f"00000000-0000-4000-8000-000000000010\t20990228\t1\t{_M}\t{_US}\t1000053\t900000000000549004"],
+]
+
+
+@pytest.fixture()
+def snomed_releases(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The fixture Snapshot (20990131), its Delta to 20990228, and the Snapshot of 20990228 for comparison."""
+    old = tmp_path / "SnomedCT_20990131" / "Snapshot"
+    shutil.copytree(FIXTURES / "snomed" / "Snapshot", old)
+    delta = tmp_path / "SnomedCT_20990228_delta" / "Delta"
+    snapshot = tmp_path / "SnomedCT_20990228" / "Snapshot"
+    for (name, header), rows in zip(_SNOMED_HEADERS.items(), _DELTA_ROWS):
+        target = delta / name.format(kind="Delta")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(("\r\n".join([header, *rows]) + "\r\n").encode("utf-8"))
+        base = next(old.rglob(name.format(kind="Snapshot").replace("20990228", "20990131")))
+        lines = base.read_bytes().decode("utf-8").split("\r\n")[:-1]
+        by_id = {row.split("\t")[0]: row for row in rows}
+        merged = [by_id.pop(line.split("\t")[0], line) for line in lines] + list(by_id.values())
+        target = snapshot / name.format(kind="Snapshot")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(("\r\n".join(merged) + "\r\n").encode("utf-8"))
+    return old, delta, snapshot
+
+
+def test_snomed_delta_diff_reports_exactly_the_changes(tmp_path: Path, snomed_releases: tuple[Path, ...]) -> None:
+    old, delta, snapshot = snomed_releases
+    store = tmp_path / "kg"
+    run("load", str(old), "--store", str(store))
+    graph = graph_of(store)
+    for new in (delta, snapshot):  # the Delta read over the loaded release, and the later Snapshot: one diff
+        diff = json.loads(run("diff", graph, str(new), "--store", str(store), "--json").output)
+        assert diff["versions"] == {"old": ["sct2_Concept_Snapshot_INT_20990131"],
+                                    "new": ["sct2_Concept_Snapshot_INT_20990228"]}
+        assert diff["concepts"]["retired"]["examples"] == ["SNOMEDCT:100000006"]
+        assert diff["concepts"]["added"]["count"] == 0
+        assert diff["concepts"]["relabelled"]["examples"] == [
+            {"id": "SNOMEDCT:100000002", "lang": "en", "old": "Alpha disorder", "new": "Alphaitis"},
+            {"id": "SNOMEDCT:100000003", "lang": "en", "old": "Beta disorder", "new": "Beta disease"}]
+        assert {k: v["examples"] for k, v in diff["facts"]["added"].items()} == {
+            "rdfs:subClassOf": [["SNOMEDCT:100000005", "SNOMEDCT:100000001"]]}
+        assert diff["facts"]["removed"] == {}
+        assert diff["synonyms"]["added"]["examples"] == [["SNOMEDCT:100000002", "Alpha disorder"]]
+        assert diff["synonyms"]["removed"]["examples"] == [["SNOMEDCT:100000002", "Alphaitis"]]
+        assert diff["other"] == {"added": {}, "removed": {}}
+
+
+def test_snomed_delta_update_equals_fresh_load_of_the_later_snapshot(
+        tmp_path: Path, snomed_releases: tuple[Path, ...]) -> None:
+    old, delta, snapshot = snomed_releases
+    stats = check_update_equals_fresh_load(tmp_path, old, delta, fresh_release=snapshot)
+    (graph,) = [g for g in stats["graphs"] if g["release"]]
+    assert graph["release"]["details"]["kind"] == "Delta"
+    assert graph["release"]["options"]["snomed_base_chain"] == [str(old), str(delta)]
+    # the later Snapshot over the same start gives the same graph too
+    again = tmp_path / "again"
+    run("load", str(old), "--store", str(again))
+    run("load", "--update", str(snapshot), "--store", str(again))
+    assert data_export(again) == data_export(tmp_path / "fresh")
+
+
+def test_a_delta_without_a_base_release_is_refused(tmp_path: Path, snomed_releases: tuple[Path, ...]) -> None:
+    _, delta, _ = snomed_releases
+    result = CliRunner().invoke(main, ["load", str(delta), "--store", str(tmp_path / "kg")])
+    assert result.exit_code == 1 and "load --update" in result.output
