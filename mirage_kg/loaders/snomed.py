@@ -119,7 +119,7 @@ def locate_release(path: Path, kind: str | None = None) -> Rf2Release:
 
 
 def rf2_rows(path: Path, header: tuple[str, ...], problem: Problem,
-             advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
+             advance: Callable[[float], None] | None = None, *, delta: bool = False) -> Iterator[list[str]]:
     """Fields of each well-formed row after the header; the line number rides along as the last item.
 
     The header is checked whatever the leniency: a file without it would have its first row taken for column
@@ -151,7 +151,7 @@ def rf2_rows(path: Path, header: tuple[str, ...], problem: Problem,
         yield fields
     if advance is not None:
         advance(done)
-    if not rows:
+    if not rows and not delta:  # a Delta file with no rows only says nothing of that kind changed
         if header is HEADERS["concept"]:
             raise InputError("the concept file holds only its header: no concepts to load", path, 1)
         problem.report.warn(f"the file holds only its header: {HEADER_ONLY_MEANS[header]}", path)
@@ -164,7 +164,7 @@ def with_deltas(base: Rf2Release, deltas: list[Rf2Release], problem: Problem) ->
         for key, (_, header_kind, _) in PATTERNS.items():
             for path in delta.files.get(key, []):
                 rows = base.deltas.setdefault(key, {})
-                for fields in rf2_rows(path, HEADERS[header_kind], problem):
+                for fields in rf2_rows(path, HEADERS[header_kind], problem, delta=True):
                     held = rows.get(fields[0])
                     if held is None or fields[1] >= held[1]:
                         rows[fields[0]] = fields
@@ -276,6 +276,27 @@ class SnomedLoader(Loader):
 
     def lines(self, release: Rf2Release, options: LoadOptions, report: LoadReport, graph: str,
               advance: Callable[[float], None]) -> Iterator[str]:
+        """The release as N-Triples; with ``snomed_only`` (the concepts a Delta touches, see ``update_scope``)
+        only the triples of those concepts, and the rows of other concepts are skipped unread."""
+        only = options.extra.get("snomed_only")
+        if only is None:
+            return self._lines(release, options, report, graph, advance, None)
+        return _of_subjects(self._lines(release, options, report, graph, advance, only), prefixes()["SNOMEDCT"], only)
+
+    def update_scope(self, path: Path, options: LoadOptions, report: LoadReport) -> set[str] | None:
+        """For a Delta: the IRIs of the concepts whose triples it may change (and limit the next load to them);
+        None for a Snapshot or Full release, which is compared whole."""
+        release = locate_release(path, options.extra.get("snomed_release"))
+        if release.kind != "Delta":
+            return None
+        combined = self._over_base(release, path, options, report)
+        concepts = delta_scope(combined)
+        options.extra["snomed_only"] = frozenset(concepts)
+        ns = prefixes()["SNOMEDCT"]
+        return {ns + concept for concept in concepts}
+
+    def _lines(self, release: Rf2Release, options: LoadOptions, report: LoadReport, graph: str,
+               advance: Callable[[float], None], only: frozenset[str] | None) -> Iterator[str]:
         problem = Problem(options, report)
         full = release.kind == "Full"
         keep = bool(options.extra.get("keep_inactive"))
@@ -316,6 +337,8 @@ class SnomedLoader(Loader):
         get = state.get
         for key, path in paths:
             for fields in release_rows(release, key, path, HEADERS["relationship"], problem, advance):
+                if only is not None and fields[4] not in only and fields[7] not in only:
+                    continue  # neither the source's edges nor the type's declaration can change
                 if fields[2] != "1" or fields[8] not in wanted:
                     continue  # inactive rows and the other characteristic type are not this load's edges
                 source, target, kind = fields[4], fields[5], fields[7]
@@ -344,7 +367,7 @@ class SnomedLoader(Loader):
         for key in ("descriptions", "definitions"):
             for path in _release_files(release, key):
                 for fields in release_rows(release, key, path, HEADERS["description"], problem, advance):
-                    if fields[2] != "1":
+                    if fields[2] != "1" or only is not None and fields[4] not in only:
                         continue
                     concept, lang, kind, term = fields[4], fields[5], fields[6], fields[7]
                     if langs is not None and lang not in langs:
@@ -416,6 +439,55 @@ class SnomedLoader(Loader):
             if refset in by_refset:
                 return by_refset[refset]
         return max(by_refset.values(), key=len) if by_refset else set()
+
+
+def delta_scope(release: Rf2Release) -> set[str]:
+    """The concepts whose triples the Deltas read over ``release`` may change: each concept row's concept and
+    the sources of edges into it or typed by it (its activity decides them), each relationship's source and
+    type (the type's declaration), each description's concept, and the concept of each description whose
+    acceptability changed (looked up in the base when the Delta does not carry the description)."""
+    quiet = Problem(LoadOptions(lenient=True), LoadReport())
+    full = release.kind == "Full"
+    deltas = release.deltas
+    concepts = set(deltas.get("concepts", {}))
+    scope = set(concepts)
+    for key in ("relationships", "stated"):
+        for fields in deltas.get(key, {}).values():
+            scope.update((fields[4], fields[7]))
+    owner: dict[str, str] = {}
+    for key in ("descriptions", "definitions"):
+        for ident, fields in deltas.get(key, {}).items():
+            scope.add(fields[4])
+            owner[ident] = fields[4]
+    missing = set()
+    for fields in deltas.get("language", {}).values():
+        if fields[5] in owner:
+            scope.add(owner[fields[5]])
+        else:
+            missing.add(fields[5])
+    if missing:
+        for key in ("descriptions", "definitions"):
+            for path in release.files.get(key, []):
+                for fields in latest_rows(path, HEADERS["description"], quiet, full):
+                    if fields[0] in missing:
+                        scope.add(fields[4])
+    if concepts:
+        for key in ("relationships", "stated"):
+            for path in release.files.get(key, []):
+                for fields in latest_rows(path, HEADERS["relationship"], quiet, full):
+                    if fields[5] in concepts or fields[7] in concepts:
+                        scope.add(fields[4])
+    return scope
+
+
+def _of_subjects(lines: Iterator[str], namespace: str, only: frozenset[str]) -> Iterator[str]:
+    """The lines whose subject is one of ``only`` (ids in ``namespace``), and those about the graph itself."""
+    prefix = "<" + namespace
+    start = len(prefix)
+    for chunk in lines:
+        for line in chunk.split("\n")[:-1]:
+            if not line.startswith(prefix) or line[start:line.index(">")] in only:
+                yield line + "\n"
 
 
 def _langs(lang: str | None) -> frozenset[str] | None:

@@ -17,6 +17,7 @@ from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport
 from mirage_kg.namespaces import XSD, compress
 from mirage_kg.releases.diff import CapturingStore, ReleaseDiff, graph_contains, graph_lines, triple_difference
+from mirage_kg.releases.sorting import SortedLines
 from mirage_kg.releases.provenance import (
     ReleaseInfo,
     new_release_info,
@@ -75,12 +76,25 @@ def release_lines(loader: Loader, path: Path, options: LoadOptions, report: Load
 
 def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: LoadOptions,
                  report: LoadReport, examples: int = 10) -> ReleaseDiff:
-    """The difference between what ``graph`` holds and the release at ``path``."""
+    """The difference between what ``graph`` holds and the release at ``path``. A loader that can tell which
+    subjects a release may change (``update_scope``: a SNOMED CT Delta) has only those compared."""
+    scope_of = getattr(loader, "update_scope", None)
+    subjects = scope_of(path, options, report) if scope_of is not None else None
     with tempfile.TemporaryDirectory(prefix="mirage-kg-diff-") as workdir:
         new = release_lines(loader, path, options, report, graph, store, workdir)
-        old = graph_lines(store, graph, workdir=workdir)
+        old = graph_lines(store, graph, workdir=workdir) if subjects is None else \
+            subject_lines(store, graph, sorted(subjects | {graph}), workdir)
         triples = triple_difference(old, new.lines, graph_contains(store, graph))
     return ReleaseDiff.of(compress(graph), str(path), triples, examples)
+
+
+def subject_lines(store: Store, graph: str, subjects: list[str], workdir: str | Path | None = None) -> SortedLines:
+    """The triples of ``graph`` about ``subjects`` (index lookups), as sorted lines."""
+    lines = SortedLines(workdir)
+    for subject in subjects:
+        for quad in store.quads(subject, graph=graph):
+            lines.add(f"{quad.subject.sparql()} {quad.predicate.sparql()} {quad.object.sparql()} .\n")
+    return lines
 
 
 def update_release(store: Store, path: Path, loader: Loader, options: LoadOptions, report: LoadReport,
@@ -95,8 +109,9 @@ def update_release(store: Store, path: Path, loader: Loader, options: LoadOption
     recorded = options_record(options)
     if loader.name == "snomed" and options.extra.get("snomed_delta_applied"):
         recorded["snomed_base_chain"] = [*options.extra["snomed_base"], str(path)]
-    recorded.pop("snomed_base", None)
-    recorded.pop("snomed_delta_applied", None)
+    for private in ("snomed_base", "snomed_delta_applied", "snomed_only"):
+        recorded.pop(private, None)
+    options.extra.pop("snomed_only", None)  # the next path of the same command is scoped afresh
     info = new_release_info(loader.name, path, graph, recorded, history)
     apply_difference(store, graph, diff, info)
     return UpdateResult(graph, diff, info)

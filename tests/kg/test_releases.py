@@ -286,3 +286,18 @@ def test_a_delta_without_a_base_release_is_refused(tmp_path: Path, snomed_releas
     _, delta, _ = snomed_releases
     result = CliRunner().invoke(main, ["load", str(delta), "--store", str(tmp_path / "kg")])
     assert result.exit_code == 1 and "load --update" in result.output
+
+
+def test_a_delta_is_compared_on_the_concepts_it_touches(snomed_releases: tuple[Path, ...]) -> None:
+    from mirage_kg.loaders import LoadOptions, LoadReport
+    from mirage_kg.loaders.snomed import SnomedLoader
+
+    old, delta, _ = snomed_releases
+    options = LoadOptions()
+    options.extra["snomed_base"] = [str(old)]
+    scope = SnomedLoader().update_scope(delta, options, LoadReport())
+    ns = "http://snomed.info/id/"
+    # the inactivated concept; the new IS-A's source and type; the reworded description's concept; the concept
+    # whose descriptions changed acceptability (found through the base's description file)
+    assert scope == {ns + c for c in ("100000006", "100000005", "116680003", "100000003", "100000002")}
+    assert SnomedLoader().update_scope(old, LoadOptions(), LoadReport()) is None

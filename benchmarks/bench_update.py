@@ -1,0 +1,178 @@
+"""Updating a graph to a new release against loading the new release afresh, in one run, each step a fresh
+process (wall time and peak RSS from ``wait4``), on generated releases of about ``--triples`` triples:
+
+- ``snomed``: an RF2 Snapshot and a Delta that changes about ``--changed`` of its relationships (half
+  inactivated, half new IS-A rows) plus as many description rewordings; ``load --update DELTA`` against a fresh
+  load of the later Snapshot (the Snapshot with the Delta applied);
+- ``triples``: a ``head<TAB>relation<TAB>tail`` file and its successor with ``--changed`` of its facts re-pointed:
+  ``load --update`` (the whole successor diffed against the graph) against a fresh load of the successor.
+
+    python benchmarks/bench_update.py [--triples 5000000] [--changed 0.01] [--shapes snomed,triples]
+
+Prints update and fresh-load seconds, their ratio (target <= 0.3), peak RSS (target < 2 GB), and checks that the
+updated graph holds as many triples as the fresh one. Never gates CI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_sources import SNOMED_TRIPLES_PER_CONCEPT, _phrase, write_snomed  # noqa: E402
+
+COUNT = """
+import sys
+from mirage_kg.store import OxigraphStore
+store = OxigraphStore(sys.argv[1], read_only=True)
+print(store.triple_count(sys.argv[2]))
+"""
+
+
+def run(cmd: list[str]) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS in MiB and stdout of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "MIRAGE_KG_PROGRESS": "0"})
+    out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:5])} failed: {err.decode()[-2000:]}")
+    return wall, 0, out.decode()
+
+
+def timed(cmd: list[str]) -> tuple[float, int, str]:
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "MIRAGE_KG_PROGRESS": "0"})
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd[:5])} failed: {err[-2000:]}")
+    return wall, usage.ru_maxrss // 1024, out
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mirage_kg.cli", *args]
+
+
+# --- SNOMED CT: a Snapshot, a Delta, and the later Snapshot ------------------------------------------------------
+def snomed_pair(work: Path, triples: int, changed: float, seed: int) -> tuple[Path, Path, Path]:
+    old = work / "snomed_20990131"
+    write_snomed(old, max(50, int(triples / SNOMED_TRIPLES_PER_CONCEPT)), seed)
+    rng = random.Random(seed + 1)
+    terminology = old / "Snapshot" / "Terminology"
+    rel_file = terminology / "sct2_Relationship_Snapshot_INT_20990131.txt"
+    desc_file = terminology / "sct2_Description_Snapshot-en_INT_20990131.txt"
+    rels = rel_file.read_bytes().decode("utf-8").split("\r\n")[1:-1]
+    descs = desc_file.read_bytes().decode("utf-8").split("\r\n")[1:-1]
+    count = max(2, int(len(rels) * changed))
+    delta_rels: dict[str, str] = {}
+    for line in rng.sample(rels, count // 2):
+        fields = line.split("\t")
+        fields[1], fields[2] = "20990228", "0"
+        delta_rels[fields[0]] = "\t".join(fields)
+    concepts = [line.split("\t")[4] for line in rng.sample(rels, count - count // 2)]
+    for n, source in enumerate(concepts):
+        target = rng.choice(concepts)
+        if target != source:
+            delta_rels[f"9{n}21"] = (f"9{n}21\t20990228\t1\t900000000000207008\t{source}\t{target}\t0\t116680003\t"
+                                     "900000000000011006\t900000000000451002")
+    delta_descs: dict[str, str] = {}
+    for line in rng.sample(descs, max(1, int(len(descs) * changed / 2))):
+        fields = line.split("\t")
+        if fields[6] == "900000000000013009":
+            fields[1], fields[7] = "20990228", _phrase(rng)
+            delta_descs[fields[0]] = "\t".join(fields)
+    delta, later = work / "snomed_20990228_delta" / "Delta", work / "snomed_20990228" / "Snapshot"
+    for folder, kind in ((delta, "Delta"), (later, "Snapshot")):
+        for sub in ("Terminology", "Refset/Language"):
+            (folder / sub).mkdir(parents=True)
+    for path in sorted((old / "Snapshot").rglob("*.txt")):
+        lines = path.read_bytes().decode("utf-8").split("\r\n")[:-1]
+        changes = delta_rels if "Relationship" in path.name else delta_descs if "Description" in path.name else {}
+        relative = path.relative_to(old / "Snapshot")
+        name = str(relative).replace("20990131", "20990228")
+        (delta / name.replace("Snapshot", "Delta")).write_text(
+            "\r\n".join([lines[0], *changes.values()]) + "\r\n", encoding="utf-8", newline="")
+        pending = dict(changes)
+        merged = [pending.pop(line.split("\t", 1)[0], line) for line in lines] + list(pending.values())
+        (later / name).write_text("\r\n".join(merged) + "\r\n", encoding="utf-8", newline="")
+    return old / "Snapshot", delta, later
+
+
+# --- a triple file and its successor --------------------------------------------------------------------------
+def triples_pair(work: Path, triples: int, changed: float, seed: int) -> tuple[Path, Path, Path]:
+    rng = random.Random(seed)
+    facts = max(100, int(triples / 1.25))
+    entities = max(10, facts // 10)
+    relations = [f"relation_{i}" for i in range(12)]
+    rows = [f"Concept_{int(rng.paretovariate(1.2) * 7) % entities}\t{rng.choice(relations)}\t"
+            f"Concept_{rng.randrange(entities)}\n" for _ in range(facts)]
+    old, new = work / "v1" / "facts.tsv", work / "v2" / "facts.tsv"
+    old.parent.mkdir(parents=True)
+    new.parent.mkdir(parents=True)
+    old.write_text("".join(rows), encoding="utf-8")
+    for index in rng.sample(range(facts), int(facts * changed)):
+        head, rel, _ = rows[index].split("\t")
+        rows[index] = f"{head}\t{rel}\tConcept_{rng.randrange(entities)}\n"
+    new.write_text("".join(rows), encoding="utf-8")
+    return old, new, new
+
+
+def measure(shape: str, work: Path, triples: int, changed: float, seed: int) -> dict[str, object]:
+    make = snomed_pair if shape == "snomed" else triples_pair
+    old, update_with, fresh_release = make(work / shape, triples, changed, seed)
+    updated, fresh = work / shape / "store-updated", work / shape / "store-fresh"
+    load_s, load_mb, _ = timed(cli("load", str(old), "--store", str(updated)))
+    stats = json.loads(run(cli("stats", "--store", str(updated), "--json"))[2])
+    (graph,) = [g["name"] for g in stats["graphs"] if g.get("release")]
+    update_s, update_mb, output = timed(cli("load", "--update", str(update_with), "--store", str(updated)))
+    fresh_s, fresh_mb, _ = timed(cli("load", str(fresh_release), "--store", str(fresh), "--graph", graph))
+    counts = [int(run([sys.executable, "-c", COUNT, str(s), _expand(graph)])[2]) for s in (updated, fresh)]
+    summary = next((line.strip() for line in output.splitlines() if line.strip().startswith("triples:")), "")
+    return {"shape": shape, "triples": counts[1], "load_v1_s": load_s, "update_s": update_s, "fresh_s": fresh_s,
+            "ratio": update_s / fresh_s, "update_peak_mb": update_mb, "fresh_peak_mb": fresh_mb,
+            "load_peak_mb": load_mb, "same_count": counts[0] == counts[1], "diff": summary}
+
+
+def _expand(curie: str) -> str:
+    from mirage_kg.namespaces import expand
+
+    return expand(curie)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--triples", type=int, default=5_000_000, help="about this many triples per release")
+    parser.add_argument("--changed", type=float, default=0.01, help="share of facts the successor changes")
+    parser.add_argument("--shapes", default="snomed,triples")
+    parser.add_argument("--seed", type=int, default=20250818)
+    parser.add_argument("--workdir", help="make the temporary folder here")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-update-", dir=args.workdir) as tmp:
+        for shape in args.shapes.split(","):
+            rows.append(measure(shape, Path(tmp), args.triples, args.changed, args.seed))
+    load = os.getloadavg()
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; --triples {args.triples:,} --changed {args.changed}")
+    print(f"{'shape':8} {'triples':>11} {'update s':>9} {'fresh s':>8} {'ratio':>6} {'update peak MB':>15} "
+          f"{'fresh peak MB':>14} {'same':>5}  diff")
+    for r in rows:
+        print(f"{r['shape']:8} {r['triples']:>11,} {r['update_s']:>9.1f} {r['fresh_s']:>8.1f} {r['ratio']:>6.2f} "
+              f"{r['update_peak_mb']:>15.0f} {r['fresh_peak_mb']:>14.0f} {str(r['same_count']):>5}  {r['diff']}")
+    if args.json:
+        print(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
