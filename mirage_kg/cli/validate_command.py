@@ -33,9 +33,12 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
               help="Examples kept per finding.")
 @click.option("--timings", is_flag=True, help="Also print the seconds each check took (text output).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--against", metavar="GRAPH_OR_STORE",
+              help="Report only what changed against the previous release: a store folder, or a graph of this "
+                   "store (the rest of the store is then the new release). Exit 1 on new problems only.")
 def validate(store: str | None, endpoint: str | None, shapes: tuple[Path, ...], checks: tuple[Path, ...],
              reason: bool, fail_on: str, no_shipped_shapes: bool, shacl_limit: int, max_examples: int,
-             timings: bool, as_json: bool) -> None:
+             timings: bool, as_json: bool, against: str | None) -> None:
     """Check a KG before shipping it: dangling references, labels, IS-A cycles, relation signatures, inactive
     concepts, datatypes, connectivity; SHACL shapes; optionally OWL consistency and your own SPARQL checks."""
     from mirage_kg.errors import InputError
@@ -57,6 +60,12 @@ def validate(store: str | None, endpoint: str | None, shapes: tuple[Path, ...], 
     if duplicated:
         raise click.UsageError(f"two --check files share the id {', '.join(duplicated)}; rename one")
 
+    if against:
+        _validate_against(store, endpoint, against, fail_on, max_examples, as_json,
+                          lambda s, n: run_validation(s, shapes=shapes, checks=custom, reason=reason,
+                                                      shipped_shapes=not no_shipped_shapes, max_examples=n,
+                                                      shacl_limit=shacl_limit))
+        return
     with open_store(store, endpoint) as opened:
         report = run_validation(opened, shapes=shapes, checks=custom, reason=reason,
                                 shipped_shapes=not no_shipped_shapes, max_examples=max_examples,
@@ -71,4 +80,28 @@ def validate(store: str | None, endpoint: str | None, shapes: tuple[Path, ...], 
 
         render(report, Console(), location=location, show_timings=timings)
     if report.fails(fail_on):
+        click.get_current_context().exit(1)
+
+
+def _validate_against(store: str | None, endpoint: str | None, against: str, fail_on: str, max_examples: int,
+                      as_json: bool, run: "object") -> None:
+    from mirage_kg.releases.sides import graph_name, is_store_folder
+    from mirage_kg.releases.validation_diff import COMPARED_EXAMPLES, validate_against
+    from mirage_kg.store import OxigraphStore, open_store
+
+    def validated(target: "object") -> "object":
+        return run(target, COMPARED_EXAMPLES)  # type: ignore[operator]
+
+    with open_store(store, endpoint) as opened:
+        if is_store_folder(Path(against)):
+            with OxigraphStore(Path(against), read_only=True) as baseline:
+                result = validate_against(opened, baseline, validated, against)  # type: ignore[arg-type]
+        else:
+            result = validate_against(opened, graph_name(against), validated, against)  # type: ignore[arg-type]
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+    else:
+        for line in result.lines(max_examples):
+            click.echo(line)
+    if result.fails(fail_on):
         click.get_current_context().exit(1)

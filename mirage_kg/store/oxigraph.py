@@ -214,5 +214,5 @@ class OxigraphStore(Store):
         if raw is not None and self.path is not None:
             try:
                 raw.flush()
-            except OSError:
+            except (OSError, RuntimeError):  # RuntimeError: a read-only instance has nothing to flush
                 pass

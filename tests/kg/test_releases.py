@@ -301,3 +301,57 @@ def test_a_delta_is_compared_on_the_concepts_it_touches(snomed_releases: tuple[P
     # whose descriptions changed acceptability (found through the base's description file)
     assert scope == {ns + c for c in ("100000006", "100000005", "116680003", "100000003", "100000002")}
     assert SnomedLoader().update_scope(old, LoadOptions(), LoadReport()) is None
+
+
+# --- validation across releases -----------------------------------------------------------------------------------
+_PREFIXES = """@prefix MKG: <https://w3id.org/mirage-kg/schema#> .
+@prefix KG: <https://w3id.org/mirage-kg/entity/> .
+@prefix skos: <http://www.w3.org/2004/02/skos/core#> .
+"""
+
+
+@pytest.fixture()
+def validation_releases(tmp_path: Path) -> tuple[Path, Path]:
+    """The clean validation fixture twice, both with an undeclared relation: the old release with a dangling
+    reference, the new one without it but with a concept that has two English prefLabels."""
+    clean = (FIXTURES / "validation" / "clean.ttl").read_text(encoding="utf-8") + "\n" + _PREFIXES + \
+        'KG:Cold_air a MKG:Concept ; skos:prefLabel "Cold air"@en .\nKG:Asthma KG:worsened_by KG:Cold_air .\n'
+
+    old, new = tmp_path / "old.ttl", tmp_path / "new.ttl"
+    old.write_text(clean + "\n" + _PREFIXES + "KG:Asthma MKG:has_symptom KG:Ghost .\n", encoding="utf-8")
+    new.write_text(clean + "\n" + _PREFIXES + 'KG:Dyspnoea a MKG:Symptom ; skos:prefLabel "Dyspnoea"@en , '
+                   '"Shortness of breath"@en ; MKG:possible_disease KG:Asthma .\n', encoding="utf-8")
+    return old, new
+
+
+def test_validate_against_a_store_reports_only_new_and_fixed(tmp_path: Path,
+                                                             validation_releases: tuple[Path, Path]) -> None:
+    old, new = validation_releases
+    run("load", str(old), "--store", str(tmp_path / "old-kg"))
+    run("load", str(new), "--store", str(tmp_path / "new-kg"))
+    result = CliRunner().invoke(main, ["validate", "--store", str(tmp_path / "new-kg"), "--against",
+                                       str(tmp_path / "old-kg"), "--json", "--no-shipped-shapes"])
+    assert result.exit_code == 1, result.output  # the new release introduced an error
+    data = json.loads(result.output)
+    introduced = {c["check"]: c for c in data["introduced"]}
+    fixed = {c["check"]: c for c in data["fixed"]}
+    assert "multiple-preflabels" in introduced and "dangling-reference" not in introduced
+    assert [e["id"] for e in introduced["multiple-preflabels"]["new"]] == ["KG:Dyspnoea"]
+    assert "dangling-reference" in fixed and [e["id"] for e in fixed["dangling-reference"]["fixed"]] == ["KG:Ghost"]
+    # a check that found the same thing in both releases is not reported at all
+    everything = CliRunner().invoke(main, ["validate", "--store", str(tmp_path / "new-kg"), "--json",
+                                           "--no-shipped-shapes"]).output
+    assert "undeclared-relation" in everything
+    assert "undeclared-relation" not in introduced and "undeclared-relation" not in fixed
+
+
+def test_validate_against_a_graph_of_the_same_store(tmp_path: Path, validation_releases: tuple[Path, Path]) -> None:
+    old, new = validation_releases
+    store = str(tmp_path / "kg")
+    run("load", str(old), "--store", store, "--graph", "release-1")
+    run("load", str(new), "--store", store, "--graph", "release-2")
+    result = CliRunner().invoke(main, ["validate", "--store", store, "--against", "release-1",
+                                       "--no-shipped-shapes"])
+    assert result.exit_code == 1
+    assert "new   error   multiple-preflabels: 0 -> 1 (e.g. KG:Dyspnoea)" in result.output
+    assert "fixed error   dangling-reference: 1 -> 0 (e.g. KG:Ghost)" in result.output
