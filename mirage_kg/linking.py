@@ -337,6 +337,7 @@ class Linker:
         self._lock = threading.RLock()
         self.index_from_cache = False  # whether the label index came from the on-disk cache
         self.embeddings_from_cache = False
+        self.embeddings_encoded = 0  # label texts encoded by the last build (the rest came from an earlier one)
 
     # --- indexes -------------------------------------------------------------------------------------------------
     @property
@@ -410,12 +411,25 @@ class Linker:
                     return matrix
             except (OSError, ValueError):
                 pass
-        matrix = self.embedder.encode_many(index.texts)
+        # After a release update only the labels that changed are encoded: a text keeps its vector.
+        previous = _previous_vectors(folder, model_key) if folder is not None else {}
+        missing = [text for text in index.texts if text not in previous]
+        self.embeddings_encoded = len(missing)
+        if not previous:
+            matrix = self.embedder.encode_many(index.texts)
+        else:
+            if missing:
+                previous.update(zip(missing, self.embedder.encode_many(missing)))
+            width = len(next(iter(previous.values())))
+            matrix = np.stack([previous[t] for t in index.texts]) if index.texts else \
+                np.zeros((0, width), dtype=np.float32)
         if path is not None:
             tmp = path.with_name(f".{path.name}.tmp.npy")
             try:
                 np.save(tmp, matrix, allow_pickle=False)
                 _replace_cached(path, f"embeddings-{model_key}-", None, tmp)
+                _replace_cached(path.with_name(f"embedtexts-{model_key}-{self.fingerprint}.json"),
+                                f"embedtexts-{model_key}-", json.dumps(index.texts, ensure_ascii=False))
             except OSError:
                 tmp.unlink(missing_ok=True)
         return matrix
@@ -614,6 +628,23 @@ def _offer(scores: dict[int, tuple[float, str]], idx: int, score: float, method:
     old = scores.get(idx)
     if old is None or score > old[0] or (score == old[0] and METHODS.index(method) < METHODS.index(old[1])):
         scores[idx] = (score, method)
+
+
+def _previous_vectors(folder: FsPath, model_key: str) -> dict[str, Any]:
+    """Vectors of an earlier build of this model's label embeddings (another fingerprint: the store before an
+    update), by text; empty when there is none or it cannot be read."""
+    import numpy as np
+
+    for texts_file in sorted(folder.glob(f"embedtexts-{model_key}-*.json")):
+        matrix_file = folder / f"embeddings-{model_key}-{texts_file.stem.rsplit('-', 1)[-1]}.npy"
+        try:
+            texts = json.loads(texts_file.read_text(encoding="utf-8"))
+            matrix = np.load(matrix_file, allow_pickle=False)
+        except (OSError, ValueError):
+            continue
+        if isinstance(texts, list) and matrix.shape[0] == len(texts):
+            return dict(zip(texts, matrix))
+    return {}
 
 
 def _replace_cached(path: FsPath, prefix: str, text: str | None, ready: FsPath | None = None) -> None:

@@ -355,3 +355,52 @@ def test_validate_against_a_graph_of_the_same_store(tmp_path: Path, validation_r
     assert result.exit_code == 1
     assert "new   error   multiple-preflabels: 0 -> 1 (e.g. KG:Dyspnoea)" in result.output
     assert "fixed error   dangling-reference: 1 -> 0 (e.g. KG:Ghost)" in result.output
+
+
+# --- caches follow ------------------------------------------------------------------------------------------------
+class _CountingEmbedder:
+    """Deterministic vectors from the text, counting what it is asked to encode."""
+
+    model_name = "counting-test-embedder"
+
+    def __init__(self) -> None:
+        self.encoded: list[str] = []
+
+    def encode_many(self, texts: list[str], batch_size: int = 128) -> object:
+        import hashlib
+
+        import numpy as np
+
+        self.encoded.extend(texts)
+        rows = [np.frombuffer(hashlib.sha256(t.encode()).digest()[:16], dtype=np.uint8).astype(np.float32)
+                for t in texts]
+        return np.stack(rows)
+
+    encode = encode_many
+
+
+def test_label_embeddings_are_encoded_again_only_for_changed_labels(
+        tmp_path: Path, umls_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from mirage_kg.linking import Embedder, Linker
+    from mirage_kg.store import open_store
+
+    monkeypatch.setattr(Embedder, "installed", staticmethod(lambda: True))
+    old, new = umls_pair
+    store = tmp_path / "kg"
+    run("load", str(old), "--store", str(store))
+
+    def build() -> tuple[Linker, _CountingEmbedder]:
+        with open_store(store) as opened:
+            linker = Linker(opened)
+            linker.embedder = _CountingEmbedder()  # type: ignore[assignment]
+            assert linker.matrix is not None
+        return linker, linker.embedder  # type: ignore[return-value]
+
+    first, embedder = build()
+    assert set(embedder.encoded) == set(first.index.texts)
+    run("load", "--update", str(new), "--store", str(store))
+    second, embedder = build()
+    assert embedder.encoded == ["Deltapain, sharp"]  # the relabelled concept; the retired one's labels just go
+    assert second.embeddings_encoded == 1 and "gammadrug" not in second.index.texts
+    expected = _CountingEmbedder().encode_many(second.index.texts)
+    assert (second.matrix == expected).all()
