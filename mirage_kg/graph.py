@@ -26,6 +26,7 @@ from mirage_kg.namespaces import (MKG, MKG_RELATION, OWL, RDF, RDF_TYPE, RDFS_LA
                                   SKOS_DEFINITION, SKOS_NOTATION, SKOS_PREF, compress, expand, is_identifier)
 from mirage_kg.caching import cache_folder, load_records, store_fingerprint, write_atomic
 from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, PENDING, Store
+from mirage_kg.store.sparql_text import bounded_path_ask
 from mirage_kg.terms import iri_ref, literal
 
 #: predicates that never make a fact (their objects are classes, literals or bookkeeping)
@@ -485,10 +486,8 @@ class Graph:
         else:
             banned = sorted(NON_FACT_PREDICATES)
             step = "!(" + "|".join([iri_ref(p) for p in banned] + ["^" + iri_ref(p) for p in banned]) + ")"
-        expr = step
-        for _ in range(max_hops - 1):
-            expr = f"{step}/({expr})?"
-        return self.store.ask(f"ASK {{ {iri_ref(a)} {expr} {iri_ref(b)} }}")
+        return self.store.ask(bounded_path_ask(iri_ref(a), step, max_hops, iri_ref(b),
+                                               nested=self.store.nested_optional_paths))
 
     def _paths_by_search(self, a: str, b: str, hops: int, rels: frozenset[str] | None,
                          memo: dict[str, list[tuple[str, str, str]]]) -> list[tuple[tuple[str, str, str, str], ...]]:

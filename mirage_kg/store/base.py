@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, NamedTuple
 
 from mirage_kg.namespaces import GRAPH, MKG
+from mirage_kg.store.sparql_text import query_form
 from mirage_kg.terms import Term, iri_ref, literal
 
 MANIFEST_GRAPH = GRAPH + "manifest"
@@ -127,6 +128,14 @@ class Store(abc.ABC):
     path: Path | None = None
     #: whether ``quads`` is a cheap local index lookup (walk it node by node) or a round trip (batch in SPARQL)
     indexed: bool = False
+    #: whether every load goes through a staging graph, moved into place on commit (an endpoint: other readers
+    #: and a killed load never show a half-filled graph); the embedded store fills a new graph in place
+    stages_every_load: bool = False
+
+    @property
+    def nested_optional_paths(self) -> bool:
+        """Whether the engine evaluates nested optional property paths (``S/(S/(S)?)?``) right."""
+        return True
 
     # --- the pattern primitive -----------------------------------------------------------------------------
     def quads(self, subject: str | Term | None = None, predicate: str | None = None, obj: str | Term | None = None,
@@ -233,7 +242,8 @@ class Store(abc.ABC):
         Triples in a quad format keep their own graph names only when ``graph`` is empty; N-Triples lines
         and triple formats always go to ``graph``."""
         before = self.triple_count(graph)
-        target = graph if before == 0 else f"{graph}/staging/{uuid.uuid4().hex}"
+        staged = before > 0 or self.stages_every_load
+        target = f"{graph}/staging/{uuid.uuid4().hex}" if staged else graph
         token = uuid.uuid4().hex
         self.update(
             f"INSERT DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
@@ -259,6 +269,8 @@ class Store(abc.ABC):
         unmark = f"DELETE DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
         if target == graph:
             self.update(f"{unmark} ;\n{record}")
+        elif before == 0:  # one MOVE: the graph appears whole, with its manifest record, in one update
+            self.update(f"MOVE {iri_ref(target)} TO {iri_ref(graph)} ;\n{unmark} ;\n{record}")
         else:
             self.update(f"ADD {iri_ref(target)} TO {iri_ref(graph)} ;\nDROP SILENT GRAPH {iri_ref(target)} ;\n{unmark} ;\n{record}")
         return LoadReceipt(graph=graph, source=source, added=self.triple_count(graph) - before)
@@ -290,16 +302,6 @@ def _pattern_term(term: str | Term | None) -> str | None:
     if term is None:
         return None
     return term.sparql() if isinstance(term, Term) else iri_ref(term)
-
-
-def query_form(query: str) -> str:
-    """SELECT, ASK, CONSTRUCT or DESCRIBE, read past the prologue (PREFIX/BASE lines and comments)."""
-    import re
-
-    text = re.sub(r"#[^\n]*", " ", query)
-    text = re.sub(r"(?is)^\s*((PREFIX\s+[^\s:]*:\s*<[^>]*>|BASE\s+<[^>]*>)\s*)*", "", text)
-    match = re.match(r"\s*(SELECT|ASK|CONSTRUCT|DESCRIBE)\b", text, re.IGNORECASE)
-    return match.group(1).upper() if match else "SELECT"
 
 
 def chunked(lines: Iterator[str], size: int) -> Iterator[list[str]]:

@@ -35,12 +35,27 @@ def demo_store() -> OxigraphStore:
     return store
 
 
-def open_store(store: str | Path | None = None, endpoint: str | None = None, *, create: bool = False) -> Store:
-    """The store a command should use. ``create`` makes a missing folder (for ``load``); reading needs it to exist."""
+def open_store(store: str | Path | None = None, endpoint: str | None = None, *, create: bool = False,
+               chunk_triples: int | None = None) -> Store:
+    """The store a command should use. ``create`` makes a missing folder (for ``load``); reading needs it to exist.
+
+    An endpoint is checked on open: a killed load's staging graph is dropped; for ``create`` the schema graph is
+    loaded on first use; for reading, an endpoint that could not answer as the embedded store does is an error
+    with the fix. ``chunk_triples`` fixes its INSERT DATA size."""
     if store is not None and endpoint is not None:
         raise StoreError("give either --store or --endpoint, not both")
     if endpoint:
-        return SparqlStore(endpoint)
+        remote = SparqlStore(endpoint, chunk_triples=chunk_triples)
+        try:
+            remote.recover()
+            if create:
+                ensure_schema(remote)
+            else:
+                remote.check()
+        except BaseException:
+            remote.close()
+            raise
+        return remote
     if store is None:
         store = os.environ.get("MIRAGE_KG_STORE") or None
     if store is None:

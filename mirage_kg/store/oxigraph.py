@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
 
 import pyoxigraph as ox
 
@@ -25,6 +24,7 @@ _FORMATS = {
 }
 _QUAD_FORMATS = {"application/n-quads", "application/trig"}
 _XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
+T = TypeVar("T")
 
 
 def to_term(node: object) -> Term:
@@ -79,7 +79,7 @@ class OxigraphStore(Store):
             self.recover()
 
     # --- reading -------------------------------------------------------------------------------------------
-    def _run(self, query: str, timeout: float | None) -> object:
+    def _run(self, query: str) -> object:
         try:
             return self.raw.query(query, use_default_graph_as_union=True)
         except SyntaxError as exc:
@@ -87,35 +87,65 @@ class OxigraphStore(Store):
         except OSError as exc:
             raise StoreError(f"store {self.location}: {exc}") from exc
 
+    def _evaluate(self, work: Callable[[], T], timeout: float | None) -> T:
+        """``work()`` (a query run to its last row), bounded by ``timeout``. pyoxigraph checks no deadline and
+        evaluates without the GIL, so the work runs in a daemon thread and the caller stops waiting at the
+        deadline; the abandoned evaluation finishes on its own in the background (or dies with the process)."""
+        if not timeout:
+            return work()
+        outcome: list[Any] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                outcome.append((True, work()))
+            except BaseException as exc:  # handed to the caller's thread
+                outcome.append((False, exc))
+            done.set()
+
+        threading.Thread(target=run, name="mirage-kg-query", daemon=True).start()
+        if not done.wait(timeout):
+            raise QueryError(f"query exceeded its timeout of {timeout} s; narrow it or raise --timeout")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
     def select(self, query: str, *, timeout: float | None = None) -> list[dict[str, Term]]:
-        result = self._run(query, timeout)
-        if not isinstance(result, ox.QuerySolutions):
-            raise QueryError("expected a SELECT query")
-        names = [v.value for v in result.variables]
-        deadline = time.monotonic() + timeout if timeout else None
-        rows: list[dict[str, Term]] = []
-        for i, solution in enumerate(result):
-            row = {}
-            for name in names:
-                value = solution[name]
-                if value is not None:
-                    row[name] = to_term(value)
-            rows.append(row)
-            if deadline and i % 1024 == 0 and time.monotonic() > deadline:
-                raise QueryError(f"query exceeded its timeout of {timeout} s")
-        return rows
+        def work() -> list[dict[str, Term]]:
+            result = self._run(query)
+            if not isinstance(result, ox.QuerySolutions):
+                raise QueryError("expected a SELECT query")
+            names = [v.value for v in result.variables]
+            rows: list[dict[str, Term]] = []
+            for solution in result:
+                row = {}
+                for name in names:
+                    value = solution[name]
+                    if value is not None:
+                        row[name] = to_term(value)
+                rows.append(row)
+            return rows
+
+        return self._evaluate(work, timeout)
 
     def ask(self, query: str, *, timeout: float | None = None) -> bool:
-        result = self._run(query, timeout)
-        if not isinstance(result, ox.QueryBoolean):
-            raise QueryError("expected an ASK query")
-        return bool(result)
+        def work() -> bool:
+            result = self._run(query)
+            if not isinstance(result, ox.QueryBoolean):
+                raise QueryError("expected an ASK query")
+            return bool(result)
+
+        return self._evaluate(work, timeout)
 
     def construct(self, query: str, *, timeout: float | None = None) -> list[tuple[Term, Term, Term]]:
-        result = self._run(query, timeout)
-        if not isinstance(result, ox.QueryTriples):
-            raise QueryError("expected a CONSTRUCT or DESCRIBE query")
-        return [(to_term(t.subject), to_term(t.predicate), to_term(t.object)) for t in result]
+        def work() -> list[tuple[Term, Term, Term]]:
+            result = self._run(query)
+            if not isinstance(result, ox.QueryTriples):
+                raise QueryError("expected a CONSTRUCT or DESCRIBE query")
+            return [(to_term(t.subject), to_term(t.predicate), to_term(t.object)) for t in result]
+
+        return self._evaluate(work, timeout)
 
     def graphs(self) -> list[str]:
         return sorted(g.value for g in self.raw.named_graphs() if isinstance(g, ox.NamedNode))

@@ -1,33 +1,114 @@
-"""Any SPARQL 1.1 endpoint over HTTP (Oxigraph server, QLever, Virtuoso, GraphDB, Fuseki).
+"""Any SPARQL 1.1 endpoint over HTTP (Oxigraph server, Virtuoso, QLever, GraphDB, Fuseki), profiled on use.
 
-The endpoint must expose the union of its named graphs as the default graph (``oxigraph serve
---union-default-graph``; Virtuoso and GraphDB do so by default), since loads go into one named graph per source.
-Timeouts and bounded retries with backoff on connection errors, 429 and 5xx; other 4xx are not retried."""
+What differs between engines is detected, not assumed:
+- **the dataset**: every query names the graphs the manifest records (``default-graph-uri`` and
+  ``named-graph-uri``), so an engine's own graphs (Virtuoso's system triples) never leak in, a graph being loaded
+  stays invisible until its load commits, and an endpoint whose default graph is not the union of its named graphs
+  (``oxigraph serve`` without ``--union-default-graph``) answers the same as one whose default graph is;
+- **the result-size cap** (Virtuoso's ``ResultSetMaxRows``, 10,000 by default): probed once, large reads are paged
+  under it, and an answer that reaches it is reported as truncated, never used as if whole;
+- **the insert size** it accepts: INSERT DATA chunks halve on Virtuoso's SP030/SP031 "memory exhausted" (or set
+  ``chunk_triples``);
+- **nested optional property paths**: the bridge ASK becomes a UNION of fixed-length sequences where they fail.
+Loads go into a staging graph moved into place in one update; ``recover`` (run by ``open_store``) drops a killed
+load's staging graph. HTTP basic or bearer auth comes from the arguments, the URL or the environment and is never
+echoed: messages name the endpoint without credentials. Answers are capped in size, ``Retry-After`` is honoured,
+and an HTML page, a non-JSON body or a cut-off answer is one clear error."""
 
 from __future__ import annotations
 
+import email.utils
+import json
+import os
+import re
 import time
 from collections.abc import Iterator
-from typing import IO
+from dataclasses import dataclass
+from typing import IO, Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
-from mirage_kg.errors import EndpointError, QueryError
-from mirage_kg.store.base import Store, chunked
+from mirage_kg.errors import EndpointError, QueryError, StoreError
+from mirage_kg.namespaces import XSD
+from mirage_kg.store.base import LOADED_FROM, MANIFEST_GRAPH, PAGE_SIZE, Store
 from mirage_kg.terms import Term, iri_ref
 
 _RETRY_STATUS = {429, 500, 502, 503, 504}
+ENV_USER = "MIRAGE_KG_ENDPOINT_USER"
+ENV_PASSWORD = "MIRAGE_KG_ENDPOINT_PASSWORD"
+ENV_TOKEN = "MIRAGE_KG_ENDPOINT_TOKEN"
+ENV_MAX_RESPONSE_MB = "MIRAGE_KG_MAX_RESPONSE_MB"
+DEFAULT_CHUNK_TRIPLES = 10_000
+DEFAULT_MAX_RESPONSE_MB = 512
+_PROBE_ROWS = PAGE_SIZE + 1  # the cap probe asks one row more than a page: a cap below it shows
+_DATASET_RECHECK_S = 2.0  # how often the manifest's graph list is re-read (another process may load)
+_MAX_RETRY_AFTER_S = 30.0
+_TOO_BIG = re.compile(r"SP03[01]|memory exhausted|too large|too big|request entity", re.IGNORECASE)
+_NO_UPDATE = re.compile(r"SR186|permission|not allowed|read.?only|forbidden", re.IGNORECASE)
+_HAS_LIMIT = re.compile(r"(?is)\b(LIMIT|OFFSET)\s+\d+\s*(\b(LIMIT|OFFSET)\s+\d+\s*)?$")
 
 
-def _term(binding: dict[str, str]) -> Term:
-    kind = binding["type"]
+@dataclass(frozen=True)
+class EndpointProfile:
+    """What an endpoint was found to do. ``result_cap``: the most rows one answer holds (None: no cap up to the
+    probe's size). ``union_default_graph``: None when there was no data to tell."""
+
+    union_default_graph: bool | None
+    result_cap: int | None
+    nested_optional_paths: bool
+    chunk_triples: int
+
+
+def public_url(url: str) -> str:
+    """``url`` without any ``user:password@`` part, for messages."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def _url_credentials(url: str) -> tuple[str, str] | None:
+    parts = urlsplit(url)
+    if parts.username is None:
+        return None
+    return unquote(parts.username), unquote(parts.password or "")
+
+
+def _term(binding: Any, where: str) -> Term | None:
+    """A SPARQL JSON binding as a ``Term``; None for an unbound one (some servers write ``null``)."""
+    if binding is None:
+        return None
+    if not isinstance(binding, dict) or "value" not in binding:
+        raise EndpointError(f"a result binding is not a SPARQL JSON term: {str(binding)[:120]}", where)
+    kind = binding.get("type")
+    if kind is None:  # rdflib-endpoint and a few others leave it out for literals
+        kind = "literal" if ("xml:lang" in binding or "datatype" in binding) else None
+        if kind is None:
+            raise EndpointError(f"a result binding has no 'type': {str(binding)[:120]}; the endpoint's SPARQL JSON "
+                                "is not standard", where)
     if kind == "typed-literal":
         kind = "literal"
-    return Term(kind, binding["value"], binding.get("xml:lang"), binding.get("datatype"))  # type: ignore[arg-type]
+    if kind not in ("uri", "literal", "bnode", "triple"):
+        raise EndpointError(f"a result binding has an unknown type {kind!r}", where)
+    lang = binding.get("xml:lang") or None
+    datatype = binding.get("datatype") or None
+    if lang or datatype == XSD + "string":
+        datatype = None
+    return Term(kind, str(binding["value"]), lang, datatype)
 
 
 class SparqlStore(Store):
-    """A remote SPARQL 1.1 query + update endpoint."""
+    """A remote SPARQL 1.1 query + update endpoint.
+
+    ``auth``: (user, password) for HTTP basic auth; ``token``: a bearer token. Either may also come from the URL
+    (``http://user:pw@host/sparql``) or from ``$MIRAGE_KG_ENDPOINT_USER`` / ``$MIRAGE_KG_ENDPOINT_PASSWORD`` /
+    ``$MIRAGE_KG_ENDPOINT_TOKEN``. ``chunk_triples`` fixes the INSERT DATA size (else it adapts from 10,000)."""
+
+    stages_every_load = True
 
     def __init__(
         self,
@@ -38,98 +119,255 @@ class SparqlStore(Store):
         max_retries: int = 3,
         backoff: float = 0.2,
         auth: tuple[str, str] | None = None,
-        chunk_triples: int = 20_000,
+        token: str | None = None,
+        chunk_triples: int | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
-        self.query_endpoint = query_endpoint.rstrip("/")
-        self.update_endpoint = update_endpoint or _guess_update(self.query_endpoint)
+        url_auth = _url_credentials(query_endpoint)
+        self.query_endpoint = public_url(query_endpoint).rstrip("/")
+        update = update_endpoint or _guess_update(self.query_endpoint)
+        url_auth = url_auth or (_url_credentials(update) if update_endpoint else None)
+        self.update_endpoint = public_url(update)
         self.location = self.query_endpoint
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
-        self.chunk_triples = chunk_triples
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), auth=auth)
+        if chunk_triples is not None and chunk_triples < 1:
+            raise StoreError(f"the insert chunk size must be at least 1 triple, not {chunk_triples}")
+        self.chunk_triples = chunk_triples or DEFAULT_CHUNK_TRIPLES
+        self._chunk_fixed = chunk_triples is not None
+        mb = os.environ.get(ENV_MAX_RESPONSE_MB)
+        self.max_response_bytes = max_response_bytes or int(float(mb) * 2**20 if mb else DEFAULT_MAX_RESPONSE_MB * 2**20)
+        env_auth = (os.environ[ENV_USER], os.environ.get(ENV_PASSWORD, "")) if os.environ.get(ENV_USER) else None
+        basic = auth or url_auth or env_auth
+        bearer = token or os.environ.get(ENV_TOKEN) or None
+        headers = {"Authorization": f"Bearer {bearer}"} if bearer and not basic else {}
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), auth=basic,
+                                    headers=headers)
+        self._dataset: list[str] | None = None
+        self._dataset_at = 0.0
+        self._cap: int | None | bool = False  # False: not probed yet
+        self._nested: bool | None = None
+        self._union: bool | None = None
 
     # --- HTTP ----------------------------------------------------------------------------------------------
-    def _post(self, url: str, *, data: dict[str, str] | None = None, content: bytes | None = None,
-              headers: dict[str, str], timeout: float | None = None) -> httpx.Response:
-        """POST with bounded retries. ``timeout`` bounds the whole exchange, not each socket read: an endpoint
-        that keeps streaming rows past it is cut off (httpx's own timeouts are per read)."""
+    def _post(self, url: str, *, data: dict[str, Any], headers: dict[str, str],
+              timeout: float | None = None) -> httpx.Response:
+        """POST with bounded retries on connection errors, 429 and 5xx (``Retry-After`` honoured). ``timeout``
+        bounds the whole exchange, not each socket read: an endpoint that keeps streaming rows past it is cut
+        off (httpx's own timeouts are per read)."""
         limit = timeout if timeout is not None else self.timeout
         last: Exception | None = None
         for attempt in range(self.max_retries + 1):
+            wait = self.backoff * (2**attempt)
             try:
-                response = self._exchange(url, data, content, headers, limit)
+                response = self._exchange(url, data, headers, limit)
             except httpx.TimeoutException as exc:
-                raise EndpointError(f"no answer within {limit} s", url, retryable=True) from exc
+                raise EndpointError(f"no answer within {limit} s; narrow the query or raise --timeout",
+                                    public_url(url), retryable=True) from exc
             except httpx.TransportError as exc:
+                last = exc
+            except EndpointError as exc:  # an answer cut off mid-body
+                if not exc.retryable:
+                    raise
                 last = exc
             else:
                 if response.status_code < 400:
                     return response
-                body = response.text.strip().splitlines()
-                detail = body[0][:300] if body else response.reason_phrase
+                detail = _error_detail(response)
                 if response.status_code == 400:
-                    raise QueryError(f"{url} rejected the request: {detail}")
+                    raise QueryError(f"{public_url(url)} rejected the request: {detail}")
+                if response.status_code in (401, 403):
+                    raise EndpointError(
+                        f"HTTP {response.status_code}: {detail}; give credentials with --endpoint-user and "
+                        f"${ENV_PASSWORD} (basic) or ${ENV_TOKEN} (bearer)", public_url(url), retryable=False)
                 if response.status_code not in _RETRY_STATUS:
-                    raise EndpointError(f"HTTP {response.status_code}: {detail}", url, retryable=False)
-                last = EndpointError(f"HTTP {response.status_code}: {detail}", url, retryable=True)
+                    raise EndpointError(f"HTTP {response.status_code}: {detail}", public_url(url), retryable=False)
+                last = EndpointError(f"HTTP {response.status_code}: {detail}", public_url(url), retryable=True)
+                wait = max(wait, _retry_after(response))
             if attempt < self.max_retries:
-                time.sleep(self.backoff * (2**attempt))
+                time.sleep(wait)
         if isinstance(last, EndpointError):
             raise last
-        raise EndpointError(f"cannot connect ({last}); is the server running?", url, retryable=True) from last
+        raise EndpointError(f"cannot connect ({_first_line(last)}); is the server running?", public_url(url),
+                            retryable=True) from last
 
-    def _exchange(self, url: str, data: dict[str, str] | None, content: bytes | None, headers: dict[str, str],
-                  limit: float) -> httpx.Response:
-        """One request, its body read as a stream against a wall-clock deadline."""
+    def _exchange(self, url: str, data: dict[str, Any], headers: dict[str, str], limit: float) -> httpx.Response:
+        """One request, its body read as a stream against a wall-clock deadline and the size cap."""
         deadline = time.monotonic() + limit
-        request = self._client.build_request("POST", url, data=data, content=content, headers=headers,
+        request = self._client.build_request("POST", url, data=data, headers=headers,
                                              timeout=httpx.Timeout(limit, connect=min(limit, 10.0)))
         streamed = self._client.send(request, stream=True)
         chunks: list[bytes] = []
+        size = 0
         try:
-            for chunk in streamed.iter_bytes():
-                chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    raise QueryError(f"{url}: the answer was still coming after the timeout of {limit} s; "
-                                     "narrow the query or raise --timeout")
+            try:
+                for chunk in streamed.iter_bytes():
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > self.max_response_bytes:
+                        raise EndpointError(
+                            f"the answer is larger than {self.max_response_bytes // 2**20} MB; narrow the query "
+                            f"(LIMIT) or raise ${ENV_MAX_RESPONSE_MB}", public_url(url), retryable=False)
+                    if time.monotonic() > deadline:
+                        raise QueryError(f"{public_url(url)}: the answer was still coming after the timeout of "
+                                         f"{limit} s; narrow the query or raise --timeout")
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                raise EndpointError(f"the answer was cut off after {size:,} bytes (the connection closed "
+                                    f"mid-response: {_first_line(exc)})", public_url(url), retryable=True) from exc
         finally:
             streamed.close()
         kept = {k: v for k, v in streamed.headers.items()
                 if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")}
         return httpx.Response(streamed.status_code, headers=kept, content=b"".join(chunks), request=request)
 
-    def _query(self, query: str, accept: str, timeout: float | None) -> httpx.Response:
-        return self._post(
-            self.query_endpoint,
-            data={"query": query},
-            headers={"Accept": accept},
-            timeout=timeout,
-        )
+    def _request(self, query: str, accept: str, timeout: float | None, *, restricted: bool = True) -> httpx.Response:
+        data: dict[str, Any] = {"query": query}
+        graphs = self._graphs() if restricted else None
+        if graphs:
+            data["default-graph-uri"] = graphs
+            data["named-graph-uri"] = graphs
+        return self._post(self.query_endpoint, data=data, headers={"Accept": accept}, timeout=timeout)
+
+    def _results(self, query: str, timeout: float | None, *, restricted: bool = True) -> tuple[dict[str, Any], bool]:
+        """The SPARQL JSON answer, and whether the endpoint said it truncated it."""
+        response = self._request(query, "application/sparql-results+json", timeout, restricted=restricted)
+        return _json(response, self.location), "x-sparql-maxrows" in response.headers
+
+    # --- the dataset ---------------------------------------------------------------------------------------
+    def _graphs(self) -> list[str] | None:
+        """The graphs queries see: the manifest, and every graph whose load committed. None when mirage-kg has
+        recorded no load here (a foreign endpoint: its own dataset is used as it is)."""
+        now = time.monotonic()
+        if self._dataset is None or now - self._dataset_at > _DATASET_RECHECK_S:
+            payload, _ = self._results(
+                f"SELECT DISTINCT ?g WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ ?g {iri_ref(LOADED_FROM)} ?src }} }}",
+                None, restricted=False)
+            loaded = sorted({b["g"]["value"] for b in _bindings(payload, self.location)
+                             if isinstance(b.get("g"), dict) and b["g"].get("type") == "uri"})
+            self._dataset = [MANIFEST_GRAPH, *loaded] if loaded else []
+            self._dataset_at = now
+        return self._dataset or None
+
+    def _forget_dataset(self) -> None:
+        self._dataset = None
+
+    # --- the profile ---------------------------------------------------------------------------------------
+    def profile(self) -> EndpointProfile:
+        """Probe (once) and report what the endpoint does."""
+        return EndpointProfile(self._union_default_graph(), self._result_cap(), self.nested_optional_paths,
+                               self.chunk_triples)
+
+    def _result_cap(self) -> int | None:
+        if self._cap is False:
+            side = int(_PROBE_ROWS ** 0.5) + 1
+            values = " ".join(str(i) for i in range(side))
+            payload, _ = self._results(f"SELECT ?a WHERE {{ VALUES ?a {{ {values} }} VALUES ?b {{ {values} }} }}",
+                                       None, restricted=False)
+            got = len(_bindings(payload, self.location))
+            self._cap = got if got < side * side else None
+        return self._cap  # type: ignore[return-value]
+
+    @property
+    def nested_optional_paths(self) -> bool:
+        """Probed on one edge of the data: ``S/(S/(S)?)?`` must join the edge's two ends (one step, both
+        optionals empty). Without data, the safe form (False) is used."""
+        if self._nested is None:
+            rows = self.select("SELECT ?s ?p ?o WHERE { GRAPH ?g { ?s ?p ?o FILTER(isIRI(?o) && isIRI(?s)) } } LIMIT 1")
+            if not rows:
+                return False
+            s, p, o = rows[0]["s"].sparql(), rows[0]["p"].sparql(), rows[0]["o"].sparql()
+            step = f"({p}|^{p})"
+            self._nested = self.ask(f"ASK {{ {s} {step}/({step}/({step})?)? {o} }}")
+        return self._nested
+
+    def _union_default_graph(self) -> bool | None:
+        if self._union is None:
+            rows = self.select_raw("SELECT ?s ?p ?o WHERE { GRAPH ?g { ?s ?p ?o } } LIMIT 1")
+            if not rows:
+                return None
+            s, p, o = (rows[0][k].sparql() for k in ("s", "p", "o"))
+            payload, _ = self._results(f"ASK {{ {s} {p} {o} }}", None, restricted=False)
+            self._union = _boolean(payload, self.location)
+        return self._union
+
+    def check(self) -> None:
+        """Fail with the fix when the endpoint cannot serve MIRAGE-KG: reachable, and either a manifest (its
+        graphs are named in every query) or a default graph that is the union of the named graphs."""
+        if self._graphs() is None and self._union_default_graph() is False:
+            raise StoreError(
+                f"SPARQL endpoint {self.location}: its default graph is not the union of its named graphs and no "
+                "mirage-kg load is recorded there, so queries without GRAPH would miss the data; restart Oxigraph "
+                "with `oxigraph serve --union-default-graph` (Virtuoso and GraphDB do this by default), or load "
+                "the data with `mirage-kg load --endpoint`")
 
     # --- reading -------------------------------------------------------------------------------------------
     def select(self, query: str, *, timeout: float | None = None) -> list[dict[str, Term]]:
-        payload = self._query(query, "application/sparql-results+json", timeout).json()
+        payload, truncated = self._results(query, timeout)
         if "results" not in payload:
             raise QueryError("expected a SELECT query")
-        return [{k: _term(v) for k, v in b.items()} for b in payload["results"]["bindings"]]
+        rows = self._rows(payload)
+        cap = self._cap if isinstance(self._cap, int) and not isinstance(self._cap, bool) else None
+        limit = _own_limit(query)
+        short_of_limit = limit is None or len(rows) < limit  # a page that is exactly as long as it asked is whole
+        if short_of_limit and (truncated or (cap is not None and len(rows) >= cap)):
+            raise EndpointError(
+                f"the answer was truncated at {len(rows):,} rows (the endpoint's result-size cap, Virtuoso's "
+                "ResultSetMaxRows); add LIMIT/OFFSET to page it, or raise the cap", self.location)
+        return rows
+
+    def select_raw(self, query: str) -> list[dict[str, Term]]:
+        """A SELECT over the endpoint's own dataset (no graph restriction): for probes."""
+        payload, _ = self._results(query, None, restricted=False)
+        return self._rows(payload)
+
+    def _rows(self, payload: dict[str, Any]) -> list[dict[str, Term]]:
+        out = []
+        for binding in _bindings(payload, self.location):
+            row = {}
+            for name, value in binding.items():
+                term = _term(value, self.location)
+                if term is not None:
+                    row[name] = term
+            out.append(row)
+        return out
+
+    def select_all(self, query: str, *, timeout: float | None = None) -> Iterator[dict[str, Term]]:
+        """Pages of LIMIT/OFFSET under the result cap. A query with its own LIMIT/OFFSET runs once (and is
+        checked for truncation)."""
+        if _HAS_LIMIT.search(query.strip()):
+            yield from self.select(query, timeout=timeout)
+            return
+        cap = self._result_cap()
+        page = min(PAGE_SIZE, cap) if cap else PAGE_SIZE
+        offset = 0
+        while True:
+            rows = self.select(f"{query}\nLIMIT {page} OFFSET {offset}", timeout=timeout)
+            yield from rows
+            if len(rows) < page:
+                return
+            offset += page
 
     def ask(self, query: str, *, timeout: float | None = None) -> bool:
-        payload = self._query(query, "application/sparql-results+json", timeout).json()
-        if "boolean" not in payload:
-            raise QueryError("expected an ASK query")
-        return bool(payload["boolean"])
+        payload, _ = self._results(query, timeout)
+        return _boolean(payload, self.location)
 
     def construct(self, query: str, *, timeout: float | None = None) -> list[tuple[Term, Term, Term]]:
         import pyoxigraph as ox
 
         from mirage_kg.store.oxigraph import to_term
 
-        body = self._query(query, "application/n-triples", timeout).content
-        return [
-            (to_term(t.subject), to_term(t.predicate), to_term(t.object))
-            for t in ox.parse(body, format=ox.RdfFormat.N_TRIPLES)
-        ]
+        response = self._request(query, "application/n-triples", timeout)
+        if "x-sparql-maxrows" in response.headers:
+            raise EndpointError("the CONSTRUCT answer was truncated at the endpoint's result-size cap "
+                                f"({response.headers['x-sparql-maxrows']} rows); narrow the query", self.location)
+        try:
+            return [(to_term(t.subject), to_term(t.predicate), to_term(t.object))
+                    for t in ox.parse(response.content, format=ox.RdfFormat.N_TRIPLES)]
+        except SyntaxError as exc:
+            kind = response.headers.get("content-type", "?")
+            raise EndpointError(f"the CONSTRUCT answer ({kind}) is not N-Triples: {_first_line(exc)}",
+                                self.location) from None
 
     def graphs(self) -> list[str]:
         rows = self.select("SELECT DISTINCT ?g WHERE { GRAPH ?g { ?s ?p ?o } }")
@@ -137,7 +375,18 @@ class SparqlStore(Store):
 
     # --- writing -------------------------------------------------------------------------------------------
     def update(self, update: str) -> None:
-        self._post(self.update_endpoint, data={"update": update}, headers={})
+        try:
+            self._post(self.update_endpoint, data={"update": update}, headers={})
+        except (QueryError, EndpointError) as exc:
+            if _NO_UPDATE.search(str(exc)) and not _TOO_BIG.search(str(exc)):
+                raise EndpointError(
+                    f"updates are refused ({_first_line(exc)}); on Virtuoso run "
+                    "`isql-vt PORT dba PASSWORD exec='GRANT SPARQL_UPDATE TO \"SPARQL\";'` or use its /sparql-auth "
+                    f"endpoint with --endpoint-user; elsewhere check the update URL ({self.update_endpoint})",
+                    self.location) from None
+            raise
+        finally:
+            self._forget_dataset()
 
     def _bulk_load(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
         import pyoxigraph as ox
@@ -146,27 +395,122 @@ class SparqlStore(Store):
 
         # Parse locally (streaming) and send INSERT DATA chunks: every SPARQL 1.1 endpoint accepts them.
         quads = ox.parse(data, format=_FORMATS[media_type], base_iri=base_iri)
-        lines: Iterator[str] = (f"{q.subject} {q.predicate} {q.object} .\n" for q in quads)
-        for batch in chunked(lines, self.chunk_triples):
+        batch: list[str] = []
+        for q in quads:
+            batch.append(f"{q.subject} {q.predicate} {q.object} .\n")
+            if len(batch) >= self.chunk_triples:
+                self._insert(batch, graph)
+                batch = []
+        if batch:
+            self._insert(batch, graph)
+
+    def _insert(self, batch: list[str], graph: str) -> None:
+        """One INSERT DATA; an endpoint that finds it too big gets two halves (and the size is kept)."""
+        try:
             self.update(f"INSERT DATA {{ GRAPH {iri_ref(graph)} {{\n{''.join(batch)}}} }}")
+        except (QueryError, EndpointError) as exc:
+            if not _TOO_BIG.search(str(exc)) or len(batch) < 2:
+                raise
+            if self._chunk_fixed:
+                raise EndpointError(f"an INSERT DATA of {len(batch):,} triples is too big for it "
+                                    f"({_first_line(exc)}); give a smaller --chunk-size", self.location) from None
+            half = len(batch) // 2
+            self.chunk_triples = max(1, min(self.chunk_triples, half))
+            self._insert(batch[:half], graph)
+            self._insert(batch[half:], graph)
 
     def export(self, out: IO[bytes], media_type: str) -> None:
-        if media_type == "application/n-quads":
-            response = self._post(self.query_endpoint, data={"query": "SELECT ?s ?p ?o ?g WHERE { GRAPH ?g { ?s ?p ?o } }"},
-                                  headers={"Accept": "application/sparql-results+json"})
-            for b in response.json()["results"]["bindings"]:
-                s, p, o, g = (_term(b[k]) for k in ("s", "p", "o", "g"))
-                out.write(f"{s.sparql()} {p.sparql()} {o.sparql()} {g.sparql()} .\n".encode())
+        """The dataset (paged under the result cap) rebuilt in memory and written as the embedded store would."""
+        import pyoxigraph as ox
+
+        from mirage_kg.store.oxigraph import _FORMATS, _QUAD_FORMATS, to_node
+
+        dataset = ox.Store()
+        dataset.bulk_extend(ox.Quad(to_node(q.subject), to_node(q.predicate), to_node(q.object),
+                                    ox.NamedNode(q.graph)) for q in self.quads())
+        fmt = _FORMATS[media_type]
+        if media_type in _QUAD_FORMATS:
+            dataset.dump(output=out, format=fmt)
             return
-        response = self._query("CONSTRUCT { ?s ?p ?o } WHERE { ?s ?p ?o }", media_type, None)
-        out.write(response.content)
+        triples = ox.Store()
+        triples.bulk_extend(ox.Quad(q.subject, q.predicate, q.object, ox.DefaultGraph()) for q in dataset)
+        triples.dump(output=out, format=fmt, from_graph=ox.DefaultGraph())
 
     def close(self) -> None:
         self._client.close()
 
 
+def _own_limit(query: str) -> int | None:
+    """The LIMIT a query ends with, if any."""
+    match = _HAS_LIMIT.search(query.strip())
+    if not match:
+        return None
+    found = re.search(r"(?i)\bLIMIT\s+(\d+)", match.group(0))
+    return int(found.group(1)) if found else None
+
+
 def _guess_update(query_endpoint: str) -> str:
-    """Oxigraph and Fuseki serve updates beside queries at ``.../update``."""
+    """Oxigraph and Fuseki serve updates beside queries at ``.../update``; Virtuoso takes both at /sparql."""
     if query_endpoint.endswith("/query"):
         return query_endpoint[: -len("/query")] + "/update"
     return query_endpoint
+
+
+def _json(response: httpx.Response, where: str) -> dict[str, Any]:
+    kind = response.headers.get("content-type", "")
+    if "html" in kind.lower():
+        raise EndpointError(f"answered with an HTML page ({kind}), not SPARQL results; is this the SPARQL endpoint "
+                            "itself (often .../sparql or .../query)?", where)
+    try:
+        payload = json.loads(response.content)
+    except ValueError:
+        head = response.content[:80].decode("utf-8", "replace").replace("\n", " ")
+        raise EndpointError(f"the answer is not SPARQL JSON ({kind or 'no content type'}, "
+                            f"{len(response.content):,} bytes, starting {head!r})", where) from None
+    if not isinstance(payload, dict):
+        raise EndpointError("the answer is JSON but not a SPARQL results object", where)
+    return payload
+
+
+def _bindings(payload: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    results = payload.get("results")
+    bindings = results.get("bindings") if isinstance(results, dict) else None
+    if not isinstance(bindings, list) or not all(isinstance(b, dict) for b in bindings):
+        raise EndpointError("the answer has no SPARQL JSON 'results.bindings' list", where)
+    return bindings
+
+
+def _boolean(payload: dict[str, Any], where: str) -> bool:
+    if isinstance(payload.get("boolean"), bool):
+        return payload["boolean"]
+    head = payload.get("head")
+    if isinstance(head, dict) and head.get("vars") == ["__ASK_RETVAL"]:  # Virtuoso's JSON for ASK
+        return any(str((b.get("__ASK_RETVAL") or {}).get("value")) == "1" for b in _bindings(payload, where))
+    raise QueryError("expected an ASK query")
+
+
+def _error_detail(response: httpx.Response) -> str:
+    lines = [line for line in response.text.strip().splitlines() if line.strip()]
+    if "html" in response.headers.get("content-type", "").lower():
+        return f"{response.reason_phrase} (an HTML error page)"
+    return lines[0][:300] if lines else response.reason_phrase
+
+
+def _retry_after(response: httpx.Response) -> float:
+    value = response.headers.get("retry-after")
+    if not value:
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return 0.0
+        seconds = when.timestamp() - time.time()
+    return max(0.0, min(seconds, _MAX_RETRY_AFTER_S))
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip().splitlines() if exc is not None else []
+    return text[0][:300] if text else type(exc).__name__

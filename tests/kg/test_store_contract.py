@@ -1,4 +1,5 @@
-"""The Store contract, run on every implementation: the embedded Oxigraph store and a live Oxigraph server."""
+"""The Store contract, run on every kind of store: the embedded Oxigraph store in memory and on disk, a live
+Oxigraph server with and without ``--union-default-graph``, and a live Virtuoso (skipped when not installed)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ from mirage_kg.store import SparqlStore, Store
 from mirage_kg.terms import Term
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "core"
+
+
+@pytest.fixture
+def store(any_store: Store) -> Store:
+    """This module's contract runs on every kind of store, not only the two of the shared ``store`` fixture."""
+    return any_store
 
 
 def load_file(store: Store, name: str, fmt: str, **opts: object) -> None:
