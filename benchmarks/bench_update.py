@@ -84,7 +84,7 @@ def snomed_pair(work: Path, triples: int, changed: float, seed: int) -> tuple[Pa
     for n, source in enumerate(concepts):
         target = rng.choice(concepts)
         if target != source:
-            delta_rels[f"9{n}21"] = (f"9{n}21\t20990228\t1\t900000000000207008\t{source}\t{target}\t0\t116680003\t"
+            delta_rels[f"{n}31"] = (f"{n}31\t20990228\t1\t900000000000207008\t{source}\t{target}\t0\t116680003\t"
                                      "900000000000011006\t900000000000451002")
     delta_descs: dict[str, str] = {}
     for line in rng.sample(descs, max(1, int(len(descs) * changed / 2))):

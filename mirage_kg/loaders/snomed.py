@@ -459,23 +459,24 @@ def delta_scope(release: Rf2Release) -> set[str]:
         for ident, fields in deltas.get(key, {}).items():
             scope.add(fields[4])
             owner[ident] = fields[4]
-    missing = set()
-    for fields in deltas.get("language", {}).values():
-        if fields[5] in owner:
-            scope.add(owner[fields[5]])
-        else:
-            missing.add(fields[5])
-    if missing:
+    # descriptions to find in the base: those whose acceptability changed, and those the Delta supersedes (a
+    # component's concept should never change, but if it did the old concept loses the label)
+    wanted = {fields[5] for fields in deltas.get("language", {}).values()}
+    scope.update(owner[ident] for ident in wanted if ident in owner)
+    wanted |= owner.keys()
+    if wanted:
         for key in ("descriptions", "definitions"):
             for path in release.files.get(key, []):
                 for fields in latest_rows(path, HEADERS["description"], quiet, full):
-                    if fields[0] in missing:
+                    if fields[0] in wanted:
                         scope.add(fields[4])
-    if concepts:
+    # edges into, or typed by, a concept whose activity may change; the base source of a superseded relationship
+    superseded = {ident for key in ("relationships", "stated") for ident in deltas.get(key, {})}
+    if concepts or superseded:
         for key in ("relationships", "stated"):
             for path in release.files.get(key, []):
                 for fields in latest_rows(path, HEADERS["relationship"], quiet, full):
-                    if fields[5] in concepts or fields[7] in concepts:
+                    if fields[5] in concepts or fields[7] in concepts or fields[0] in superseded:
                         scope.add(fields[4])
     return scope
 

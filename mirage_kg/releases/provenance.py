@@ -162,6 +162,12 @@ def release_of(store: Store, graph: str) -> ReleaseInfo | None:
     return releases(store).get(graph)
 
 
+def citations(store: Store) -> dict[str, str]:
+    """How each recorded source graph is cited (``UMLS 2024AA``), graph IRI -> text, in one query: what an
+    answer's cited paths name next to their graph (``Evidence.sources``)."""
+    return {graph: info.citation() for graph, info in releases(store).items()}
+
+
 def options_record(options: Any) -> dict[str, Any]:
     """The load options worth recording (what was asked, not the defaults left empty)."""
     data = {"lang": options.lang, "lenient": options.lenient, "namespace": options.namespace,

@@ -120,6 +120,23 @@ def test_umls_update_equals_fresh_load(tmp_path: Path, umls_pair: tuple[Path, Pa
     assert graph["release"]["details"]["sources"]["MSH"]
 
 
+def test_citations_name_the_release(tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
+    from mirage_kg.namespaces import expand
+    from mirage_kg.releases import citations, release_of
+    from mirage_kg.store import open_store
+
+    old, new = umls_pair
+    store = tmp_path / "kg"
+    run("load", str(old), "--store", str(store))
+    graph = expand(graph_of(store))
+    with open_store(store) as opened:
+        assert citations(opened)[graph] == "UMLS 2099AA"
+        assert release_of(opened, graph).files["META/MRCONSO.RRF"]  # a SHA-256 per release file
+    run("load", "--update", str(new), "--store", str(store))
+    with open_store(store) as opened:
+        assert citations(opened)[graph] == "UMLS 2099AB"
+
+
 def test_update_of_the_same_release_changes_nothing(tmp_path: Path) -> None:
     store = tmp_path / "kg"
     run("load", str(FIXTURES / "umls"), "--store", str(store))
@@ -225,14 +242,14 @@ _DELTA_ROWS = [
 ]
 
 
-@pytest.fixture()
-def snomed_releases(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """The fixture Snapshot (20990131), its Delta to 20990228, and the Snapshot of 20990228 for comparison."""
+def make_snomed_releases(tmp_path: Path, delta_rows: list[list[str]]) -> tuple[Path, Path, Path]:
+    """The fixture Snapshot (20990131), a Delta to 20990228 holding ``delta_rows`` (concept, description,
+    relationship and language rows), and the Snapshot of 20990228 they lead to, for comparison."""
     old = tmp_path / "SnomedCT_20990131" / "Snapshot"
     shutil.copytree(FIXTURES / "snomed" / "Snapshot", old)
     delta = tmp_path / "SnomedCT_20990228_delta" / "Delta"
     snapshot = tmp_path / "SnomedCT_20990228" / "Snapshot"
-    for (name, header), rows in zip(_SNOMED_HEADERS.items(), _DELTA_ROWS):
+    for (name, header), rows in zip(_SNOMED_HEADERS.items(), delta_rows):
         target = delta / name.format(kind="Delta")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(("\r\n".join([header, *rows]) + "\r\n").encode("utf-8"))
@@ -244,6 +261,11 @@ def snomed_releases(tmp_path: Path) -> tuple[Path, Path, Path]:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(("\r\n".join(merged) + "\r\n").encode("utf-8"))
     return old, delta, snapshot
+
+
+@pytest.fixture()
+def snomed_releases(tmp_path: Path) -> tuple[Path, Path, Path]:
+    return make_snomed_releases(tmp_path, _DELTA_ROWS)
 
 
 def test_snomed_delta_diff_reports_exactly_the_changes(tmp_path: Path, snomed_releases: tuple[Path, ...]) -> None:
@@ -280,6 +302,15 @@ def test_snomed_delta_update_equals_fresh_load_of_the_later_snapshot(
     run("load", str(old), "--store", str(again))
     run("load", "--update", str(snapshot), "--store", str(again))
     assert data_export(again) == data_export(tmp_path / "fresh")
+
+
+def test_a_delta_row_that_moves_a_component_updates_both_concepts(tmp_path: Path) -> None:
+    """Regression: a Delta row superseding a relationship with another source (ids are never reused in SNOMED CT,
+    but generated data did it) must take the edge from the old source too."""
+    moved = f"2000004\t20990228\t1\t{_M}\t100000002\t100000005\t1\t100000900\t900000000000011006\t" \
+            "900000000000451002"
+    old, delta, snapshot = make_snomed_releases(tmp_path, [[], [], [moved], []])
+    check_update_equals_fresh_load(tmp_path, old, delta, fresh_release=snapshot)
 
 
 def test_a_delta_without_a_base_release_is_refused(tmp_path: Path, snomed_releases: tuple[Path, ...]) -> None:
