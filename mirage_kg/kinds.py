@@ -332,7 +332,7 @@ _CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, ClinicalVocabulary]] = weakref
 def vocabulary(kg: KnowledgeGraph | Store, extra: Sequence[str | FsPath] = ()) -> ClinicalVocabulary:
     """The vocabulary of a knowledge graph (or store), cached until a load commits to the store or ``extra``
     changes."""
-    from mirage_kg.graph import load_records
+    from mirage_kg.caching import load_records
 
     store = kg if isinstance(kg, Store) else kg.store
     key = (load_records(store), tuple(str(f) for f in extra))

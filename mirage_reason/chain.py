@@ -483,7 +483,7 @@ class ChainRunner:
 
     def start(self, spec: ChainSpec) -> Chain:
         """A chain ready to run: its prompt holds the instructions, the seed facts and the (sub-)question."""
-        shown = _dedupe_paths([e.path for e in spec.seed])[: self.config.seed_facts]
+        shown = _dedupe_paths([e.path for e in spec.seed])  # the coordinator sizes each chain's share
         messages = prompts.chain_messages(spec.sub_question, spec.question or spec.sub_question,
                                           [p.text for p in shown], self.config.n_r, search=spec.search)
         return Chain(spec, self.backend.format_chat(messages), tuple(shown), self.config)

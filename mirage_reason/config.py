@@ -66,12 +66,15 @@ class MirageConfig:
     # -- evidence put in front of the model
     seed_evidence: bool = True  # start every chain with retrieve()'s evidence for its sub-question
     retrieve_budget: int = 100  # retrieve(question, budget)
-    seed_facts: int = 15  # seed facts written into a chain's prompt
+    seed_facts: int = 15  # a chain's own sub-question facts, ahead of its share of the question's evidence
     max_result_lines: int = 30  # facts per search result block
     max_query_chars: int = 200  # a longer search block is garbled output, not a query
     rank_by_question: bool = True  # anchor ranks neighbours by similarity to the chain's (sub-)question
     max_citations: int = 3  # paths cited per claim
     max_claims: int = 12  # surviving claims handed to the writer, strongest first
+    # -- answers the knowledge graph does not support (free text; multiple choice always gets a letter)
+    no_support: str = "flag"  # "flag": the chains' own answer, flagged; "abstain": decline to answer
+    kinds: tuple[str, ...] = ()  # extra Turtle files of kinds and roles (MKG:entityKind, MKG:clinicalRole)
     # -- pipeline flags
     use_decomposer: bool = True
     use_synthesizer: bool = True
@@ -88,6 +91,11 @@ class MirageConfig:
         for name in ("n_r", "seed_facts", "retrieve_budget"):
             if getattr(self, name) < 0:
                 raise ValueError(f"MirageConfig.{name} must not be negative, not {getattr(self, name)}")
+        if self.no_support not in ("flag", "abstain"):
+            raise ValueError(f"MirageConfig.no_support must be 'flag' or 'abstain', not {self.no_support!r}")
+        if isinstance(self.kinds, (str, bytes)):
+            object.__setattr__(self, "kinds", (str(self.kinds),))
+        object.__setattr__(self, "kinds", tuple(str(k) for k in self.kinds))
         if not 0.0 <= self.match_threshold <= 1.0:
             raise ValueError(f"MirageConfig.match_threshold must be in [0, 1], not {self.match_threshold}")
 

@@ -27,7 +27,7 @@ from mirage_reason.synthesizer import Claim, Conflict, Synthesis, Synthesizer, n
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
 
-__all__ = ["STAGES", "Answer", "Mirage", "Workspace"]
+__all__ = ["STAGES", "Answer", "Mirage", "Workspace", "split_evidence"]
 
 #: the stages reported in ``Answer.timings`` (seconds) and, where a model runs, ``Answer.tokens``
 STAGES = ("link", "decompose", "retrieve", "chains", "search", "synthesize", "llm")
@@ -220,18 +220,32 @@ class Mirage:
         cfg = self.config
         assert ws.decomposition is not None
         ws.notes.extend(ws.decomposition.notes)
-        for j, sub in enumerate(ws.decomposition.sub_questions):
-            seed: tuple[Evidence, ...] = ()
-            if cfg.seed_evidence:
-                t = time.perf_counter()
-                try:
-                    seed = tuple(self.kg.retrieve(sub.text, budget=cfg.retrieve_budget).evidence)
-                except MirageError as exc:
-                    ws.notes.append(f"retrieval failed for {sub.text!r}: {exc}")
-                ws.charge("retrieve", time.perf_counter() - t)
+        subs = ws.decomposition.sub_questions
+        shares: list[tuple[Evidence, ...]] = [()] * len(subs)
+        if cfg.seed_evidence:
+            t = time.perf_counter()
+            shares = self._seed_shares(ws, subs)
+            ws.charge("retrieve", time.perf_counter() - t)
+        for j, sub in enumerate(subs):
             for s in range(cfg.samples):
-                spec = ChainSpec(sub.text, ws.question, seed, tag=(ws.index, j, s), search=cfg.n_r > 0)
+                spec = ChainSpec(sub.text, ws.question, shares[j], tag=(ws.index, j, s), search=cfg.n_r > 0)
                 ws.chains.append(self.runner.start(spec))
+
+    def _seed_shares(self, ws: Workspace, subs: Sequence[Any]) -> list[tuple[Evidence, ...]]:
+        """Each sub-question's seed facts: the retriever's evidence for the whole question (the ``retrieve``
+        pipeline's budget) split between the sub-questions, plus each one's own best facts."""
+        cfg = self.config
+
+        def retrieve(text: str) -> tuple[Evidence, ...]:
+            try:
+                return tuple(self.kg.retrieve(text, budget=cfg.retrieve_budget).evidence)
+            except MirageError as exc:
+                ws.notes.append(f"retrieval failed for {text!r}: {exc}")
+                return ()
+
+        whole = retrieve(ws.question)
+        own = [whole if sub.text == ws.question else retrieve(sub.text) for sub in subs]
+        return split_evidence(whole, own, [{e.iri for e in sub.entities} for sub in subs], cfg.seed_facts)
 
     def _after_chains(self, ws: Workspace) -> None:
         cfg = self.config
@@ -254,7 +268,7 @@ class Mirage:
             ws.charge("synthesize", time.perf_counter() - t)
             if ws.prompt is None:
                 ws.text, ws.flags = self.synthesizer.finish(ws.synthesis, None)
-                ws.abstained = True
+                ws.abstained = ws.synthesis.abstained
                 self._finish(ws)
             else:
                 ws.stage = "synthesize"
@@ -334,6 +348,31 @@ class Mirage:
             flags=ws.flags,
             notes=tuple(ws.notes),
         )
+
+
+def split_evidence(whole: Sequence[Evidence], own: Sequence[Sequence[Evidence]], anchors: Sequence[set[str]],
+                   own_facts: int) -> list[tuple[Evidence, ...]]:
+    """Split the question's ranked evidence between sub-questions so that together they hold all of it: a fact goes
+    to the sub-question whose entities it touches (the least loaded of several), one touching none to the least
+    loaded; each share then leads with up to ``own_facts`` of the sub-question's own best facts."""
+    n = len(own)
+    if n == 0:
+        return []
+    shares: list[list[Evidence]] = [[] for _ in range(n)]
+    for ev in whole:
+        nodes = {node.iri for node in ev.path.nodes}
+        touching = [j for j in range(n) if anchors[j] & nodes] or list(range(n))
+        shares[min(touching, key=lambda j: (len(shares[j]), j))].append(ev)
+    out = []
+    for j in range(n):
+        keys = {_evidence_key(ev) for ev in shares[j]}
+        lead = [ev for ev in own[j] if _evidence_key(ev) not in keys][:own_facts]
+        out.append(tuple(lead + shares[j]))
+    return out
+
+
+def _evidence_key(ev: Evidence) -> tuple[tuple[str, str, str], ...]:
+    return tuple((s.subject.iri, s.relation.iri, s.object.iri) for s in ev.path.steps)
 
 
 def _final(completion: Completion) -> str:

@@ -86,16 +86,26 @@ def decomposer_messages(question: str, entity_labels: Sequence[str], n_q: int) -
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence[str] = ()) -> Messages:
-    """The final wording step: the model may use the numbered facts and nothing else."""
+def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence[str] = (), *,
+                         options: Sequence[str] = (), gaps: Sequence[str] = ()) -> Messages:
+    """The final wording step: the model may use the numbered facts and nothing else. With ``options`` (a
+    multiple-choice question), it starts with the letter it picks."""
     numbered = "\n".join(f"[{i}] {fact}" for i, fact in enumerate(facts, start=1))
     system = ("You write short, clear answers for patients. Use ONLY the numbered facts you are given, cite them "
               "by number like [1], and never add a diagnosis, drug or test that is not in the facts. Remind the "
               "reader to see a doctor.")
-    user = f"Question: {question}\n\nFacts:\n{numbered}\n"
+    user = f"Question: {question}\n\n"
+    if options and "Options:" not in question:
+        user += "Options:\n" + "\n".join(options) + "\n\n"
+    user += f"Facts:\n{numbered}\n" if facts else "Facts: (the knowledge graph has none for this question)\n"
+    if gaps:
+        user += "\nNot in the knowledge graph (say so):\n" + "\n".join(f"- {g}" for g in gaps) + "\n"
     if warnings:
         user += "\nWarnings (mention them):\n" + "\n".join(f"- {w}" for w in warnings) + "\n"
-    user += "\nWrite the answer in one or two paragraphs."
+    if options:
+        user += "\nStart with 'Answer: X' (the letter of the one correct option), then explain in a few sentences."
+    else:
+        user += "\nWrite the answer in one or two paragraphs."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

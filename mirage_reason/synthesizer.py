@@ -1,27 +1,39 @@
-"""The answer synthesizer: turns the chains' answers into cited claims, resolves conflicts between them, and has
-the model word an answer from the surviving claims only.
+"""The answer synthesizer: turns the chains' answers into cited claims, resolves conflicts between them, answers what
+the question asked, and has the model word an answer from the surviving claims only.
 
-Everything but the wording is deterministic. A claim is a KG entity that a chain's answer mentions (found by the
-linker, so its label is the ontology's canonical one) and that the chain's own evidence paths contain; the paths
-are its citations. Chains that name different diagnoses vote, each vote weighted by the evidence neighbourhood
-behind it and by how much of the question the diagnosis explains; a drug the KG contraindicates in the patient's
-conditions is dropped with a warning; claims that rest only on an outvoted diagnosis go with it. No surviving claim
-means no answer: the synthesizer abstains instead of guessing.
+Everything but the wording is deterministic, and nothing here knows a relation or class name: what an entity is
+(disease, finding, drug, test, ...) and what a relation means (treats, is contraindicated in, is a finding of, is a
+test for) come from the ontology through ``mirage_kg.kinds``. A claim is a KG entity that a chain's answer mentions
+(linked, so its label is the ontology's canonical one) and that a path the chain saw connects to the question's
+entities or to the winning diagnosis; those paths are its citations. Chains that name different diagnoses vote,
+each vote weighted by the evidence neighbourhood behind it and by how much of the question the diagnosis explains;
+a drug the KG contraindicates in the patient's conditions is dropped with a warning; claims that rest only on an
+outvoted diagnosis go with it. The question's intents (what is it, which tests, what to take, what to avoid) are
+answered from claims of the matching kind for the winning diagnosis, looked up in the KG when no chain named one.
+
+Every question gets an answer of its type: a multiple-choice question one letter (the chains' vote, else the
+model's own pick, flagged); a free-text question with no supported claim the chains' own answer flagged "not
+supported by the knowledge graph", or an abstention (``MirageConfig.no_support``). The model's wording is checked:
+if it drops the claims that answer the question or asserts what no claim supports, the answer falls back to a plain
+verbalisation of the cited claims. A check that cannot run (KG unreachable) flags the answer; it never passes.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from mirage_kg import Entity, MirageError, Path, expand
+from mirage_kg import Entity, MirageError, Path, Step
+from mirage_kg.kinds import CONCEPT, ClinicalVocabulary, vocabulary
 
 from mirage_reason import prompts
 from mirage_reason.backends.base import Backend, Completion, strip_think
 from mirage_reason.chain import ChainResult, path_json
+from mirage_reason.choices import LETTERS, extract_letter, parse_options
 from mirage_reason.config import MirageConfig
+from mirage_reason.decomposer import question_intents
 
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
@@ -31,48 +43,37 @@ __all__ = ["Claim", "Conflict", "Synthesis", "Synthesizer", "entity_kind", "norm
 Status = Literal["kept", "unsupported", "outvoted", "off-diagnosis", "contraindicated"]
 
 RDFS_SUBCLASS = "http://www.w3.org/2000/01/rdf-schema#subClassOf"
-CONTRAINDICATED_IN = expand("MKG:contraindicated_in")
 
-# relation local name -> (kind of its subject, kind of its object); the EMCKG relations and the schema's.
-_ROLES: dict[str, tuple[str | None, str | None]] = {
-    "has_symptom": ("disease", "symptom"),
-    "possible_disease": ("symptom", "disease"),
-    "need_medical_test": ("disease", "test"),
-    "can_check_disease": ("test", "disease"),
-    "need_medication": ("disease", "drug"),
-    "possible_cure_disease": ("drug", "disease"),
-    "contraindicated_in": ("drug", None),
-    "has_phenotype": ("disease", "symptom"),
+#: intent -> (the kind of claim that answers it, the roles that link such a claim to a diagnosis)
+INTENT_ANSWERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "treatment": ("drug", ("treats", "treated_by", "prevents", "prevented_by")),
+    "tests": ("test", ("test_for", "has_test")),
 }
+_CONTRA_ROLES = ("contraindicated_in", "contraindicates")
+_CONDITION_KINDS = ("disease", "finding")
+_INTENT_WORDS = {"treatment": "medication", "tests": "test"}
+NOT_SUPPORTED = "not supported by the knowledge graph"
 
 
-def _local(iri: str) -> str:
-    return re.split(r"[#/:]", iri)[-1].lower()
-
-
-def entity_kind(entity: Entity, paths: Sequence[Path], _inherit: bool = True) -> str:
-    """What an entity is (disease, symptom, test, drug, or concept), read off the relations it takes part in; an
-    entity seen only in is-a edges takes the kind of its parent or child."""
-    votes: dict[str, int] = {}
-    kin: list[Entity] = []
-    for path in paths:
-        for step in path.steps:
-            if step.relation.iri == RDFS_SUBCLASS:
-                if entity.iri in (step.subject.iri, step.object.iri):
-                    kin.append(step.object if step.subject.iri == entity.iri else step.subject)
-                continue
-            roles = _ROLES.get(_local(step.relation.iri))
-            if roles is None:
-                continue
-            for node, kind in ((step.subject, roles[0]), (step.object, roles[1])):
-                if kind and node.iri == entity.iri:
-                    votes[kind] = votes.get(kind, 0) + 1
-    if not votes and _inherit:
-        for other in kin:
-            kind = entity_kind(other, paths, _inherit=False)
-            if kind != "concept":
-                votes[kind] = votes.get(kind, 0) + 1
-    return max(sorted(votes), key=lambda k: votes[k]) if votes else "concept"
+def entity_kind(entity: Entity, paths: Sequence[Path], vocab: ClinicalVocabulary) -> str:
+    """What an entity is: its kind in the ontology, else what the relations of ``paths`` it takes part in imply
+    (their roles or domain/range), else the kind of an is-a parent or child in those paths."""
+    kind = vocab.kind(entity.iri)
+    if kind != CONCEPT:
+        return kind
+    steps = [s for p in paths for s in p.steps]
+    implied = vocab.kinds_from_steps(entity.iri, steps)
+    if implied is not None:
+        return implied
+    for step in steps:
+        if step.relation.iri == RDFS_SUBCLASS and entity.iri in (step.subject.iri, step.object.iri):
+            other = step.object if step.subject.iri == entity.iri else step.subject
+            kind = vocab.kind(other.iri)
+            if kind == CONCEPT:
+                kind = vocab.kinds_from_steps(other.iri, steps) or CONCEPT
+            if kind != CONCEPT:
+                return kind
+    return CONCEPT
 
 
 _UNITS = [
@@ -94,7 +95,8 @@ def normalise_units(text: str) -> str:
 
 @dataclass(frozen=True)
 class Claim:
-    """An entity an answer asserts, with the paths that support it. ``text`` is the strongest path, verbalised."""
+    """An entity an answer asserts, with the paths that support it. ``text`` is the strongest path, verbalised.
+    ``chains`` is empty for a claim the synthesizer looked up in the KG to answer the question's intent."""
 
     entity: Entity
     kind: str
@@ -117,10 +119,10 @@ class Claim:
 class Conflict:
     """Chains that disagree, and how it was settled."""
 
-    kind: Literal["diagnosis", "treatment"]
+    kind: Literal["diagnosis", "treatment", "choice"]
     entities: tuple[Entity, ...]
     winner: Entity | None
-    votes: tuple[tuple[str, float], ...]  # (entity id, total weight)
+    votes: tuple[tuple[str, float], ...]  # (entity id or option letter, total weight)
     reason: str
     evidence: tuple[Path, ...] = ()
 
@@ -143,10 +145,26 @@ class Synthesis:
     normalised_answers: tuple[str, ...]
     warnings: tuple[str, ...] = ()
     resolved: bool = True  # False: claims were only extracted (the no-synthesizer ablation)
+    intents: tuple[str, ...] = ()
+    diagnoses: tuple[Entity, ...] = ()  # the winning diagnosis (or compatible ones), else the question's diseases
+    gaps: tuple[str, ...] = ()  # what the question asked that the KG holds nothing for
+    flags: tuple[str, ...] = ()  # checks that could not run, picks the KG does not support
+    options: tuple[str, ...] = ()  # a multiple-choice question's options
+    letter: str | None = None  # the option the chains' vote (or the KG) picked
+    model_answer: str = ""  # the chains' own answer, for a question no claim supports
+    no_support: str = "flag"
+
+    @property
+    def supported(self) -> bool:
+        return bool(self.claims)
 
     @property
     def abstained(self) -> bool:
-        return not self.claims
+        """Only a free-text question with no supported claim abstains, and only under the "abstain" policy (or
+        when the chains wrote nothing to fall back on)."""
+        if self.options or self.claims:
+            return False
+        return self.no_support == "abstain" or not self.model_answer.strip()
 
     @property
     def facts(self) -> list[str]:
@@ -159,7 +177,15 @@ class _Mention:
     chain: int
     entity: Entity
     position: int
-    paths: list[Path] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)  # the chain's paths that contain the entity
+
+
+class _Unavailable(ClinicalVocabulary):
+    """The vocabulary when the KG cannot be read: the shipped mapping only, with no entity to look up (every one
+    resolves to a bare concept, so the checks that need kinds cannot fire, and the answer says so)."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
 
 
 class Synthesizer:
@@ -171,6 +197,16 @@ class Synthesizer:
         self.config = config or MirageConfig()
         self._isa: dict[tuple[str, str], bool] = {}
         self._contra: dict[str, tuple[Path, ...]] = {}
+        self._by_role: dict[tuple[str, tuple[str, ...]], tuple[Step, ...]] = {}
+
+    # -- the ontology -----------------------------------------------------------------------------------------------
+
+    def vocabulary(self) -> tuple[ClinicalVocabulary, str | None]:
+        """The KG's kinds and roles, or an empty vocabulary and why when the KG cannot be read."""
+        try:
+            return vocabulary(self.kg, self.config.kinds), None
+        except MirageError as exc:
+            return _Unavailable(), f"the knowledge graph's kinds and roles could not be read ({exc})"
 
     # -- linking --------------------------------------------------------------------------------------------------
 
@@ -206,10 +242,14 @@ class Synthesizer:
 
     def analyse(self, question: str, question_entities: Sequence[Entity], chains: Sequence[ChainResult],
                 *, resolve: bool = True) -> Synthesis:
-        """Extract claims from every chain; with ``resolve``, vote on diagnoses and check treatments."""
+        """Extract claims from every chain; with ``resolve``, vote on diagnoses, check treatments, answer the
+        question's intents and pick a multiple-choice letter."""
         cfg = self.config
+        vocab, problem = self.vocabulary()
+        flags: list[str] = [problem] if problem else []
         q_iris = {e.iri for e in question_entities}
         evidence = [c.evidence_paths for c in chains]
+        all_paths = [p for paths in evidence for p in paths]
         mentions: list[_Mention] = []
         normalised = []
         for i, chain in enumerate(chains):
@@ -220,18 +260,22 @@ class Synthesizer:
                 if entity.iri in q_iris or entity.iri in seen:
                     continue
                 seen.add(entity.iri)
-                paths = [p for p in evidence[i] if entity.iri in _node_iris(p)]
-                mentions.append(_Mention(i, entity, start, paths))
-        all_paths = [p for paths in evidence for p in paths]
-        kinds = {m.entity.iri: entity_kind(m.entity, all_paths) for m in mentions}
+                mentions.append(_Mention(i, entity, start, [p for p in evidence[i] if entity.iri in _node_iris(p)]))
+        kinds = self._kinds(vocab, [m.entity for m in mentions] + list(question_entities), all_paths)
 
         weights = [1.0] * len(chains)
         conflicts: list[Conflict] = []
         losers: set[str] = set()
+        winners: list[Entity] = []
         if resolve:
-            losers, conflict = self._vote_diagnosis(question_entities, chains, mentions, kinds, weights)
+            losers, winners, conflict = self._vote_diagnosis(question_entities, chains, mentions, kinds, weights)
             if conflict is not None:
                 conflicts.append(conflict)
+        if not winners:  # the question names its condition ("what should I take for asthma?")
+            winners = [e for e in question_entities if kinds.get(e.iri) == "disease"]
+        # A claim is supported only by a path that ties it to the question or to a diagnosis the chains put to the
+        # vote (claims tied only to an outvoted one are dropped below as off-diagnosis).
+        anchors = q_iris | {w.iri for w in winners} | {e.iri for c in conflicts for e in c.entities}
 
         claims: dict[str, Claim] = {}
         order: list[str] = []
@@ -239,11 +283,11 @@ class Synthesizer:
             if m.entity.iri not in claims:
                 order.append(m.entity.iri)
             prev = claims.get(m.entity.iri)
-            supported = bool(m.paths)
+            tied = _tying_paths(m.entity.iri, m.paths, evidence[m.chain], anchors)
             paths = list(prev.citations) if prev else []
-            paths += [p for p in m.paths if p not in paths]
-            chains_of = (prev.chains if prev else ()) + ((m.chain,) if supported else ())
-            support = (prev.support if prev else 0.0) + (weights[m.chain] if supported else 0.0)
+            paths += [p for p in tied if p not in paths]
+            chains_of = (prev.chains if prev else ()) + ((m.chain,) if tied else ())
+            support = (prev.support if prev else 0.0) + (weights[m.chain] if tied else 0.0)
             claims[m.entity.iri] = Claim(m.entity, kinds[m.entity.iri], "", tuple(paths), chains_of, support)
 
         kept: list[Claim] = []
@@ -251,7 +295,10 @@ class Synthesizer:
         for iri in order:
             claim = claims[iri]
             if not claim.chains:
-                dropped.append(_with(claim, "unsupported", "no evidence path the chains saw contains it"))
+                seen_in = [p for m in mentions if m.entity.iri == iri for p in m.paths]
+                reason = ("no path the chains saw ties it to the question or the diagnosis" if seen_in
+                          else "no evidence path the chains saw contains it")
+                dropped.append(_with(claim, "unsupported", reason, seen_in))
                 continue
             citations = _rank_paths(claim.citations, q_iris)
             if iri in losers:
@@ -267,29 +314,61 @@ class Synthesizer:
             kept.append(Claim(claim.entity, claim.kind, citations[0].text, tuple(citations), claim.chains,
                               claim.support))
 
+        intents = question_intents(question)
+        options = parse_options(question)
         warnings: list[str] = []
+        gaps: list[str] = []
         if resolve:
-            kept, more_dropped, warning_claims, treatment = self._check_treatments(question_entities, kept)
+            found_claims, gaps, problem = self._answer_intents(vocab, intents, winners, kept, kinds)
+            kept += found_claims
+            flags += [problem] if problem else []
+            kept, more_dropped, warning_claims, treatment, problem = self._check_treatments(
+                vocab, question_entities, winners, kept, kinds, "avoid" in intents)
+            flags += [problem] if problem else []
             dropped += more_dropped
             conflicts += treatment
             warnings = [c.text for c in warning_claims]
             kept += warning_claims
-        kept.sort(key=lambda c: (-c.support, -len(c.chains), c.entity.label.casefold()))
-        return Synthesis(question, tuple(question_entities), tuple(kept[: cfg.max_claims]), tuple(dropped),
-                         tuple(conflicts), tuple(normalised), tuple(warnings), resolve)
+        kept.sort(key=lambda c: (c.kind == "warning", -c.support, -len(c.chains), c.entity.label.casefold()))
+        letter = None
+        if options:
+            letter, choice, note = self._vote_letter(options, chains, weights, all_paths, q_iris)
+            if choice is not None:
+                conflicts.append(choice)
+            if note:
+                flags.append(note)
+        model_answer = _model_answer(chains, normalised)
+        return Synthesis(question, tuple(question_entities), tuple(_top(kept, cfg.max_claims)), tuple(dropped),
+                         tuple(conflicts), tuple(normalised), tuple(warnings), resolve, intents, tuple(winners),
+                         tuple(gaps), tuple(flags), options, letter, model_answer, cfg.no_support)
+
+    def _kinds(self, vocab: ClinicalVocabulary, entities: Sequence[Entity], paths: Sequence[Path]) -> dict[str, str]:
+        try:
+            vocab.kinds(e.iri for e in entities)  # one batch for all of them
+        except MirageError:
+            pass  # each entity below then falls back on its paths
+        out = {}
+        for e in entities:
+            try:
+                out[e.iri] = entity_kind(e, paths, vocab)
+            except MirageError:
+                out[e.iri] = vocab.kinds_from_steps(e.iri, [s for p in paths for s in p.steps]) or CONCEPT
+        return out
 
     def _vote_diagnosis(self, question_entities: Sequence[Entity], chains: Sequence[ChainResult],
                         mentions: Sequence[_Mention], kinds: dict[str, str],
-                        weights: list[float]) -> tuple[set[str], Conflict | None]:
-        """Each chain's first supported disease is its diagnosis; incompatible diagnoses are put to a vote."""
+                        weights: list[float]) -> tuple[set[str], list[Entity], Conflict | None]:
+        """Each chain's first disease tied to the question is its diagnosis; incompatible diagnoses are put to a
+        vote. Returns the losers, the winners (the winner and the diagnoses compatible with it) and the conflict."""
+        q_iris = {e.iri for e in question_entities}
         primary: dict[int, _Mention] = {}
         for m in sorted(mentions, key=lambda m: (m.chain, m.position)):
-            if m.paths and kinds[m.entity.iri] == "disease" and m.chain not in primary:
+            tied = bool(_tying_paths(m.entity.iri, m.paths, chains[m.chain].evidence_paths, q_iris))
+            if tied and kinds[m.entity.iri] == "disease" and m.chain not in primary:
                 primary[m.chain] = m
         candidates = list({m.entity.iri: m.entity for m in primary.values()}.values())
         if len(candidates) < 2:
-            return set(), None
-        q_iris = {e.iri for e in question_entities}
+            return set(), candidates, None
         all_paths = [p for c in chains for p in c.evidence_paths]
         neighbourhood = {i: len({n for p in m.paths for n in _node_iris(p)}) for i, m in primary.items()}
         widest = max(neighbourhood.values()) or 1
@@ -306,12 +385,13 @@ class Synthesizer:
         winner_iri = max(totals, key=lambda d: (totals[d], count[d], _neg(labels[d])))
         winner = next(e for e in candidates if e.iri == winner_iri)
         losers = {e.iri for e in candidates if e.iri != winner_iri and not self._is_a_related(e, winner)}
+        winners = [e for e in candidates if e.iri not in losers]
         if not losers:
-            return set(), None
+            return set(), winners, None
         votes = tuple(sorted(((e.id, totals[e.iri]) for e in candidates), key=lambda kv: -kv[1]))
         reason = (f"chains name different diagnoses; {winner.label} wins the vote weighted by evidence coverage and "
                   "match to the question")
-        return losers, Conflict("diagnosis", tuple(candidates), winner, votes, reason)
+        return losers, winners, Conflict("diagnosis", tuple(candidates), winner, votes, reason)
 
     def _is_a_related(self, a: Entity, b: Entity) -> bool:
         """One diagnosis is a kind of the other (type 2 diabetes vs diabetes): not a conflict."""
@@ -325,49 +405,154 @@ class Synthesizer:
             self._isa[key] = any(len({s.direction for s in p.steps}) == 1 for p in paths)
         return self._isa[key]
 
-    def _contraindications(self, drug: Entity) -> tuple[Path, ...]:
+    def _role_steps(self, vocab: ClinicalVocabulary, entity: Entity, roles: tuple[str, ...]) -> tuple[Step, ...]:
+        """The KG's edges of ``entity`` whose relation has one of ``roles`` read from the entity. MirageError when
+        the KG cannot answer."""
+        key = (entity.iri, roles)
+        if key not in self._by_role:
+            from mirage_kg.kinds import ROLES
+
+            relations = vocab.relations_with_role(*roles, *(ROLES[r].inverse for r in roles))
+            steps: tuple[Step, ...] = ()
+            if relations:
+                found = self.kg.anchor(entity, k=max(self.config.k, 50), relations=sorted(relations))
+                steps = tuple(s for s in found if vocab.role_from(s, entity.iri) in roles)
+            self._by_role[key] = steps
+        return self._by_role[key]
+
+    def _answer_intents(self, vocab: ClinicalVocabulary, intents: Sequence[str], diagnoses: Sequence[Entity],
+                        kept: list[Claim], kinds: dict[str, str]) -> tuple[list[Claim], list[str], str | None]:
+        """Claims that answer "which tests" / "what to take" for the diagnosis: the chains' own when they named
+        some, else the KG's; a gap line when the KG has none."""
+        added: list[Claim] = []
+        gaps: list[str] = []
+        problem = None
+        have = {c.entity.iri for c in kept}
+        for intent in intents:
+            if intent not in INTENT_ANSWERS or not diagnoses:
+                continue
+            kind, roles = INTENT_ANSWERS[intent]
+            if any(c.kind == kind for c in kept):
+                continue
+            for diagnosis in diagnoses[:2]:
+                try:
+                    steps = self._role_steps(vocab, diagnosis, roles)
+                except MirageError as exc:
+                    problem = f"the {intent} lookup for {diagnosis.label} could not run ({exc})"
+                    continue
+                shown = 0
+                for step in steps:
+                    other = step.object if step.subject.iri == diagnosis.iri else step.subject
+                    if other.iri in have or shown >= 3:
+                        continue
+                    have.add(other.iri)
+                    shown += 1
+                    kinds.setdefault(other.iri, kind)
+                    added.append(Claim(other, kind, Path((step,)).text, (Path((step,)),), (), 0.0))
+                if not shown and problem is None:
+                    gaps.append(f"The knowledge graph lists no {_INTENT_WORDS[intent]} for {diagnosis.label}.")
+        return added, gaps, problem
+
+    def _contraindications(self, vocab: ClinicalVocabulary, drug: Entity) -> tuple[Path, ...]:
         if drug.iri not in self._contra:
-            try:
-                steps = self.kg.anchor(drug, k=max(self.config.k, 50), relations=[CONTRAINDICATED_IN])
-            except MirageError:
-                steps = []
-            self._contra[drug.iri] = tuple(
-                Path((s,)) for s in steps
-                if _local(s.relation.iri) == "contraindicated_in" and s.subject.iri == drug.iri
-            )
+            steps = self._role_steps(vocab, drug, ("contraindicated_in",))
+            self._contra[drug.iri] = tuple(Path((s,)) for s in steps)
         return self._contra[drug.iri]
 
-    def _check_treatments(self, question_entities: Sequence[Entity], kept: list[Claim]
-                          ) -> tuple[list[Claim], list[Claim], list[Claim], list[Conflict]]:
-        """Drop a drug that the KG contraindicates in a condition of the question or of a surviving claim."""
+    def _check_treatments(self, vocab: ClinicalVocabulary, question_entities: Sequence[Entity],
+                          diagnoses: Sequence[Entity], kept: list[Claim], kinds: dict[str, str], avoid: bool
+                          ) -> tuple[list[Claim], list[Claim], list[Claim], list[Conflict], str | None]:
+        """Drop a drug that the KG contraindicates in a condition of the question, the diagnosis or a surviving
+        claim; with an "avoid" intent, also warn of the drugs the KG contraindicates in the diagnosis."""
         conditions = {e.iri: e for e in question_entities}
-        conditions.update({c.entity.iri: c.entity for c in kept if c.kind == "disease"})
+        conditions.update({e.iri: e for e in diagnoses})
+        conditions.update({c.entity.iri: c.entity for c in kept if c.kind in _CONDITION_KINDS})
         survivors, dropped, warnings, conflicts = [], [], [], []
+        failed: list[str] = []
+        if not vocab.relations_with_role(*_CONTRA_ROLES) and any(c.kind == "drug" for c in kept):
+            failed.append("the knowledge graph declares no relation with a contraindication role")
         for claim in kept:
             if claim.kind != "drug":
                 survivors.append(claim)
                 continue
-            against = [p for p in self._contraindications(claim.entity) if p.steps[0].object.iri in conditions]
+            try:
+                against = [p for p in self._contraindications(vocab, claim.entity) if _far_end(p, claim.entity).iri
+                           in conditions]
+            except MirageError as exc:
+                failed.append(f"{claim.entity.label} ({exc})")
+                survivors.append(claim)
+                continue
             if not against:
                 survivors.append(claim)
                 continue
-            where = ", ".join(p.steps[0].object.label for p in against)
+            where = ", ".join(_far_end(p, claim.entity).label for p in against)
             dropped.append(_with(claim, "contraindicated", f"contraindicated in {where}"))
             warnings.append(Claim(claim.entity, "warning", against[0].text, tuple(against[: self.config.max_citations]),
                                   claim.chains, claim.support))
-            conflicts.append(Conflict("treatment", (claim.entity, *(p.steps[0].object for p in against)), None, (),
-                                      f"{claim.entity.label} is recommended by a chain but the knowledge graph "
+            conflicts.append(Conflict("treatment", (claim.entity, *(_far_end(p, claim.entity) for p in against)),
+                                      None, (), f"{claim.entity.label} is recommended but the knowledge graph "
                                       f"contraindicates it in {where}", tuple(against)))
-        return survivors, dropped, warnings, conflicts
+        if avoid:
+            warned = {w.entity.iri for w in warnings}
+            for diagnosis in list(conditions.values())[:4]:
+                try:
+                    steps = self._role_steps(vocab, diagnosis, ("contraindicates",))
+                except MirageError as exc:
+                    failed.append(f"{diagnosis.label} ({exc})")
+                    continue
+                for step in steps[:3]:
+                    drug = _far_end(Path((step,)), diagnosis)
+                    if drug.iri not in warned:
+                        warned.add(drug.iri)
+                        warnings.append(Claim(drug, "warning", Path((step,)).text, (Path((step,)),), (), 0.0))
+        problem = None
+        if failed:
+            problem = "the contraindication check could not run for " + "; ".join(failed)
+        return survivors, dropped, warnings, conflicts, problem
+
+    def _vote_letter(self, options: Sequence[str], chains: Sequence[ChainResult], weights: Sequence[float],
+                     paths: Sequence[Path], q_iris: set[str]) -> tuple[str | None, Conflict | None, str | None]:
+        """The option the chains pick, weighted by their diagnosis-vote weight; ties go to the option the KG
+        evidence supports (its entities appear in a path with the question's), then to the earlier letter. With no
+        chain pick, the option the evidence alone supports. Returns the letter, the vote, and a flag when the KG
+        does not back the pick."""
+        letters = LETTERS[: len(options)]
+        totals: dict[str, float] = {}
+        for i, chain in enumerate(chains):
+            letter = extract_letter(chain.answer, options)
+            if letter is not None:
+                totals[letter] = totals.get(letter, 0.0) + weights[i]
+        backed = {letter: self._option_support(option, paths, q_iris) for letter, option in zip(letters, options)}
+        if totals:
+            best = max(totals, key=lambda x: (totals[x], backed[x], -letters.index(x)))
+            conflict = None
+            if len(totals) > 1:
+                votes = tuple(sorted(totals.items(), key=lambda kv: -kv[1]))
+                conflict = Conflict("choice", (), None, votes, f"chains pick different options; {best} wins the vote")
+            note = None if backed[best] else f"option {best} is the model's own pick, {NOT_SUPPORTED}"
+            return best, conflict, note
+        if any(backed.values()):
+            best = max(letters, key=lambda x: (backed[x], -letters.index(x)))
+            return best, None, f"no chain picked an option; {best} is the one the knowledge-graph evidence names"
+        return None, None, None
+
+    def _option_support(self, option: str, paths: Sequence[Path], q_iris: set[str]) -> int:
+        entities = {e.iri for e, _, _ in self._mentions(option)} - q_iris
+        return sum(1 for p in paths if (_node_iris(p) & entities) and (_node_iris(p) & q_iris))
 
     # -- wording --------------------------------------------------------------------------------------------------
 
     def prompt(self, synthesis: Synthesis) -> str | None:
-        """The writer's prompt, or None when there is nothing to write from (the answer abstains)."""
-        if synthesis.abstained:
+        """The writer's prompt, or None when there is nothing for the model to word (no supported claim, or a
+        multiple-choice pick with no claim to explain it)."""
+        if not synthesis.claims and not (synthesis.options and synthesis.letter is None):
             return None
+        options = ()
+        if synthesis.options:
+            options = tuple(f"{letter}. {text}" for letter, text in zip(LETTERS, synthesis.options))
         return self.backend.format_chat(
-            prompts.synthesizer_messages(synthesis.question, synthesis.facts, synthesis.warnings))
+            prompts.synthesizer_messages(synthesis.question, synthesis.facts, synthesis.warnings, options=options,
+                                         gaps=synthesis.gaps))
 
     def merge_prompt(self, question: str, chains: Sequence[ChainResult]) -> str:
         """Without the synthesizer: one prompt over the chains' answers (the reference code's way)."""
@@ -377,43 +562,112 @@ class Synthesizer:
         return prompts.abstain_text([e.label for e in synthesis.question_entities])
 
     def finish(self, synthesis: Synthesis, completion: Completion | str | None) -> tuple[str, tuple[str, ...]]:
-        """The answer text and its flags: mentions of entities no surviving claim supports are flagged."""
-        if synthesis.abstained:
-            return self.abstention(synthesis), ()
+        """The answer text and its flags. A multiple-choice answer opens with its letter; a free-text answer no
+        claim supports is the chains' own, flagged (or an abstention); a worded answer that drops the claims the
+        question asked for or asserts what no claim supports is replaced by the cited claims, verbalised."""
+        flags = list(synthesis.flags)
         raw = completion if isinstance(completion, str) or completion is None else completion.text
         text = _tidy(raw or "")
         if isinstance(completion, Completion) and completion.finish_reason == "length":
             text = whole_sentences(text)
-        flags: list[str] = []
-        if not text:
-            flags.append("the model wrote no usable answer; the claims are listed as they are")
+        if synthesis.options:
+            return self._finish_choice(synthesis, text, flags)
+        if not synthesis.claims:
+            if synthesis.abstained:
+                return self.abstention(synthesis), tuple(flags)
+            flags.append(f"the answer is the model's own, {NOT_SUPPORTED}")
+            return normalise_units(synthesis.model_answer), tuple(flags)
+        text, problems, notes = self.check_wording(synthesis, text)
+        if problems:
+            flags += problems
             text = self.fallback_text(synthesis)
+        else:
+            flags += notes
+        return text, tuple(flags)
+
+    def _finish_choice(self, synthesis: Synthesis, text: str, flags: list[str]) -> tuple[str, tuple[str, ...]]:
+        options = synthesis.options
+        letter = synthesis.letter
+        if letter is None:
+            letter = extract_letter(text, options)
+            if letter is not None:
+                flags.append(f"no chain picked an option; {letter} is the writer's own pick, {NOT_SUPPORTED}")
+        if letter is None:
+            letter = _closest_option(options, " ".join((text, synthesis.model_answer)))
+            flags.append(f"the model named no option; {letter} is the option closest to what it wrote, "
+                         f"{NOT_SUPPORTED}")
+        explanation = ""
+        if synthesis.claims:
+            checked, problems, notes = self.check_wording(synthesis, _drop_letter_line(text))
+            explanation = self.fallback_text(synthesis) if problems else checked
+            flags += problems or notes
+        head = f"Answer: {letter}. {options[LETTERS.index(letter)]}"
+        return (f"{head}\n\n{explanation}" if explanation else head), tuple(flags)
+
+    def check_wording(self, synthesis: Synthesis, text: str) -> tuple[str, list[str], list[str]]:
+        """``text`` (units normalised, unstated warnings appended), what is wrong with it (no text; an entity no
+        claim supports; a recommendation that names no supported drug or procedure, "drink bleach, it treats
+        asthma"; a diagnosis or an asked-for claim left out: the caller falls back on the claims) and notes (a
+        contraindicated drug named without its warning: the warning is appended)."""
+        if not text:
+            return "", ["the model wrote no usable answer; the claims are listed as they are"], []
         text = normalise_units(text)
+        problems: list[str] = []
+        notes: list[str] = []
         allowed = {e.iri for e in synthesis.question_entities}
         for claim in synthesis.claims:
             allowed.add(claim.entity.iri)
             allowed.update(n.iri for p in claim.citations for n in p.nodes)
         warnings = {c.entity.iri: c for c in synthesis.claims if c.kind == "warning"}
+        treatments = {c.entity.iri for c in synthesis.claims if c.kind in ("drug", "procedure")}
+        found = self._mentions(text)
+        named = {e.iri for e, _, _ in found}
         unstated: list[str] = []
-        for entity, _, _ in self._mentions(text):
+        for entity, _, _ in found:
             warning = warnings.pop(entity.iri, None)
             if warning is not None:
                 # The writer named a drug the graph contraindicates here (small models even recommend it): the
                 # warning must be in the text the user reads, not only in the claims.
                 if warning.text.lower() not in text.lower():
-                    flags.append(f"the answer mentions {entity.label}, which the knowledge graph contraindicates "
-                                 f"({warning.text})")
                     unstated.append(warning.text)
+                    notes.append(f"the answer mentions {entity.label}, which the knowledge graph contraindicates "
+                                 f"({warning.text})")
             elif entity.iri not in allowed:
-                flags.append(f"the answer mentions {entity.label}, which no surviving claim supports")
+                problems.append(f"the model's wording mentions {entity.label}, which no surviving claim supports")
                 allowed.add(entity.iri)
+        for sentence in _sentences(text):
+            if _RECOMMENDS.search(sentence) and not _NEGATED.search(sentence):
+                spans = [(s, e) for ent, s, e in found if ent.iri in treatments]
+                start = text.find(sentence)
+                if not any(start <= s < start + len(sentence) for s, _ in spans):
+                    problems.append(f"the model's wording recommends what no claim supports: {sentence.strip()!r}")
+        required = [d for d in synthesis.diagnoses if d.iri not in {e.iri for e in synthesis.question_entities}]
+        for intent in synthesis.intents:
+            if intent in INTENT_ANSWERS:
+                kind = INTENT_ANSWERS[intent][0]
+                required += [c.entity for c in synthesis.claims if c.kind == kind][:1]
+        missing = [e.label for e in required if e.iri not in named and e.label.casefold() not in text.casefold()]
+        if missing:
+            problems.append(f"the model's wording leaves out {', '.join(missing)}")
         if unstated:
             text += "\n\n" + " ".join(f"Warning: {w}." for w in unstated)
-        return text, tuple(flags)
+        return text, problems, notes
 
     def fallback_text(self, synthesis: Synthesis) -> str:
-        facts = " ".join(f"{fact} [{i}]." for i, fact in enumerate(synthesis.facts, start=1))
-        return f"From the knowledge graph: {facts} Please see a doctor about your situation."
+        """The cited claims verbalised plainly: what it may be, the facts (numbered), gaps and warnings."""
+        parts = []
+        diagnoses = [d.label for d in synthesis.diagnoses
+                     if d.iri not in {e.iri for e in synthesis.question_entities}]
+        if diagnoses:
+            parts.append(f"The knowledge graph points to {' or '.join(diagnoses)}.")
+        facts = [c.text for c in synthesis.claims if c.kind != "warning"]
+        if facts:
+            numbered = " ".join(f"{fact} [{i}]." for i, fact in enumerate(dict.fromkeys(facts), start=1))
+            parts.append(f"From the knowledge graph: {numbered}")
+        parts += list(synthesis.gaps)
+        parts += [f"Warning: {w}." for w in synthesis.warnings]
+        parts.append("Please see a doctor about your situation.")
+        return " ".join(parts)
 
     def synthesize(self, question: str, question_entities: Sequence[Entity], chains: Sequence[ChainResult],
                    *, seed: int | None = None) -> tuple[Synthesis, str, tuple[str, ...], Completion | None]:
@@ -428,6 +682,10 @@ class Synthesizer:
 
 
 _SENTENCE_END = re.compile(r"[.!?](?:[\"')\]]|\s*\[\d+\])*(?=\s|$)")
+_RECOMMENDS = re.compile(r"\b(?:take|taking|drink|use|using|try|prescribe[sd]?|recommend\w*|treat(?:s|ed|ing)?|"
+                         r"cure[sd]?|helps? (?:with|against)|relieve[sd]?|dose)\b", re.IGNORECASE)
+_NEGATED = re.compile(r"\b(?:not|never|no|avoid|don't|do not|contraindicated)\b|see a doctor|ask a doctor|"
+                      r"talk to|consult", re.IGNORECASE)
 
 
 def whole_sentences(text: str) -> str:
@@ -436,12 +694,82 @@ def whole_sentences(text: str) -> str:
     return text[: ends[-1].end()].rstrip() if ends else text
 
 
+def _sentences(text: str) -> list[str]:
+    out, last = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        out.append(text[last:match.end()])
+        last = match.end()
+    if text[last:].strip():
+        out.append(text[last:])
+    return [s for s in out if s.strip()]
+
+
 def _tidy(text: str) -> str:
     text = strip_think(text)
     if "<think>" in text:  # it never finished thinking: no answer in it
         return ""
     text = re.sub(r"<\|KG_[A-Z_]+\|>", " ", text)
     return text.strip()
+
+
+def _drop_letter_line(text: str) -> str:
+    """The writer's explanation without its "Answer: X" line (the letter is stated once, by the synthesizer)."""
+    return re.sub(r"(?im)^\s*(?:final\s+)?answer\s*[:：]\s*[\(\[]?[A-J]\b[^\n]*\n?", "", text).strip()
+
+
+def _closest_option(options: Sequence[str], text: str) -> str:
+    """The option sharing the most words with ``text`` (the first on a tie), for a model that named none."""
+    words = set(re.findall(r"\w+", text.casefold()))
+
+    def overlap(option: str) -> int:
+        own = set(re.findall(r"\w+", option.casefold()))
+        chars = sum(1 for ch in set(option) if not ch.isspace() and ch in text)  # scripts without spaces
+        return len(own & words) * 10 + chars
+
+    scores = [overlap(o) for o in options]
+    return LETTERS[scores.index(max(scores))]
+
+
+def _model_answer(chains: Sequence[ChainResult], normalised: Sequence[str]) -> str:
+    """The chains' own answer: each sub-question's first answer (normalised), once."""
+    seen: dict[str, str] = {}
+    for chain, text in zip(chains, normalised):
+        if text.strip() and chain.sub_question not in seen:
+            seen[chain.sub_question] = text.strip()
+    return "\n\n".join(dict.fromkeys(seen.values()))
+
+
+def _tying_paths(iri: str, own: Sequence[Path], evidence: Sequence[Path], anchors: set[str]) -> list[Path]:
+    """The paths that tie ``iri`` to an anchor (a question entity or a diagnosis): a path the chain saw that holds
+    both, else two one-step facts it saw joined at a shared entity (anchor - x - iri), itself a path of the KG."""
+    direct = [p for p in own if (_node_iris(p) - {iri}) & anchors]
+    if direct:
+        return direct
+    joined = []
+    for near in own:
+        if len(near.steps) != 1:
+            continue
+        middle = _far_end(near, Entity(iri, ""))
+        if middle.iri in anchors or middle.iri == iri:
+            continue
+        for far in evidence:
+            if len(far.steps) != 1 or far is near:
+                continue
+            ends = {far.steps[0].subject.iri, far.steps[0].object.iri}
+            if middle.iri in ends and (ends - {middle.iri}) & anchors and iri not in ends:
+                anchor = _far_end(far, middle)
+                joined.append(Path((_walked(far.steps[0], anchor.iri), _walked(near.steps[0], middle.iri))))
+    return joined[:3]
+
+
+def _walked(step: Step, start: str) -> Step:
+    """``step`` walked from the entity ``start``."""
+    return replace(step, direction="forward" if step.subject.iri == start else "backward")
+
+
+def _far_end(path: Path, entity: Entity) -> Entity:
+    step = path.steps[0]
+    return step.object if step.subject.iri == entity.iri else step.subject
 
 
 def _node_iris(path: Path) -> set[str]:
@@ -453,10 +781,17 @@ def _rank_paths(paths: Sequence[Path], q_iris: set[str]) -> list[Path]:
     return sorted(paths, key=lambda p: (not (_node_iris(p) & q_iris), len(p.steps), p.text))
 
 
+def _top(claims: list[Claim], limit: int) -> list[Claim]:
+    """The strongest ``limit`` claims, warnings always kept."""
+    warnings = [c for c in claims if c.kind == "warning"]
+    rest = [c for c in claims if c.kind != "warning"]
+    return rest[: max(0, limit - len(warnings))] + warnings
+
+
 def _with(claim: Claim, status: Status, reason: str, citations: Sequence[Path] | None = None) -> Claim:
     cites = tuple(citations) if citations is not None else claim.citations
     text = cites[0].text if cites else claim.entity.label
-    return Claim(claim.entity, claim.kind, text, cites[:3], claim.chains, claim.support, status, reason)
+    return replace(claim, text=text, citations=cites[:3], status=status, reason=reason)
 
 
 def _neg(label: str) -> tuple[int, ...]:

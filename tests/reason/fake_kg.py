@@ -6,11 +6,13 @@ the graph queries it answers so cache tests can check them."""
 from __future__ import annotations
 
 import difflib
+import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mirage_kg import Candidate, Entity, Evidence, Mention, Path, Relation, RetrievalResult, Step, UnknownEntityError
+from mirage_kg.store import OxigraphStore, ensure_schema
 
 KG = "https://w3id.org/mirage-kg/entity/"
 MKG = "https://w3id.org/mirage-kg/schema#"
@@ -115,6 +117,20 @@ class FakeKG:
 
     def __post_init__(self) -> None:
         self.linker = FakeLinker(self)
+        self._store: OxigraphStore | None = None
+
+    @property
+    def store(self) -> OxigraphStore:
+        """A real store holding the schema and the fake's triples, so kinds and roles resolve as on a real KG
+        (here from the schema's domain/range and roles: the fake's entities carry no types)."""
+        if self._store is None:
+            store = OxigraphStore()
+            ensure_schema(store)
+            lines = [f"<{ent(s).iri}> <{RELATIONS[r].iri}> <{ent(o).iri}> .\n" for s, r, o in self.triples]
+            store.load(io.BytesIO("".join(lines).encode()), media_type="application/n-triples",
+                       graph="urn:fake-kg", source="fake KG")
+            self._store = store
+        return self._store
 
     def entity(self, ref: str | Entity) -> Entity:
         if isinstance(ref, Entity):

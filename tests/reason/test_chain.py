@@ -304,7 +304,7 @@ def test_seed_evidence_is_in_the_prompt_and_in_the_evidence() -> None:
     kg = FakeKG()
     seed = kg.retrieve("I have the flu").evidence
     backend = scripted(["It is influenza."])
-    _, [result] = run(kg, backend, [ChainSpec("What is it?", "I have the flu. What is it?", seed)], seed_facts=2)
+    _, [result] = run(kg, backend, [ChainSpec("What is it?", "I have the flu. What is it?", seed[:2])])
     prompt = backend.calls[0].prompts[0]
     assert "Facts from the knowledge graph:\n- Influenza has symptom Fever" in prompt
     assert "This is part of a larger question: I have the flu. What is it?" in prompt

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from fake_kg import FakeKG
+from fake_kg import FakeKG, ent
 
 from mirage_reason.backends import ScriptedBackend
 from mirage_reason.config import PIPELINES, MirageConfig
@@ -74,7 +74,8 @@ def test_answer_many_batches_every_chain_of_every_question() -> None:
         ["What does wheezing suggest?"] * 2
     assert other.text == "It looks like influenza [1]. See a doctor."
     assert not other.abstained
-    assert kg.counts["anchor"] == 2  # Influenza and Asthma once each: the samples share the search cache
+    # Influenza and Asthma searched once each: the samples share the search cache
+    assert mirage.runner.searcher.kg_queries == 2
 
 
 def test_answer_record_and_json_shape() -> None:
@@ -142,11 +143,15 @@ def test_no_synthesizer_merges_the_chain_answers_with_one_prompt() -> None:
     assert answer.text == "Merged: influenza or asthma." and answer.conflicts == () and not answer.abstained
 
 
-def test_nothing_relevant_in_the_kg_means_abstention() -> None:
+def test_nothing_relevant_in_the_kg_means_abstention_or_a_flagged_answer_by_policy() -> None:
     backend = ScriptedBackend(lambda p: "You should drink some water.")
-    answer = Mirage(FakeKG(), backend, MirageConfig()).answer("How do I fix my car?")  # type: ignore[arg-type]
+    config = MirageConfig(no_support="abstain")
+    answer = Mirage(FakeKG(), backend, config).answer("How do I fix my car?")  # type: ignore[arg-type]
     assert answer.abstained and "could not match this question" in answer.text
     assert other_calls(backend) == []  # nothing to word: no synthesis call
+    answer = Mirage(FakeKG(), backend, MirageConfig()).answer("How do I fix my car?")  # type: ignore[arg-type]
+    assert not answer.abstained and answer.text == "You should drink some water."
+    assert answer.flags == ("the answer is the model's own, not supported by the knowledge graph",)
 
 
 def test_every_pipeline_runs() -> None:
@@ -187,7 +192,7 @@ def test_demo_kg_with_a_scripted_model(demo_kg: object) -> None:
         if "Write at most" in prompt:
             return "1. What do palpitations suggest?\n2. What does dizziness suggest?"
         if "Facts:\n[1]" in prompt:
-            return "Panic disorder fits these symptoms [1]."
+            return "Panic disorder matches these symptoms [1]."
         if turn_of(prompt) == 0:
             return f"{QB}Panic disorder||Palpitations{QE}"
         return "It could be panic disorder."
@@ -199,7 +204,7 @@ def test_demo_kg_with_a_scripted_model(demo_kg: object) -> None:
     assert answer.chains[0].seed_paths  # retrieve() seeded it
     assert "Panic disorder" in {c.entity.label for c in answer.claims}
     assert all(demo_kg.path_exists(p) for p in answer.cited_paths())  # type: ignore[attr-defined]
-    assert answer.text == "Panic disorder fits these symptoms [1]."
+    assert answer.text == "Panic disorder matches these symptoms [1]."
 
 
 @pytest.mark.llm
@@ -217,3 +222,27 @@ def test_whole_loop_with_smollm2(demo_kg: object, smollm2_backend: object) -> No
         json.dumps(answer.to_json())
     # every step of the run went to the model as one batch of all live chains
     assert answers[0].chains[0].seed_paths
+
+
+def test_chains_start_from_all_of_the_retrievers_evidence_split_between_them() -> None:
+    kg, backend = FakeKG(), ScriptedBackend(model)
+    mirage = Mirage(kg, backend, MirageConfig(seed_facts=1, rank_by_question=False))  # type: ignore[arg-type]
+    answer = mirage.answer(FEVER_WHEEZE)
+    whole = kg.retrieve(FEVER_WHEEZE).evidence
+    seeds = [set(c.seed_paths) for c in answer.chains]
+    assert len(seeds) == 2 and set(e.path for e in whole) <= seeds[0] | seeds[1]  # nothing of it is lost
+    assert not seeds[0] <= seeds[1] and not seeds[1] <= seeds[0]  # split, not copied
+    # so the pipeline's evidence is at least the retriever's
+    assert {n.id for e in whole for n in e.path.nodes} <= answer.evidence_entities()
+
+
+def test_split_evidence_by_sub_question_entities() -> None:
+    from mirage_reason.coordinator import split_evidence
+
+    kg = FakeKG()
+    flu, asthma = kg.retrieve("flu").evidence, kg.retrieve("asthma").evidence
+    whole = flu + asthma
+    shares = split_evidence(whole, [flu, asthma], [{ent("Influenza").iri}, {ent("Asthma").iri}], own_facts=0)
+    assert shares == [flu, asthma]
+    [single] = split_evidence(whole, [whole], [set()], own_facts=5)
+    assert single == whole

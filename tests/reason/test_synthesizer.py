@@ -6,6 +6,7 @@ from __future__ import annotations
 from fake_kg import FakeKG, ent
 
 from mirage_kg import Path
+from mirage_kg.kinds import vocabulary
 from mirage_reason.backends import ScriptedBackend
 from mirage_reason.chain import ChainResult
 from mirage_reason.config import MirageConfig
@@ -40,7 +41,8 @@ def test_claims_cite_the_paths_that_contain_them() -> None:
     assert flu.kind == "disease" and flu.chains == (0,)
     # paths touching the question's entities come first
     assert flu.citations[0].text in ("Influenza has symptom Cough", "Influenza has symptom Fever")
-    assert len(flu.citations) == 3 and all(ent("Influenza") in p.nodes for p in flu.citations)
+    # only paths that tie it to the question count ("Influenza has symptom Fatigue" does not)
+    assert len(flu.citations) == 2 and all(ent("Influenza") in p.nodes for p in flu.citations)
     assert flu.to_json()["citations"][0].keys() == {"nodes", "steps", "text"}
     # canonical labels replace synonyms; a difference of case only is left as written
     assert s.normalised_answers == ("You probably have the Influenza; oseltamivir helps.",)
@@ -102,7 +104,7 @@ def test_a_diagnosis_and_its_subtype_do_not_conflict() -> None:
 def test_sibling_subtypes_do_conflict() -> None:
     synth, kg, _ = make()
     s = synth.analyse("I pass a lot of urine (polyuria).", [ent("Polyuria")],
-                      [chain("Type 2 diabetes mellitus.", facts(kg, "Type 2 diabetes mellitus")),
+                      [chain("Type 2 diabetes mellitus.", facts(kg, "Type 2 diabetes mellitus", "Diabetes mellitus")),
                        chain("Type 1 diabetes mellitus.", facts(kg, "Type 1 diabetes mellitus")),
                        chain("Type 1 diabetes mellitus.", facts(kg, "Type 1 diabetes mellitus"))])
     [conflict] = s.conflicts
@@ -136,12 +138,21 @@ def test_drug_contraindicated_in_the_winning_diagnosis_of_another_chain() -> Non
 
 
 def test_no_evidence_means_abstention_and_no_model_call() -> None:
-    synth, _, backend = make()
+    synth, _, backend = make(no_support="abstain")
     s, text, flags, completion = synth.synthesize(FEVER_COUGH, [ent("Fever"), ent("Cough")],
                                                   [chain("Surely influenza.", ()), chain("", ())])
     assert s.abstained and completion is None and backend.calls == []
     assert "will not guess" in text and "Fever, Cough" in text
     assert [c.status for c in s.dropped] == ["unsupported"]
+
+
+def test_no_evidence_under_the_flag_policy_gives_the_models_answer_flagged() -> None:
+    synth, _, backend = make()  # no_support="flag", the default
+    s, text, flags, completion = synth.synthesize(FEVER_COUGH, [ent("Fever"), ent("Cough")],
+                                                  [chain("Surely flu.", ()), chain("", ())])
+    assert not s.abstained and completion is None and backend.calls == []
+    assert text == "Surely Influenza." and flags == ("the answer is the model's own, not supported by the "
+                                                     "knowledge graph",)
 
 
 def test_writer_sees_only_surviving_claims_and_its_extra_mentions_are_flagged() -> None:
@@ -153,8 +164,11 @@ def test_writer_sees_only_surviving_claims_and_its_extra_mentions_are_flagged() 
     prompt = backend.calls[0].prompts[0]
     assert "[1] Influenza has symptom" in prompt
     assert "Paracetamol" not in prompt and "Common cold" not in prompt
-    assert text.endswith("Take 500 mg.")
-    assert flags == ("the answer mentions Sumatriptan, which no surviving claim supports",)
+    # the wording names a drug no claim supports and recommends a dose of nothing: the claims are verbalised instead
+    assert text.startswith("The knowledge graph points to Influenza. From the knowledge graph: Influenza has symptom")
+    assert "Sumatriptan" not in text
+    assert flags == ("the model's wording mentions Sumatriptan, which no surviving claim supports",
+                     "the model's wording recommends what no claim supports: 'Take 500 mg.'")
 
 
 def test_a_contraindicated_drug_in_the_written_answer_gets_its_warning_in_the_text() -> None:
@@ -178,26 +192,27 @@ def test_a_contraindicated_drug_in_the_written_answer_gets_its_warning_in_the_te
 def test_empty_wording_falls_back_to_the_claims() -> None:
     synth, kg, _ = make(["<think>I was thinking and never fini"])
     s, text, flags, _ = synth.synthesize(FEVER_COUGH, [ent("Fever")], [chain("Influenza.", facts(kg, "Influenza"))])
-    assert text.startswith("From the knowledge graph: Influenza has symptom")
+    assert "From the knowledge graph: Influenza has symptom" in text
     assert "no usable answer" in flags[0]
 
 
 def test_resolve_false_only_extracts() -> None:
     synth, kg, _ = make()
-    s = synth.analyse(FEVER_COUGH, [ent("Fever")], [chain("Influenza.", facts(kg, "Influenza")),
-                                                    chain("Common cold.", facts(kg, "Common cold"))], resolve=False)
+    s = synth.analyse(FEVER_COUGH, [ent("Fever"), ent("Cough")],
+                      [chain("Influenza.", facts(kg, "Influenza")), chain("Common cold.", facts(kg, "Common cold"))],
+                      resolve=False)
     assert s.conflicts == () and {c.entity.label for c in s.claims} == {"Influenza", "Common cold"}
 
 
 def test_entity_kind_and_units() -> None:
     kg = FakeKG()
+    vocab = vocabulary(kg)  # the fake's entities are untyped: the schema's roles and domain/range type them
     paths = facts(kg, "Influenza", "Asthma")
-    assert entity_kind(ent("Influenza"), paths) == "disease"
-    assert entity_kind(ent("Cough"), paths) == "symptom"
-    assert entity_kind(ent("Salbutamol"), paths) == "drug"
-    assert entity_kind(ent("Nausea"), paths) == "concept"
-    # seen only in an is-a edge: it takes its parent's kind
-    assert entity_kind(ent("Type 1 diabetes mellitus"), facts(kg, "Diabetes mellitus")) == "disease"
+    assert entity_kind(ent("Influenza"), paths, vocab) == "disease"
+    assert entity_kind(ent("Cough"), paths, vocab) == "finding"
+    assert entity_kind(ent("Salbutamol"), paths, vocab) == "drug"
+    assert entity_kind(ent("Nausea"), (), vocab) == "finding"  # from its edges in the KG, not the paths
+    assert entity_kind(ent("Blood glucose test"), (), vocab) == "test"
     assert normalise_units("500 milligrams, 100 mcg, 5 ml, 2 grams, 10 IU, 3 micrograms") == \
         "500 mg, 100 µg, 5 mL, 2 g, 10 IU, 3 µg"
     assert normalise_units("5 mgs daily; version 2 ml.") == "5 mg daily; version 2 mL."
