@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import click
 
@@ -24,7 +28,8 @@ FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpo
               help="Source format; auto asks each loader whether it can read the path.")
 @click.option("--graph", metavar="NAME", help="Named graph for the load [default: one per source file].")
 @click.option("--namespace", metavar="IRI", help="Namespace for entity IRIs minted from names (triple files).")
-@click.option("--lang", default="en", show_default=True, help="Language tag for labels (triple files); "
+@click.option("--lang", default="en", show_default=True, callback=lambda ctx, param, value: checked_langs(value),
+              help="Language tag for labels (triple files); "
               "language filter (UMLS).")
 @click.option("--lenient", is_flag=True, help="Skip bad rows and report them instead of failing.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -43,8 +48,6 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, fmt: 
          as_update: bool) -> None:
     """Load PATHS (files or release folders) into a store, each into its own named graph, atomically; with
     --update, bring an existing graph to a new release of its source."""
-    import os
-
     from mirage_kg.loaders import LoadOptions, LoadReport, detect, get_loader
     from mirage_kg.namespaces import GRAPH, expand, mint
     from mirage_kg.store import RDF_FORMATS, open_store
@@ -53,6 +56,7 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, fmt: 
         store = os.environ.get("MIRAGE_KG_STORE")
         if store is None:
             raise click.UsageError("give --store DIR (or set MIRAGE_KG_STORE) or --endpoint URL to load into")
+    report_target = writable_destination(report_path) if report_path else None  # before a load commits
     options = LoadOptions(lang=lang, lenient=lenient)
     if namespace:
         options.namespace = expand(namespace) if ":" in namespace and not namespace.startswith("http") else namespace
@@ -89,8 +93,23 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, fmt: 
             click.echo(f"warning: {warning}", err=True)
         if report.total or report_path:
             _print_report(report)
-            if report_path:
-                report.write(report_path)
+            if report_target is not None:
+                data = json.dumps(report.to_json(), indent=2).encode("utf-8")
+                write_atomically(report_target, lambda handle: handle.write(data))
+
+
+_LANG_TAG = re.compile(r"[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*")
+
+
+def checked_langs(value: str) -> str:
+    """``--lang``: a language tag (``en``, ``pt-BR``), a UMLS LAT (``ENG``), a comma-separated list of them, or
+    ``all``; anything else (``'e n'``) is a usage error, not labels tagged with garbage."""
+    parts = [p.strip() for p in value.split(",")] if value else []
+    if value and value.strip().lower() not in ("all", "*", "any") and (
+            not parts or not all(_LANG_TAG.fullmatch(p) for p in parts)):
+        raise click.BadParameter(f"{value!r} is not a language tag (such as en or pt-BR), a list of them "
+                                 "(en,fr) or all", param_hint="--lang")
+    return value
 
 
 def _print_report(report: "object") -> None:
@@ -158,16 +177,51 @@ def export(store: str | None, endpoint: str | None, fmt: str, output: Path | Non
     from mirage_kg.store import RDF_FORMATS, open_store
 
     media = RDF_FORMATS[fmt][0]
+    destination = writable_destination(output) if output is not None else None
     with open_store(store, endpoint) as opened:
-        if output is None:
+        if destination is None:
             opened.export(sys.stdout.buffer, media)
             sys.stdout.buffer.flush()
             return
-        tmp = output.with_name(output.name + ".part")
-        with open(tmp, "wb") as handle:
-            opened.export(handle, media)
-        tmp.replace(output)  # never leave a half-written export under the real name
+        write_atomically(destination, lambda handle: opened.export(handle, media))
     click.echo(f"wrote {output}", err=True)
+
+
+def writable_destination(path: Path) -> Path:
+    """Where an output file really goes (a symlink is followed to its target), checked writable before any work
+    is done, so a bad ``-o``, ``--html`` or ``--report`` fails in one line and before a load commits."""
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
+        raise InputError("is a folder; give a file name", path)
+    if target.exists():
+        if not os.access(target, os.W_OK):
+            raise InputError("cannot write: permission denied", path)
+    else:
+        folder = target.parent
+        if not folder.is_dir():
+            raise InputError(f"cannot write: no such folder {folder}", path)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise InputError(f"cannot write: permission denied in {folder}", path)
+    return target
+
+
+def write_atomically(target: Path, write: "Callable[[BinaryIO], None]") -> None:
+    """A regular file is written beside itself and renamed over, so a failed write leaves the old one whole; a
+    device, pipe or socket (``/dev/stdout``, a FIFO) is written in place, never replaced by a file."""
+    try:
+        if target.exists() and not target.is_file():
+            with open(target, "wb") as handle:
+                write(handle)
+            return
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+        try:
+            with open(tmp, "wb") as handle:
+                write(handle)
+            tmp.replace(target)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", target) from exc
 
 
 @click.command()

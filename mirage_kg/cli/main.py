@@ -60,6 +60,9 @@ class MirageGroup(click.Group):
             return super().invoke(ctx)
         except MirageError as exc:
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:  # the system's own errors (disk full, permissions) are one line too, with the file
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            raise click.ClickException(f"{where}{exc.strerror or exc}") from None
         except KeyboardInterrupt:
             raise click.ClickException("interrupted; nothing was half-written (loads are atomic)") from None
 

@@ -7,6 +7,7 @@ counted by reason in a ``LoadReport`` (nothing is skipped silently)."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,15 @@ def default_graph_name(path: Path, kind: str) -> str:
     from mirage_kg.namespaces import mint
 
     return mint(GRAPH + kind + "/", path.name)
+
+
+def checked_lang(lang: str | None) -> str | None:
+    """``--lang`` as the language tag of the labels a loader writes (``en``, ``pt-BR``); empty for none."""
+    if not lang:
+        return None
+    if not re.fullmatch(r"[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*", lang):
+        raise InputError(f"--lang {lang!r} is not a language tag (such as en or pt-BR) for the labels of this source")
+    return lang
 
 
 def literal_nt(value: str, lang: str | None = None) -> str:

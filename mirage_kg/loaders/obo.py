@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirage_kg.errors import InputError, MissingExtraError
-from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, checked_lang, literal_nt, read_lines
 from mirage_kg.loaders.hygiene import open_input
 from mirage_kg.loaders.nt_terms import (
     ACTIVE,
@@ -175,15 +175,6 @@ class TermWriter:
             else:
                 out.append(f"{ref} {_EXACT if exact else _CLOSE} {iri_ref(target)} .\n")
         return "".join(out)
-
-
-def checked_lang(lang: str | None) -> str | None:
-    """``--lang`` as the language tag of the labels a loader writes (``en``, ``pt-BR``); empty for none."""
-    if not lang:
-        return None
-    if not re.fullmatch(r"[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*", lang):
-        raise InputError(f"--lang {lang!r} is not a language tag (such as en or pt-BR) for the labels of this source")
-    return lang
 
 
 def readable(identifier: str) -> str:

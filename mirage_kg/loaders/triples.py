@@ -9,7 +9,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, default_graph_name, literal_nt, read_lines
+from mirage_kg.loaders.base import (
+    Loader,
+    LoadOptions,
+    LoadReport,
+    Problem,
+    checked_lang,
+    default_graph_name,
+    literal_nt,
+    read_lines,
+)
 from mirage_kg.loaders.hygiene import looks_like_header
 from mirage_kg.loaders.nt_terms import CONCEPT, LABEL, OBJECT_PROPERTY, PREF, RELATION, TYPE
 from mirage_kg.namespaces import mint
@@ -48,7 +57,7 @@ class TriplesLoader(Loader):
         problem = Problem(options, report)
         entities: dict[str, str] = {}
         relations: dict[str, str] = {}
-        lang = options.lang or None
+        lang = checked_lang(options.lang)
         done = 0
         facts = rows = 0
         for number, text in read_lines(path, problem):

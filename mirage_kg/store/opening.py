@@ -37,7 +37,8 @@ def demo_store() -> OxigraphStore:
 
 def open_store(store: str | Path | None = None, endpoint: str | None = None, *, create: bool = False,
                chunk_triples: int | None = None) -> Store:
-    """The store a command should use. ``create`` makes a missing folder (for ``load``); reading needs it to exist.
+    """The store a command should use. Reading opens an existing store read-only (shared with other readers and a
+    writer); ``create`` (for ``load``) opens it for writing, making it in a new or empty folder only.
 
     An endpoint is checked on open: a killed load's staging graph is dropped; for ``create`` the schema graph is
     loaded on first use; for reading, an endpoint that could not answer as the embedded store does is an error
@@ -61,9 +62,10 @@ def open_store(store: str | Path | None = None, endpoint: str | None = None, *, 
     if store is None:
         return demo_store()
     path = Path(store)
-    if not create and not path.exists():
-        raise StoreError(f"no store at {path}; create one with `mirage-kg load FILE --store {path}`")
+    if not create:
+        return OxigraphStore(path, read_only=True)  # readers share; a folder that is not a store is an error
+    if path.exists() and (not path.is_dir() or any(path.iterdir()) and not OxigraphStore.is_store(path)):
+        raise StoreError(f"{path} is not a mirage-kg store and not empty; give a new or empty folder to create one")
     opened = OxigraphStore(path)
-    if create:
-        ensure_schema(opened)
+    ensure_schema(opened)
     return opened

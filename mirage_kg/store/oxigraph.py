@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -63,20 +64,80 @@ class OxigraphStore(Store):
     def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
         self.path = Path(path) if path is not None else None
         self.location = str(self.path) if self.path else "memory"
+        self.read_only = read_only and self.path is not None
         self._lock = threading.RLock()  # pyoxigraph is thread-safe for reads; serialise writes for the journal
-        try:
-            if self.path is None:
-                self.raw = ox.Store()
-            elif read_only:
-                self.raw = ox.Store.read_only(str(self.path))
-            else:
-                self.path.mkdir(parents=True, exist_ok=True)
-                self.raw = ox.Store(str(self.path))
-        except OSError as exc:
-            hint = " (is another mirage-kg process using it?)" if "lock" in str(exc).lower() else ""
-            raise StoreError(f"cannot open store {self.location}: {exc}{hint}") from exc
-        if not read_only:
+        if self.path is None:
+            self.raw = ox.Store()
+        elif self.read_only:
+            self.raw = self._open_for_reading(self.path)
+        else:
+            self.raw = self._open_for_writing(self.path)
+            self.remove_orphans()
             self.recover()
+
+    # --- opening -------------------------------------------------------------------------------------------
+    @staticmethod
+    def is_store(path: Path) -> bool:
+        """Whether a folder holds an embedded store (RocksDB's CURRENT file), so a reader never makes one."""
+        return (path / "CURRENT").is_file()
+
+    def _open_for_writing(self, path: Path) -> ox.Store:
+        """The store for a writer: one at a time (RocksDB's lock), readers meanwhile still open read-only."""
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return ox.Store(str(path))
+        except OSError as exc:
+            busy = "lock" in str(exc).lower()
+            hint = " (another mirage-kg process is writing to it; readers may still open it)" if busy else ""
+            raise StoreError(f"cannot open store {self.location} for writing: {exc}{hint}") from exc
+
+    def _open_for_reading(self, path: Path) -> ox.Store:
+        """A read-only handle: takes no lock, so any number of readers share the store with one writer, and a
+        store on a read-only file system (or chmod a-w) is readable. A killed load's leftovers are dropped first
+        when no writer holds the store (a live writer's pending load is its own business)."""
+        if not self.is_store(path):
+            what = f"no store at {path}" if not path.exists() else \
+                f"{path} is not a mirage-kg store (no store files in it; only `load` makes one)"
+            raise StoreError(f"{what}; create one with `mirage-kg load FILE --store {path}`")
+        try:
+            raw = ox.Store.read_only(str(path))
+        except OSError as exc:
+            raise StoreError(f"cannot open store {self.location} for reading: {exc}") from exc
+        if self._has_leftovers(raw):
+            try:
+                writer = ox.Store(str(path))
+            except OSError:
+                return raw  # a writer holds it, or the folder is read-only: read what is there
+            del raw
+            repair = OxigraphStore.__new__(OxigraphStore)
+            repair.path, repair.location, repair.read_only, repair._lock = path, self.location, False, self._lock
+            repair.raw = writer
+            repair.remove_orphans()
+            repair.recover()
+            repair.close()
+            del writer, repair
+            raw = ox.Store.read_only(str(path))
+        return raw
+
+    @staticmethod
+    def _has_leftovers(raw: ox.Store) -> bool:
+        from mirage_kg.store.base import MANIFEST_GRAPH, PENDING
+
+        manifest = ox.NamedNode(MANIFEST_GRAPH)
+        return next(iter(raw.quads_for_pattern(None, ox.NamedNode(PENDING), None, manifest)), None) is not None
+
+    def remove_orphans(self) -> list[Path]:
+        """Delete the ``bulk-*.sst`` files a killed bulk load left in the folder (we hold the writer's lock, so
+        no load of ours is using them); returns what was removed."""
+        removed = []
+        if self.path is not None and not self.read_only:
+            for orphan in self.path.glob("bulk-*.sst"):
+                try:
+                    orphan.unlink()
+                    removed.append(orphan)
+                except OSError:
+                    pass  # not ours to remove after all; the next writer tries again
+        return removed
 
     # --- reading -------------------------------------------------------------------------------------------
     def _run(self, query: str) -> object:
@@ -172,7 +233,12 @@ class OxigraphStore(Store):
                 yield Quad(to_term(quad.subject), to_term(quad.predicate), to_term(quad.object), name.value)
 
     # --- writing -------------------------------------------------------------------------------------------
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"store {self.location} is open read-only; only `mirage-kg load` writes to a store")
+
     def update(self, update: str) -> None:
+        self._writable()
         with self._lock:
             try:
                 self.raw.update(update)
@@ -182,6 +248,15 @@ class OxigraphStore(Store):
                 raise StoreError(f"store {self.location}: {exc}") from exc
 
     def _bulk_load(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
+        self._writable()
+        try:
+            self._bulk_load_into(data, media_type, graph, base_iri)
+        except OSError as exc:  # disk full, an I/O error: the load is rolled back by the caller
+            full = getattr(exc, "errno", None) == errno.ENOSPC or "no space left" in str(exc).lower()
+            hint = "; free some disk space and load again" if full else ""
+            raise StoreError(f"store {self.location}: {exc.strerror or exc}{hint} (nothing was committed)") from exc
+
+    def _bulk_load_into(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
         fmt = _FORMATS[media_type]
         with self._lock:
             if media_type in _QUAD_FORMATS:
@@ -241,7 +316,7 @@ class OxigraphStore(Store):
 
     def close(self) -> None:
         raw = self.__dict__.pop("raw", None)
-        if raw is not None and self.path is not None:
+        if raw is not None and self.path is not None and not self.read_only:
             try:
                 raw.flush()
             except (OSError, RuntimeError):  # RuntimeError: a read-only instance has nothing to flush
