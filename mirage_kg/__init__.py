@@ -24,6 +24,8 @@ _LAZY = {
     "Linker": "mirage_kg.linking",
     "Mention": "mirage_kg.linking",
     "Candidate": "mirage_kg.linking",
+    "ClinicalVocabulary": "mirage_kg.kinds",
+    "clinical_vocabulary": "mirage_kg.kinds",
     "Retriever": "mirage_kg.retrieval",
     "RetrievalResult": "mirage_kg.retrieval",
     "validate": "mirage_kg.validation",
@@ -38,9 +40,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Candidate", "EndpointError", "Entity", "Evidence", "Graph", "InputError", "KnowledgeGraph", "Linker", "Mention",
-    "Neighbour",
-    "MirageError", "MissingExtraError", "OxigraphStore", "Path", "QueryError", "Relation", "RetrievalResult",
-    "Retriever", "SparqlStore", "Step", "Store", "StoreError", "UnknownEntityError", "compress", "compute_stats",
-    "demo_store", "expand", "open_store", "validate",
+    "Candidate", "ClinicalVocabulary", "EndpointError", "Entity", "Evidence", "Graph", "InputError",
+    "KnowledgeGraph", "Linker", "Mention", "MirageError", "MissingExtraError", "Neighbour", "OxigraphStore", "Path",
+    "QueryError", "Relation", "RetrievalResult", "Retriever", "SparqlStore", "Step", "Store", "StoreError",
+    "UnknownEntityError", "clinical_vocabulary", "compress", "compute_stats", "demo_store", "expand", "open_store",
+    "validate",
 ]

@@ -26,7 +26,7 @@ from mirage_kg.terms import iri_ref
 if TYPE_CHECKING:
     from mirage_kg.graph import KnowledgeGraph
 
-__all__ = ["KINDS", "ROLES", "ClinicalVocabulary", "RoleEnds", "vocabulary"]
+__all__ = ["CONCEPT", "KINDS", "ROLES", "ClinicalVocabulary", "RoleEnds", "clinical_vocabulary", "vocabulary"]
 
 ENTITY_KIND = MKG + "entityKind"
 CLINICAL_ROLE = MKG + "clinicalRole"
@@ -128,6 +128,10 @@ def _term_key(term: Any) -> str:
 class ClinicalVocabulary:
     """Kinds and roles over one store. ``extra`` Turtle files extend (and override) the shipped mapping."""
 
+    CONCEPT = CONCEPT
+    KINDS = KINDS
+    ROLES = ROLES
+
     def __init__(self, store: Store | None, extra: Sequence[str | FsPath] = ()) -> None:
         self.store = store
         self.extra = tuple(str(f) for f in extra)
@@ -177,6 +181,11 @@ class ClinicalVocabulary:
         """Every relation IRI declared with one of ``roles``."""
         wanted = set(roles)
         return frozenset(r for r, role in self._mapping.roles.items() if role in wanted)
+
+    @staticmethod
+    def inverse(role: str) -> str:
+        """The role that reads the same edge the other way ("treats" -> "treated_by")."""
+        return ROLES[role].inverse
 
     def role_from(self, step: Step, iri: str) -> str | None:
         """The role of ``step`` read from the entity ``iri`` (one of its ends): a "treats" edge read from its
@@ -342,3 +351,6 @@ def vocabulary(kg: KnowledgeGraph | Store, extra: Sequence[str | FsPath] = ()) -
     vocab = ClinicalVocabulary(store, extra)
     _CACHE[store] = (key, vocab)
     return vocab
+
+
+clinical_vocabulary = vocabulary  # the name ``mirage_kg`` exports

@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from mirage_kg import Entity, MirageError, Path, Step
-from mirage_kg.kinds import CONCEPT, ClinicalVocabulary, vocabulary
+from mirage_kg import ClinicalVocabulary, Entity, MirageError, Path, Step, clinical_vocabulary
 
 from mirage_reason import prompts
 from mirage_reason.backends.base import Backend, Completion, strip_think
@@ -59,7 +58,7 @@ def entity_kind(entity: Entity, paths: Sequence[Path], vocab: ClinicalVocabulary
     """What an entity is: its kind in the ontology, else what the relations of ``paths`` it takes part in imply
     (their roles or domain/range), else the kind of an is-a parent or child in those paths."""
     kind = vocab.kind(entity.iri)
-    if kind != CONCEPT:
+    if kind != ClinicalVocabulary.CONCEPT:
         return kind
     steps = [s for p in paths for s in p.steps]
     implied = vocab.kinds_from_steps(entity.iri, steps)
@@ -69,11 +68,11 @@ def entity_kind(entity: Entity, paths: Sequence[Path], vocab: ClinicalVocabulary
         if step.relation.iri == RDFS_SUBCLASS and entity.iri in (step.subject.iri, step.object.iri):
             other = step.object if step.subject.iri == entity.iri else step.subject
             kind = vocab.kind(other.iri)
-            if kind == CONCEPT:
-                kind = vocab.kinds_from_steps(other.iri, steps) or CONCEPT
-            if kind != CONCEPT:
+            if kind == ClinicalVocabulary.CONCEPT:
+                kind = vocab.kinds_from_steps(other.iri, steps) or ClinicalVocabulary.CONCEPT
+            if kind != ClinicalVocabulary.CONCEPT:
                 return kind
-    return CONCEPT
+    return ClinicalVocabulary.CONCEPT
 
 
 _UNITS = [
@@ -204,7 +203,7 @@ class Synthesizer:
     def vocabulary(self) -> tuple[ClinicalVocabulary, str | None]:
         """The KG's kinds and roles, or an empty vocabulary and why when the KG cannot be read."""
         try:
-            return vocabulary(self.kg, self.config.kinds), None
+            return clinical_vocabulary(self.kg, self.config.kinds), None
         except MirageError as exc:
             return _Unavailable(), f"the knowledge graph's kinds and roles could not be read ({exc})"
 
@@ -352,7 +351,8 @@ class Synthesizer:
             try:
                 out[e.iri] = entity_kind(e, paths, vocab)
             except MirageError:
-                out[e.iri] = vocab.kinds_from_steps(e.iri, [s for p in paths for s in p.steps]) or CONCEPT
+                steps = [s for p in paths for s in p.steps]
+                out[e.iri] = vocab.kinds_from_steps(e.iri, steps) or ClinicalVocabulary.CONCEPT
         return out
 
     def _vote_diagnosis(self, question_entities: Sequence[Entity], chains: Sequence[ChainResult],
@@ -410,9 +410,7 @@ class Synthesizer:
         the KG cannot answer."""
         key = (entity.iri, roles)
         if key not in self._by_role:
-            from mirage_kg.kinds import ROLES
-
-            relations = vocab.relations_with_role(*roles, *(ROLES[r].inverse for r in roles))
+            relations = vocab.relations_with_role(*roles, *(vocab.inverse(r) for r in roles))
             steps: tuple[Step, ...] = ()
             if relations:
                 found = self.kg.anchor(entity, k=max(self.config.k, 50), relations=sorted(relations))
