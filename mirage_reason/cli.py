@@ -123,6 +123,11 @@ def _print_text(answer: Answer) -> None:
 @click.option("--embedding-model", metavar="NAME",
               help="Sentence-transformers model for entity matching [default: the offline all-MiniLM-L6-v2]; "
               "'none' matches by name only.")
+@click.option("--kinds", "kinds_files", multiple=True, metavar="FILE", type=click.Path(exists=True, dir_okay=False),
+              help="Turtle file of entity kinds and clinical roles for a custom ontology (MKG:entityKind, "
+              "MKG:clinicalRole; see ontologies/kinds.ttl). Repeatable.")
+@click.option("--no-support", type=click.Choice(["flag", "abstain"]), default="flag", show_default=True,
+              help="A free-text question the KG supports nothing of: the model's answer, flagged, or an abstention.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer, claims, chains, timings and tokens as JSON.")
 @click.option("--html", "html_file", metavar="FILE", type=click.Path(dir_okay=False),
               help="Also write a readable HTML page of the answer and its trace.")
@@ -130,8 +135,8 @@ def _print_text(answer: Answer) -> None:
               help="Replay a scripted model from a JSON file (tests).")
 def ask(question: str, store: str | None, endpoint: str | None, backend_kind: str, model: str | None,
         base_url: str | None, n_q: int, n_r: int, k: int, max_hops: int, samples: int, max_new_tokens: int | None,
-        seed: int | None, pipeline: str, embedding_model: str | None, as_json: bool, html_file: str | None,
-        script: str | None) -> None:
+        seed: int | None, pipeline: str, embedding_model: str | None, kinds_files: tuple[str, ...], no_support: str,
+        as_json: bool, html_file: str | None, script: str | None) -> None:
     """Answer QUESTION with MIRAGE over a knowledge graph: decompose it, reason in parallel chains that search the
     graph, and synthesise an answer whose every claim cites the graph paths it rests on.
 
@@ -149,7 +154,7 @@ def ask(question: str, store: str | None, endpoint: str | None, backend_kind: st
         kg = KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model)
         backend, small = _backend(backend_kind, model, base_url, script)
         config = _config(pipeline, small, max_new_tokens, n_q=n_q, n_r=n_r, k=k, max_hops=max_hops,
-                         samples=samples, seed=seed)
+                         samples=samples, seed=seed, kinds=kinds_files, no_support=no_support)
         answer = Mirage(kg, backend, config).answer(question)
     except MirageError as exc:
         raise click.ClickException(str(exc)) from None

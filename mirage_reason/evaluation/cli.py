@@ -28,6 +28,13 @@ def _pipeline_list(ctx: click.Context, param: click.Parameter, value: str | None
               "../shared/data beside the repository].")
 @click.option("--kg", metavar="PATH", help="Store folder, any source `mirage-kg load` reads, or 'demo' [default: "
               "the EMCKG triples for genmedgpt5k*, the demo KG otherwise].")
+@click.option("--store", metavar="DIR", type=click.Path(file_okay=False),
+              help="An existing store folder (as every other command takes), instead of --kg.")
+@click.option("--endpoint", metavar="URL", help="A SPARQL 1.1 endpoint holding the KG, instead of --kg.")
+@click.option("--kinds", "kinds_files", multiple=True, metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False),
+              help="Turtle file of entity kinds and clinical roles for a custom ontology (see ontologies/kinds.ttl). "
+              "Repeatable.")
 @click.option("--pipelines", callback=_pipeline_list, metavar="P1,P2,...",
               help=f"Comma-separated, or 'all' [default: all]: {', '.join(PIPELINE_NAMES)}.")
 @click.option("--limit", type=click.IntRange(min=1), help="A random sample of N questions (drawn with --seed).")
@@ -57,7 +64,8 @@ def _pipeline_list(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @click.option("--html", "html_path", metavar="FILE", type=click.Path(dir_okay=False, path_type=FsPath),
               help="Also write a self-contained HTML report with plots.")
-def eval_command(dataset: str, data: str | None, kg: str | None, pipelines: tuple[str, ...], limit: int | None,
+def eval_command(dataset: str, data: str | None, kg: str | None, store: str | None, endpoint: str | None,
+                 kinds_files: tuple[str, ...], pipelines: tuple[str, ...], limit: int | None,
                  seed: int, backend: str, model: str | None, base_url: str | None, max_new_tokens: int | None,
                  overrides: tuple[str, ...], batch_size: int, output: str | None, threads: int, no_bertscore: bool,
                  judge_url: str | None, judge_model: str | None, judge_api_key: str | None, as_json: bool,
@@ -78,7 +86,8 @@ def eval_command(dataset: str, data: str | None, kg: str | None, pipelines: tupl
     if judge_url and not judge_model:
         raise click.UsageError("--judge-url needs --judge-model")
     request = EvalRequest(
-        dataset=dataset.lower(), data=data, kg=kg, pipelines=pipelines, limit=limit, seed=seed, backend=backend,
+        dataset=dataset.lower(), data=data, kg=kg, store=store, endpoint=endpoint, kinds=kinds_files,
+        pipelines=pipelines, limit=limit, seed=seed, backend=backend,
         model=model, base_url=base_url, max_new_tokens=max_new_tokens, overrides=parse_overrides(overrides),
         batch_size=batch_size, output=output, bertscore=not no_bertscore, judge_url=judge_url,
         judge_model=judge_model, judge_api_key=judge_api_key, threads=threads or None,

@@ -38,6 +38,9 @@ class EvalRequest:
     dataset: str
     data: str | None = None
     kg: str | None = None
+    store: str | None = None  # an existing store folder
+    endpoint: str | None = None  # a SPARQL 1.1 endpoint
+    kinds: Sequence[str] = ()  # extra kinds/roles Turtle files
     pipelines: Sequence[str] = PIPELINE_NAMES
     limit: int | None = None
     seed: int = 0
@@ -126,6 +129,8 @@ def reasoner_config(request: EvalRequest, model: str | None = None) -> MirageCon
         n = request.max_new_tokens
         changes.update(max_new_tokens=n, max_chain_tokens=(2 if small else 4) * n, decomposer_max_new_tokens=n,
                        synthesizer_max_new_tokens=n)
+    if request.kinds:
+        changes["kinds"] = tuple(str(FsPath(k).resolve()) for k in request.kinds)
     changes.update(request.overrides)
     try:
         return MirageConfig(**changes)
@@ -134,7 +139,20 @@ def reasoner_config(request: EvalRequest, model: str | None = None) -> MirageCon
 
 
 def _kg_source(request: EvalRequest) -> str:
-    """``"demo"`` or the absolute path of the KG file or store folder this run uses."""
+    """``"demo"``, the absolute path of the KG file or store folder this run uses, ``store:PATH`` or
+    ``endpoint:URL``."""
+    given = [name for name, value in (("--kg", request.kg), ("--store", request.store),
+                                      ("--endpoint", request.endpoint)) if value]
+    if len(given) > 1:
+        raise InputError(f"give one of {', '.join(given)}: they name different knowledge graphs")
+    if request.endpoint:
+        return "endpoint:" + request.endpoint.strip()
+    if request.store:
+        folder = FsPath(request.store).expanduser()
+        if not (folder.is_dir() and _is_store(folder)):
+            raise InputError("not a store folder (build one with `mirage-kg load --store DIR ...` or "
+                             "`mirage-kg build-default --store DIR`)", folder)
+        return "store:" + str(folder.resolve())
     if request.kg is not None:
         if request.kg.strip().lower() == "demo":
             return "demo"
@@ -171,6 +189,10 @@ def open_kg(source: str, workdir: FsPath) -> KnowledgeGraph:
     and reloaded when the source changes."""
     if source == "demo":
         return KnowledgeGraph(demo_store())
+    if source.startswith("endpoint:"):
+        return KnowledgeGraph(open_store(endpoint=source[len("endpoint:"):]))
+    if source.startswith("store:"):
+        return KnowledgeGraph(open_store(FsPath(source[len("store:"):])))
     path = FsPath(source)
     if path.is_dir() and _is_store(path):
         return KnowledgeGraph(open_store(path))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from eval_support import TINY
+from eval_support import TINY, shared_file
 
 from mirage_kg.cli import main
 from mirage_reason.evaluation.report import without_timings
@@ -113,3 +113,43 @@ def test_importing_the_command_is_light() -> None:
             "if m in sys.modules]; print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+def _retrieve_report(args: list[str], out: Path) -> dict:
+    result = CliRunner().invoke(main, ["eval", "genmedgpt5k-linked", *args, "--pipelines", "retrieve", "--limit",
+                                       "5", "--no-bertscore", "--json", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+def test_eval_on_a_store_folder_and_on_an_endpoint(tmp_path: Path, oxigraph_server: object) -> None:
+    triples = shared_file("emckg", "triples.tsv")
+    shared_file("genmedgpt5k")
+    store = tmp_path / "store"
+    loaded = CliRunner().invoke(main, ["load", str(triples), "--store", str(store)])
+    assert loaded.exit_code == 0, loaded.output
+    on_store = _retrieve_report(["--store", str(store)], tmp_path / "run-store")
+    assert on_store["settings"]["kg"] == f"store:{store.resolve()}"
+    server = oxigraph_server
+    server.clear()  # type: ignore[attr-defined]
+    url = server.query_url  # type: ignore[attr-defined]
+    loaded = CliRunner().invoke(main, ["load", str(triples), "--endpoint", url])
+    assert loaded.exit_code == 0, loaded.output
+    on_endpoint = _retrieve_report(["--endpoint", url], tmp_path / "run-endpoint")
+    assert on_endpoint["settings"]["kg"] == f"endpoint:{url}"
+    # the same KG behind either: the same retrieval figures
+    keys = ("linking_recall", "evidence_recall", "evidence_size", "abstention_rate")
+    assert on_store["results"]["retrieve"]["evidence_recall"] > 0
+    assert {k: on_store["results"]["retrieve"][k] for k in keys} == \
+        {k: on_endpoint["results"]["retrieve"][k] for k in keys}
+
+
+def test_eval_kg_choices_are_exclusive_and_checked(tmp_path: Path) -> None:
+    runner = CliRunner()
+    both = runner.invoke(main, ["eval", "jsonl", "--data", str(TINY), "--kg", "demo", "--store", str(tmp_path),
+                                "--pipelines", "retrieve", "--no-bertscore"])
+    assert both.exit_code == 1 and "give one of --kg, --store" in both.output
+    empty = runner.invoke(main, ["eval", "jsonl", "--data", str(TINY), "--store", str(tmp_path), "--pipelines",
+                                 "retrieve", "--no-bertscore"])
+    assert empty.exit_code == 1 and "not a store folder" in empty.output and str(tmp_path) in empty.output
