@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import html
 import io
+import tempfile
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,25 +32,43 @@ _REIFICATION = {RDF + name for name in ("subject", "predicate", "object")}
 
 
 # --- the two sides ------------------------------------------------------------------------------------------------
+class GraphDump:
+    """``Store.export_graph`` into a temporary file, in a thread of its own: the embedded store writes the graph
+    in Rust (without the GIL) while Python generates the other side."""
+
+    def __init__(self, store: Store, graph: str, workdir: str | Path | None = None) -> None:
+        self.spool = tempfile.TemporaryFile(dir=workdir)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(store, graph), name="mirage-kg-dump", daemon=True)
+        self.thread.start()
+
+    def _run(self, store: Store, graph: str) -> None:
+        try:
+            store.export_graph(self.spool, graph)
+        except BaseException as exc:  # re-raised in the caller's thread by ``result``
+            self.error = exc
+
+    def result(self) -> IO[bytes]:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        self.spool.seek(0)
+        return self.spool
+
+
 def graph_lines(store: Store, graph: str, *, rename_to: str | None = None,
-                workdir: str | Path | None = None) -> SortedLines:
+                workdir: str | Path | None = None, dump: GraphDump | None = None) -> SortedLines:
     """The triples of ``graph`` as sorted N-Triples lines; ``rename_to`` rewrites the graph's own IRI (its
-    ``MKG:sourceVersion`` triples) so that two graphs of one source compare."""
+    ``MKG:sourceVersion`` triples) so that two graphs of one source compare; ``dump``: one already under way."""
     lines = SortedLines(workdir)
     old_ref, new_ref = iri_ref(graph) + " ", iri_ref(rename_to) + " " if rename_to else None
-
-    def add(line: str) -> None:
-        if new_ref is not None and line.startswith(old_ref):
-            line = new_ref + line[len(old_ref):]
-        lines.add(line)
-
-    import tempfile
-
-    with tempfile.TemporaryFile(dir=workdir) as spool:
-        store.export_graph(spool, graph)  # the embedded store writes it in Rust; Python only splits lines
-        spool.seek(0)
-        for raw_line in io.TextIOWrapper(spool, encoding="utf-8", newline="\n"):
-            add(raw_line)
+    dump = dump or GraphDump(store, graph, workdir)
+    with dump.spool:
+        add = lines.add_line
+        for line in io.TextIOWrapper(dump.result(), encoding="utf-8", newline="\n"):
+            if new_ref is not None and line.startswith(old_ref):
+                line = new_ref + line[len(old_ref):]
+            add(line[:-1])
     return lines
 
 

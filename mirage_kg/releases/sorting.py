@@ -32,6 +32,12 @@ class SortedLines:
         if len(self._buffer) >= self._run_lines:
             self._spill()
 
+    def add_line(self, line: str) -> None:
+        """Add one line without its newline (a dump read line by line: no split needed)."""
+        self._buffer.append(line)
+        if len(self._buffer) >= self._run_lines:
+            self._spill()
+
     def add_all(self, texts: Iterable[str]) -> None:
         for text in texts:
             self.add(text)

@@ -16,7 +16,7 @@ from pathlib import Path
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport
 from mirage_kg.namespaces import XSD, compress
-from mirage_kg.releases.diff import CapturingStore, ReleaseDiff, graph_contains, graph_lines, triple_difference
+from mirage_kg.releases.diff import CapturingStore, GraphDump, ReleaseDiff, graph_contains, graph_lines, triple_difference
 from mirage_kg.releases.sorting import SortedLines
 from mirage_kg.releases.provenance import (
     ReleaseInfo,
@@ -81,8 +81,13 @@ def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: 
     scope_of = getattr(loader, "update_scope", None)
     subjects = scope_of(path, options, report) if scope_of is not None else None
     with tempfile.TemporaryDirectory(prefix="mirage-kg-diff-") as workdir:
-        new = release_lines(loader, path, options, report, graph, store, workdir)
-        old = graph_lines(store, graph, workdir=workdir) if subjects is None else \
+        dump = GraphDump(store, graph, workdir) if subjects is None else None
+        try:
+            new = release_lines(loader, path, options, report, graph, store, workdir)
+        finally:
+            if dump is not None:
+                dump.thread.join()
+        old = graph_lines(store, graph, workdir=workdir, dump=dump) if dump is not None else \
             subject_lines(store, graph, sorted(subjects | {graph}), workdir)
         triples = triple_difference(old, new.lines, graph_contains(store, graph))
     return ReleaseDiff.of(compress(graph), str(path), triples, examples)
