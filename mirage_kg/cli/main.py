@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "ask": "mirage_reason.cli:ask",
     "eval": "mirage_reason.evaluation.cli:eval_command",
     "serve-llm": "mirage_reason.cli:serve_llm",
+    "serve": "mirage_reason.service.command:serve",
 }
 
 

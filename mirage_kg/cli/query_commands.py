@@ -29,45 +29,31 @@ def sparql(sparql_query: str, store: str | None, endpoint: str | None, timeout: 
     """Run a read-only SPARQL QUERY (SELECT, ASK, CONSTRUCT, DESCRIBE; '@file.rq' reads a file)."""
     from pathlib import Path
 
-    from mirage_kg.errors import QueryError
-    from mirage_kg.store import open_store
+    from mirage_kg.json_output import sparql_json
+    from mirage_kg.store import open_store, check_read_only
 
     if sparql_query.startswith("@"):
         sparql_query = Path(sparql_query[1:]).read_text(encoding="utf-8")
-    if _looks_like_update(sparql_query):
-        raise QueryError("query sparql is read-only; INSERT/DELETE/LOAD/CLEAR/DROP are refused")
+    check_read_only(sparql_query)  # an update is refused before any store opens
     with open_store(store, endpoint) as opened:
         result = opened.query(sparql_query, timeout=timeout)
+    if as_json:
+        click.echo(json.dumps(sparql_json(result), indent=2, ensure_ascii=False))
+        return
     if "boolean" in result:
-        click.echo(json.dumps({"boolean": result["boolean"]}) if as_json else str(result["boolean"]).lower())
+        click.echo(str(result["boolean"]).lower())
         return
     if "triples" in result:
         for s, p, o in result["triples"]:  # type: ignore[union-attr]
             click.echo(f"{s.sparql()} {p.sparql()} {o.sparql()} .")
         return
-    names: list[str] = result["vars"]  # type: ignore[assignment]
-    rows = result["rows"]
-    if as_json:
-        out = {"head": {"vars": names}, "results": {"bindings": [
-            {k: {"type": v.kind, "value": v.value, **({"xml:lang": v.lang} if v.lang else {}),
-                 **({"datatype": v.datatype} if v.datatype else {})} for k, v in row.items()}
-            for row in rows]}}  # type: ignore[union-attr]
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
-        return
     from mirage_kg.namespaces import compress
 
+    names: list[str] = result["vars"]  # type: ignore[assignment]
     click.echo("\t".join(names))
-    for row in rows:  # type: ignore[union-attr]
+    for row in result["rows"]:  # type: ignore[union-attr]
         click.echo("\t".join(
             (compress(row[n].value) if row[n].kind == "uri" else row[n].value) if n in row else "" for n in names))
-
-
-def _looks_like_update(text: str) -> bool:
-    import re
-
-    body = re.sub(r"#[^\n]*|\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|<[^>\s]*>", " ", text)
-    return re.search(r"\b(INSERT|DELETE|LOAD|CLEAR|DROP|CREATE|ADD|MOVE|COPY)\b\s", body, re.IGNORECASE) is not None \
-        and re.search(r"\b(SELECT|ASK|CONSTRUCT|DESCRIBE)\b", body, re.IGNORECASE) is None
 
 
 # --- anchor, bridge, link, retrieve ---------------------------------------------------------------------------------
@@ -141,15 +127,14 @@ def anchor(entity: str, store: str | None, endpoint: str | None, k: int, relatio
         steps = kg.anchor(center, k=k, relations=list(relations) or None, direction=direction, rank_by=rank_by)
     finally:
         kg.store.close()
-    neighbours = [{
-        "relation": s.relation.id, "relation_label": s.relation.label,
-        "direction": s.direction,
-        "id": s.end.id, "label": s.end.label, "text": s.text,
-    } for s in steps]
+    from mirage_kg.json_output import anchor_json
+
+    data = anchor_json(center, steps)
+    neighbours = data["neighbours"]
     if html_path:
         _write_text(html_path, anchor_html(center, steps))
     if as_json:
-        click.echo(json.dumps({"entity": center.to_json(), "neighbours": neighbours}, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     from rich.console import Console
     from rich.table import Table
@@ -187,8 +172,9 @@ def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: in
     if html_path:
         _write_text(html_path, bridge_html(source, target, paths))
     if as_json:
-        click.echo(json.dumps({"source": source.to_json(), "target": target.to_json(),
-                               "paths": [p.to_json() for p in paths]}, indent=2, ensure_ascii=False))
+        from mirage_kg.json_output import bridge_json
+
+        click.echo(json.dumps(bridge_json(source, target, paths), indent=2, ensure_ascii=False))
         return
     from rich.console import Console
     from rich.markup import escape
@@ -230,7 +216,9 @@ def link(text: str, store: str | None, endpoint: str | None, top: int, whole: bo
     finally:
         kg.store.close()
     if as_json:
-        click.echo(json.dumps({"mentions": [m.to_json() for m in mentions]}, indent=2, ensure_ascii=False))
+        from mirage_kg.json_output import link_json
+
+        click.echo(json.dumps(link_json(mentions), indent=2, ensure_ascii=False))
         return
     from rich.console import Console
     from rich.table import Table

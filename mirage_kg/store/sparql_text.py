@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from mirage_kg.errors import QueryError
+from mirage_kg.errors import QueryError, UpdateRefusedError
 
 # One token of the prologue and body that may contain '#' without it being a comment: an IRI or a string.
 _NOT_COMMENT = re.compile(
@@ -44,8 +44,8 @@ def _strip_iris_and_strings(text: str) -> str:
 
 
 def check_read_only(query: str) -> str:
-    """The form of ``query`` if a SPARQL parser reads it as a query; a ``QueryError`` for an update or anything
-    that does not parse (so no update can pass as a query, whatever its spacing or variable names)."""
+    """The form of ``query`` if a SPARQL parser reads it as a query; ``UpdateRefusedError`` (a ``QueryError``) for
+    an update, ``QueryError`` for anything that does not parse (so no update can pass as a query, whatever its spacing or variable names)."""
     try:
         from rdflib.plugins.sparql.parser import parseQuery, parseUpdate
     except ImportError as exc:  # rdflib is a core dependency; say so rather than skip the check
@@ -58,8 +58,8 @@ def check_read_only(query: str) -> str:
             parseUpdate(query)
         except Exception:
             raise QueryError(f"not a valid SPARQL query: {_first_line(exc)}") from None
-        raise QueryError("query sparql is read-only: this is a SPARQL update (INSERT/DELETE/LOAD/CLEAR/DROP/...), "
-                         "and updates are refused") from None
+        raise UpdateRefusedError("query sparql is read-only: this is a SPARQL update (INSERT/DELETE/LOAD/CLEAR/"
+                                 "DROP/...), and updates are refused") from None
     name = type(parsed[1]).__name__ if len(parsed) > 1 else ""
     name = getattr(parsed[1], "name", name)
     for form in ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE"):

@@ -1,0 +1,117 @@
+"""``mirage-kg serve``: open the KG read-only, set up the ask queue and run the API and web app under uvicorn.
+
+FastAPI and uvicorn are imported inside the command, so listing commands (``mirage-kg --help``) stays fast."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path as FsPath
+from typing import TYPE_CHECKING
+
+import click
+
+from mirage_kg import MirageError, MissingExtraError, OxigraphStore, SparqlStore, StoreError, demo_store
+
+from mirage_reason.config import PIPELINES
+
+if TYPE_CHECKING:
+    from mirage_kg import Store
+
+__all__ = ["open_read_only", "serve"]
+
+TOKEN_ENV = "MIRAGE_KG_TOKEN"
+
+
+def open_read_only(store: str | None, endpoint: str | None) -> Store:
+    """The store to serve, opened so that nothing can write to it: an on-disk store read-only, an endpoint (the
+    service never sends it an update), or the in-memory demo KG."""
+    if store is not None and endpoint is not None:
+        raise click.UsageError("give either --store or --endpoint, not both")
+    if endpoint:
+        return SparqlStore(endpoint)
+    store = store or os.environ.get("MIRAGE_KG_STORE") or None
+    if store is None:
+        return demo_store()
+    path = FsPath(store)
+    if not path.is_dir():
+        raise StoreError(f"no store at {path}; build one with `mirage-kg load FILE --store {path}` or "
+                         f"`mirage-kg build-default --store {path}`")
+    return OxigraphStore(path, read_only=True)
+
+
+@click.command("serve")
+@click.option("--store", "store", metavar="DIR", type=click.Path(file_okay=False),
+              help="On-disk store folder, opened read-only [default: $MIRAGE_KG_STORE, else the built-in demo KG].")
+@click.option("--endpoint", metavar="URL", envvar="MIRAGE_KG_ENDPOINT", help="SPARQL 1.1 query endpoint.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to listen on; anything but loopback exposes the KG (use --token).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--token", metavar="T", envvar=TOKEN_ENV, show_envvar=True,
+              help="Require 'Authorization: Bearer T' on every request (the web app: open /?token=T once).")
+@click.option("--cors", "cors", multiple=True, metavar="ORIGIN",
+              help="Allow cross-site requests from ORIGIN (repeatable) [default: CORS off].")
+@click.option("--backend", "backend_kind", type=click.Choice(["transformers", "openai"]), default="transformers",
+              show_default=True, help="Where the model for asks runs (as in `mirage-kg ask`).")
+@click.option("--model", metavar="ID", help="Model for asks (as in `mirage-kg ask`).")
+@click.option("--base-url", metavar="URL", envvar="MIRAGE_KG_BASE_URL", help="OpenAI-compatible root URL.")
+@click.option("--no-ask", is_flag=True, help="Serve the graph only: no model is loaded, asks answer 503.")
+@click.option("--pipeline", type=click.Choice(list(PIPELINES)), default="mirage", show_default=True)
+@click.option("--max-new-tokens", type=click.IntRange(min=1), help="Tokens per generation step (as in `ask`).")
+@click.option("--ask-workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Model runs at once.")
+@click.option("--ask-queue", type=click.IntRange(min=0), default=4, show_default=True,
+              help="Asks that may wait for a worker; past this an ask gets 429 with Retry-After.")
+@click.option("--request-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds a graph request may take (504 after).")
+@click.option("--ask-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds an ask may take.")
+@click.option("--embedding-model", metavar="NAME", envvar="MIRAGE_KG_EMBEDDING_MODEL",
+              help="Sentence-transformers model for linking [default: the offline all-MiniLM-L6-v2]; 'none': off.")
+@click.option("--script", hidden=True, type=click.Path(exists=True, dir_okay=False),
+              help="Replay a scripted model from a JSON file (tests).")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
+              show_default=True)
+def serve(store: str | None, endpoint: str | None, host: str, port: int, token: str | None, cors: tuple[str, ...],
+          backend_kind: str, model: str | None, base_url: str | None, no_ask: bool, pipeline: str,
+          max_new_tokens: int | None, ask_workers: int, ask_queue: int, request_timeout: float,
+          ask_timeout: float, embedding_model: str | None, script: str | None, log_level: str) -> None:
+    """Serve the KG and MIRAGE over HTTP: JSON under /v1/ (the same shapes as --json; OpenAPI at /openapi.json)
+    and a web app at / to search concepts, draw neighbourhoods and paths, and watch answers being made.
+
+    Nothing writes to the store. Not medical advice."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import uvicorn
+
+        from mirage_reason.service.app import create_app
+    except ImportError as exc:
+        raise MissingExtraError(exc.name or "fastapi", "serve") from None
+    from mirage_kg import KnowledgeGraph
+
+    from mirage_reason.cli import _backend, _config
+    from mirage_reason.service.asks import AskService
+    from mirage_reason.service.settings import ServiceSettings
+
+    try:
+        settings = ServiceSettings(token=token, cors_origins=cors, request_timeout=request_timeout,
+                                   ask_workers=ask_workers, ask_queue=ask_queue, ask_timeout=ask_timeout)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        kg = KnowledgeGraph(open_read_only(store, endpoint), embedding_model=embedding_model)
+        asks = None
+        if not no_ask:
+            backend, small = _backend(backend_kind, model, base_url, script)
+            asks = AskService(kg, backend, _config(pipeline, small, max_new_tokens), workers=ask_workers,
+                              queue=ask_queue)
+    except MirageError as exc:
+        raise click.ClickException(str(exc)) from None
+    if host not in ("127.0.0.1", "localhost", "::1") and token is None:
+        click.echo(f"warning: listening on {host} with no --token: anyone who can reach it can read the KG and "
+                   "run the model", err=True)
+    app = create_app(kg, asks, settings)
+    click.echo(f"serving {kg.store.location} on http://{host}:{port}/ (API: /v1/, OpenAPI: /openapi.json)"
+               f"{'; token required' if token else ''}", err=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
+                limit_concurrency=256, h11_max_incomplete_event_size=16 * 1024)

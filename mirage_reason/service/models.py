@@ -1,0 +1,176 @@
+"""Typed request and response bodies of the HTTP API (they make ``/openapi.json``).
+
+The shapes are the CLI's ``--json`` records, made by the same functions (``mirage_kg.anchor_json`` and friends,
+``Answer.to_json``); these models describe and check them, and let extra keys through so a field added to a shared
+record reaches clients without a second edit here."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AnchorResponse", "AskRequest", "AskResponse", "BridgeResponse", "EntityResponse", "ErrorResponse",
+    "LabelsResponse", "LinkResponse", "RetrieveResponse", "SearchResponse", "SparqlRequest", "SparqlResponse",
+]
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class EntityRef(_Open):
+    id: str = Field(description="CURIE (or IRI when no prefix is known)")
+    label: str
+
+
+class Neighbour(_Open):
+    relation: str
+    relation_label: str
+    direction: Literal["forward", "backward"] = Field(description="forward: the stored fact points from the anchor")
+    id: str
+    label: str
+    text: str = Field(description="the fact read aloud")
+
+
+class AnchorResponse(_Open):
+    """``mirage-kg query anchor --json``."""
+
+    entity: EntityRef
+    neighbours: list[Neighbour]
+
+
+class PathStep(_Open):
+    subject: str
+    relation: str
+    object: str
+    direction: Literal["forward", "backward"] = Field(description="how the path walks the stored triple")
+
+
+class PathOut(_Open):
+    length: int
+    nodes: list[str]
+    steps: list[PathStep]
+    text: str
+
+
+class BridgeResponse(_Open):
+    """``mirage-kg query bridge --json``."""
+
+    source: EntityRef
+    target: EntityRef
+    paths: list[PathOut]
+
+
+class CandidateOut(_Open):
+    id: str
+    label: str
+    score: float
+    method: str
+
+
+class MentionOut(_Open):
+    text: str
+    start: int
+    end: int
+    candidates: list[CandidateOut]
+
+
+class LinkResponse(_Open):
+    """``mirage-kg link --json``."""
+
+    mentions: list[MentionOut]
+
+
+class LabelMatchOut(_Open):
+    id: str
+    label: str = Field(description="the concept's preferred label")
+    matched: str = Field(description="the label that starts with the query")
+    synonym: bool
+
+
+class SearchResponse(_Open):
+    """Label search for autocomplete: labels starting with the query, then labels with a word that does."""
+
+    query: str
+    matches: list[LabelMatchOut]
+
+
+class EntityResponse(_Open):
+    entity: EntityRef
+    iri: str
+    degree: int = Field(description="facts that name the entity, either way")
+
+
+class RelationLabel(_Open):
+    label: str
+    inverse_label: str | None = None
+
+
+class LabelsResponse(_Open):
+    entities: dict[str, str]
+    relations: dict[str, RelationLabel]
+
+
+class RetrieveResponse(_Open):
+    """``mirage-kg retrieve --json``."""
+
+    question: str
+    entities: list[dict[str, Any]]
+    evidence: list[dict[str, Any]]
+
+
+class SparqlRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, description="a read-only SPARQL 1.1 query; updates are refused (403)")
+    timeout: float | None = Field(default=None, gt=0, description="seconds; capped by the server's limit")
+
+
+class SparqlResponse(_Open):
+    """SPARQL 1.1 JSON results (``head`` + ``results`` or ``boolean``); CONSTRUCT/DESCRIBE give ``triples``."""
+
+    head: dict[str, Any] | None = None
+    results: dict[str, Any] | None = None
+    boolean: bool | None = None
+    triples: list[list[dict[str, str]]] | None = None
+
+
+class AskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=4000)
+    stream: bool = Field(default=False, description="answer as server-sent events of progress")
+    n_q: int | None = Field(default=None, ge=1, le=8, description="most sub-questions")
+    n_r: int | None = Field(default=None, ge=0, le=10, description="most KG searches per chain")
+    k: int | None = Field(default=None, ge=1, le=50, description="anchor neighbours per relation and direction")
+    max_hops: int | None = Field(default=None, ge=1, le=4, description="bridge path length")
+    samples: int | None = Field(default=None, ge=1, le=4, description="chains per sub-question")
+    seed: int | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"question", "stream"}, exclude_none=True)
+
+
+class AskResponse(_Open):
+    """``mirage-kg ask --json``."""
+
+    question: str
+    answer: str
+    abstained: bool
+    sub_questions: list[str]
+    claims: list[dict[str, Any]]
+    chains: list[dict[str, Any]]
+    timings: dict[str, float]
+    tokens: dict[str, int]
+
+
+class ErrorBody(BaseModel):
+    status: int
+    type: str = Field(description="the error class, e.g. UnknownEntityError")
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
