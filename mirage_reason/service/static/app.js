@@ -1,0 +1,501 @@
+// MIRAGE-KG web app: plain JavaScript and SVG, no libraries, no network beyond this server's /v1/ API.
+// Views (hash routes): #/ (home), #/entity/<id>, #/paths?from=&to=&hops=, #/ask
+"use strict";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const PALETTE = ["#1f5fbf", "#c25400", "#2e8540", "#8e44ad", "#b8860b", "#c0392b", "#16808a", "#6d4c41",
+  "#5b6475", "#d6336c"];
+const LABELS = { entities: {}, relations: {} };
+
+// -- small helpers ------------------------------------------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) if (child) node.append(child);
+  return node;
+}
+
+function colour(key) {
+  let h = 0;
+  for (const ch of key) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
+  return PALETTE[h % PALETTE.length];
+}
+
+function short(text, limit = 26) {
+  return text.length <= limit ? text : text.slice(0, limit - 1) + "\u2026";
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.error && body.error.message) || `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+async function api(path, params = {}, options = {}) {
+  const url = new URL(path, location.origin);
+  for (const [key, value] of Object.entries(params)) {
+    for (const v of [].concat(value)) if (v !== null && v !== undefined && v !== "") url.searchParams.append(key, v);
+  }
+  const response = await fetch(url, { credentials: "same-origin", ...options });
+  const body = await response.json().catch(() => null);
+  if (!response.ok) throw new ApiError(response.status, body);
+  return body;
+}
+
+function errorBox(error) {
+  const box = el("p", { class: "error", role: "alert" }, error.message || String(error));
+  const candidates = error.body && error.body.error && error.body.error.candidates;
+  if (candidates) {
+    box.append(" ", ...candidates.map((c) => el("a", { href: entityHref(c.id) }, `${c.label} (${c.id}) `)));
+  }
+  return box;
+}
+
+function entityHref(id) {
+  return "#/entity/" + encodeURIComponent(id);
+}
+
+function label(id) {
+  return LABELS.entities[id] || id;
+}
+
+function relationLabel(id) {
+  return (LABELS.relations[id] && LABELS.relations[id].label) || id;
+}
+
+async function ensureLabels(paths) {
+  const ids = new Set(), rels = new Set();
+  for (const path of paths) {
+    for (const node of path.nodes) if (!(node in LABELS.entities)) ids.add(node);
+    for (const step of path.steps) if (!(step.relation in LABELS.relations)) rels.add(step.relation);
+  }
+  const idList = [...ids], relList = [...rels];
+  for (let i = 0; i < Math.max(idList.length, relList.length); i += 400) {
+    const got = await api("/v1/labels", { id: idList.slice(i, i + 400), relation: relList.slice(i, i + 400) });
+    Object.assign(LABELS.entities, got.entities);
+    Object.assign(LABELS.relations, got.relations);
+  }
+}
+
+function go(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+// -- autocomplete -------------------------------------------------------------------------------------------------
+
+// A combobox over /v1/search: type, move with the arrow keys, Enter picks, Escape closes.
+function autocomplete(input, list, onPick) {
+  let items = [], active = -1, timer = null, generation = 0;
+  const close = () => { list.hidden = true; input.setAttribute("aria-expanded", "false"); active = -1; };
+  const mark = () => {
+    [...list.children].forEach((li, i) => li.setAttribute("aria-selected", i === active ? "true" : "false"));
+    if (active >= 0) input.setAttribute("aria-activedescendant", list.children[active].id);
+    else input.removeAttribute("aria-activedescendant");
+  };
+  const pick = (item) => { close(); input.value = item.label; input.dataset.id = item.id; onPick(item); };
+  const show = (matches) => {
+    items = matches;
+    list.replaceChildren(...matches.map((m, i) => el("li", {
+      id: `${list.id}-${i}`, role: "option", "data-id": m.id,
+      onmousedown: (event) => { event.preventDefault(); pick(m); },
+    }, m.synonym ? `${m.matched} \u2192 ${m.label}` : m.label, el("span", { class: "id" }, m.id))));
+    active = matches.length ? 0 : -1;
+    list.hidden = !matches.length;
+    input.setAttribute("aria-expanded", matches.length ? "true" : "false");
+    mark();
+  };
+  input.addEventListener("input", () => {
+    delete input.dataset.id;
+    clearTimeout(timer);
+    const query = input.value.trim();
+    if (!query) { close(); return; }
+    timer = setTimeout(async () => {
+      const mine = ++generation;
+      try {
+        const found = await api("/v1/search", { q: query, limit: 10 });
+        if (mine === generation) show(found.matches);
+      } catch (error) { close(); }
+    }, 120);
+  });
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "ArrowDown" && items.length) {
+      event.preventDefault(); list.hidden = false; active = (active + 1) % items.length; mark();
+    } else if (event.key === "ArrowUp" && items.length) {
+      event.preventDefault(); active = (active - 1 + items.length) % items.length; mark();
+    } else if (event.key === "Enter") {
+      if (!list.hidden && active >= 0) { event.preventDefault(); pick(items[active]); }
+    } else if (event.key === "Escape") close();
+  });
+  input.addEventListener("blur", () => setTimeout(close, 150));
+}
+
+// -- drawing ------------------------------------------------------------------------------------------------------
+
+function arrowDefs(colours) {
+  return svg("defs", {}, [...colours].map((c) => svg("marker", {
+    id: "m" + c.slice(1), viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "7", markerHeight: "7",
+    orient: "auto-start-reverse",
+  }, svg("path", { d: "M0,0 L10,5 L0,10 z", fill: c }))));
+}
+
+function nodeBox(x, y, id, text, { center = false, link = true } = {}) {
+  const width = 12 + 6.8 * short(text).length;
+  const title = svg("title");
+  title.textContent = `${text} (${id})`;
+  const caption = svg("text", { x, y: y + 4, "text-anchor": "middle" });
+  caption.textContent = short(text);
+  const group = svg("g", { class: "node" + (center ? " center" : "") + (link ? " link" : ""), "data-id": id },
+    title, svg("rect", { x: x - width / 2, y: y - 13, width, height: 26, rx: 6 }), caption);
+  if (link) {
+    group.setAttribute("tabindex", "0");
+    group.setAttribute("role", "link");
+    group.setAttribute("aria-label", `${text} (${id})`);
+    group.addEventListener("click", () => go(entityHref(id)));
+    group.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") { event.preventDefault(); go(entityHref(id)); }
+    });
+  }
+  return group;
+}
+
+function edge(x1, y1, x2, y2, c, text, fact) {
+  const line = svg("line", { class: "edge", x1, y1, x2, y2, stroke: c, "marker-end": `url(#m${c.slice(1)})` });
+  const title = svg("title");
+  title.textContent = fact;
+  line.append(title);
+  const caption = svg("text", { class: "rel", x: (x1 + x2) / 2, y: (y1 + y2) / 2 - 5, "text-anchor": "middle" });
+  caption.textContent = short(text, 24);
+  return [line, caption];
+}
+
+// An entity in the middle, each distinct neighbour once on a circle, one arrow per fact (subject -> object of the
+// stored triple); several facts with one neighbour run side by side, their relation labels stacked near it.
+function drawNeighbourhood(center, neighbours) {
+  const byId = new Map();
+  for (const nb of neighbours) {
+    if (!byId.has(nb.id)) byId.set(nb.id, []);
+    byId.get(nb.id).push(nb);
+  }
+  const groups = [...byId.values()];
+  const n = Math.max(groups.length, 1);
+  const radius = Math.max(230, 17 * n);
+  const size = 2 * radius + 260;
+  const cx = size / 2, cy = size / 2;
+  const colours = new Set(), parts = [], nodes = [];
+  groups.forEach((facts, i) => {
+    const angle = 2 * Math.PI * i / n - Math.PI / 2;
+    const x = cx + radius * Math.cos(angle), y = cy + radius * Math.sin(angle);
+    const ux = Math.cos(angle), uy = Math.sin(angle), px = -uy, py = ux;
+    facts.forEach((nb, j) => {
+      const offset = (j - (facts.length - 1) / 2) * 7;
+      const c = colour(nb.relation);
+      colours.add(c);
+      const near = [cx + ux * 42 + px * offset, cy + uy * 20 + py * offset];
+      const far = [x - ux * 60 + px * offset, y - uy * 18 + py * offset];
+      const [a, b] = nb.direction === "forward" ? [near, far] : [far, near];
+      const line = svg("line", { class: "edge", x1: a[0], y1: a[1], x2: b[0], y2: b[1], stroke: c,
+        "marker-end": `url(#m${c.slice(1)})` });
+      const title = svg("title");
+      title.textContent = nb.text;
+      line.append(title);
+      parts.push(line);
+      const lx = cx + (x - cx) * 0.68, ly = cy + (y - cy) * 0.68 + (j - (facts.length - 1) / 2) * 13;
+      const caption = svg("text", { class: "rel", x: lx, y: ly - 3, "text-anchor": "middle", fill: c });
+      caption.textContent = short(nb.relation_label, 24) + (nb.direction === "forward" ? " \u2192" : " \u2190");
+      parts.push(caption);
+    });
+    nodes.push(nodeBox(x, y, facts[0].id, facts[0].label));
+  });
+  nodes.push(nodeBox(cx, cy, center.id, center.label, { center: true, link: false }));
+  return svg("svg", { width: size, height: size, viewBox: `0 0 ${size} ${size}`, role: "img",
+    "aria-label": `Neighbourhood of ${center.label}` }, arrowDefs(colours), ...parts, ...nodes);
+}
+
+// One row per path, left to right; arrows follow each fact's stored direction. rowAttrs(i) tags row i.
+function boxWidth(text) {
+  return 12 + 6.8 * short(text).length;
+}
+
+function drawPaths(paths, rowAttrs = () => ({})) {
+  const top = 34, rowHeight = 66;
+  const widest = Math.max(60, ...paths.flatMap((p) => p.nodes.map((id) => boxWidth(label(id)))));
+  const gap = widest + 150;
+  const longest = Math.max(1, ...paths.map((p) => p.steps.length));
+  const width = widest + 40 + gap * longest, height = top + rowHeight * Math.max(paths.length, 1);
+  const colours = new Set(), rows = [];
+  const centre = (i) => 20 + widest / 2 + gap * i;
+  paths.forEach((path, r) => {
+    const y = top + r * rowHeight;
+    const edges = [], nodes = [];
+    path.steps.forEach((step, i) => {
+      const left = centre(i) + boxWidth(label(path.nodes[i])) / 2 + 4;
+      const right = centre(i + 1) - boxWidth(label(path.nodes[i + 1])) / 2 - 4;
+      const c = colour(step.relation);
+      colours.add(c);
+      const [a, b] = step.direction === "forward" ? [left, right] : [right, left];
+      edges.push(...edge(a, y, b, y, c, relationLabel(step.relation), path.text));
+    });
+    path.nodes.forEach((id, i) => {
+      nodes.push(nodeBox(centre(i), y, id, label(id), { center: i === 0 || i === path.nodes.length - 1 }));
+    });
+    const title = svg("title");
+    title.textContent = path.text;
+    rows.push(svg("g", { class: "path-row", "data-index": r, ...rowAttrs(r) }, title, ...edges, ...nodes));
+  });
+  return svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": `${paths.length} path(s)` }, arrowDefs(colours), ...rows);
+}
+
+// -- views --------------------------------------------------------------------------------------------------------
+
+const main = () => document.getElementById("main");
+
+function setView(name, ...children) {
+  document.querySelectorAll("nav a").forEach((a) => {
+    if (a.dataset.nav === name) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+  });
+  main().replaceChildren(...children);
+}
+
+async function homeView() {
+  const stats = el("div", {}, el("p", { class: "muted" }, "Counting…"));
+  setView("home",
+    el("h1", {}, "Explore the knowledge graph"),
+    el("p", {}, "Type a concept in the search box above, pick it, and walk its neighbourhood; find how two concepts ",
+      "connect under ", el("a", { href: "#/paths" }, "Paths"), "; or ", el("a", { href: "#/ask" }, "ask a question"),
+      " and watch MIRAGE decompose it, search the graph in parallel chains and cite the paths behind its answer."),
+    stats);
+  try {
+    const s = await api("/v1/stats");
+    if (s.status === "running") { stats.replaceChildren(el("p", { class: "muted" }, "Statistics are being computed.")); return; }
+    stats.replaceChildren(el("h2", {}, "This graph"),
+      el("p", {}, `${s.entities.toLocaleString()} entities, ${s.facts.toLocaleString()} facts, `,
+        `${s.relations.length} relations, ${s.graphs.length} graphs.`),
+      el("table", {}, el("tr", {}, el("th", {}, "relation"), el("th", {}, "facts")),
+        s.relations.slice(0, 12).map((r) => el("tr", {}, el("td", {}, r.label), el("td", {}, r.count.toLocaleString())))));
+  } catch (error) { stats.replaceChildren(errorBox(error)); }
+}
+
+async function entityView(id) {
+  setView("home", el("p", { class: "muted" }, `Loading ${id}…`));
+  try {
+    const [info, hood] = await Promise.all([api("/v1/entity", { id }), api("/v1/anchor", { entity: id, k: 6 })]);
+    const shown = hood.neighbours.slice(0, 48);
+    LABELS.entities[info.entity.id] = info.entity.label;
+    for (const nb of hood.neighbours) LABELS.entities[nb.id] = nb.label;
+    document.title = `${info.entity.label} \u2013 MIRAGE-KG`;
+    const table = el("table", { "aria-label": "Facts" },
+      el("tr", {}, el("th", {}, "relation"), el("th", {}, "direction"), el("th", {}, "neighbour"), el("th", {}, "fact")),
+      hood.neighbours.map((nb) => el("tr", {},
+        el("td", {}, nb.relation_label), el("td", {}, nb.direction === "forward" ? "\u2192 out" : "\u2190 in"),
+        el("td", {}, el("a", { href: entityHref(nb.id) }, nb.label)), el("td", {}, nb.text))));
+    setView("home",
+      el("h1", { id: "entity-title" }, info.entity.label),
+      el("p", { class: "muted" }, `${info.entity.id} \u00b7 ${info.degree} facts \u00b7 `,
+        el("a", { href: `#/paths?from=${encodeURIComponent(info.entity.id)}` }, "find paths from here")),
+      el("div", { class: "graph", id: "entity-graph" }, drawNeighbourhood(info.entity, shown)),
+      el("p", { class: "muted" }, shown.length < hood.neighbours.length
+        ? `Drawing ${shown.length} of ${hood.neighbours.length} neighbours; all are listed below. `
+        : "", "Arrows follow each fact's stored direction. Click a concept, or Tab to it and press Enter, to move there."),
+      el("h2", {}, `${hood.neighbours.length} facts`), table);
+    main().focus();
+  } catch (error) { setView("home", el("h1", {}, id), errorBox(error)); }
+}
+
+function entityField(id, caption, initial) {
+  const input = el("input", { id, type: "text", role: "combobox", "aria-autocomplete": "list",
+    "aria-controls": `${id}-list`, "aria-expanded": "false", autocomplete: "off", placeholder: "concept name or id" });
+  const list = el("ul", { id: `${id}-list`, class: "suggestions", role: "listbox", hidden: true });
+  if (initial) { input.value = initial; input.dataset.id = initial; }
+  autocomplete(input, list, () => {});
+  return [el("label", { for: id }, caption, el("div", { class: "field" }, input, list)), input];
+}
+
+async function pathsView(params) {
+  const [fromLabel, from] = entityField("path-from", "From", params.get("from"));
+  const [toLabel, to] = entityField("path-to", "To", params.get("to"));
+  const hops = el("select", { id: "path-hops" }, [1, 2, 3, 4].map((h) => el("option", { value: h }, h)));
+  hops.value = params.get("hops") || "3";
+  const results = el("div", { id: "path-results", "aria-live": "polite" });
+  const form = el("form", { class: "row", onsubmit: (event) => {
+    event.preventDefault();
+    const a = from.dataset.id || from.value.trim(), b = to.dataset.id || to.value.trim();
+    if (!a || !b) { results.replaceChildren(errorBox(new Error("Pick both ends first."))); return; }
+    go(`#/paths?from=${encodeURIComponent(a)}&to=${encodeURIComponent(b)}&hops=${hops.value}`);
+  } }, fromLabel, toLabel, el("label", { for: "path-hops" }, "At most hops", hops),
+  el("button", { type: "submit", id: "path-find" }, "Find paths"));
+  setView("paths", el("h1", {}, "How do two concepts connect?"),
+    el("p", { class: "muted" }, "Every simple path of at most the given number of edges, walked either way, shortest first."),
+    form, results);
+  if (!params.get("from") || !params.get("to")) { from.focus(); return; }
+  results.replaceChildren(el("p", { class: "muted" }, "Searching…"));
+  try {
+    const found = await api("/v1/bridge", { source: params.get("from"), target: params.get("to"),
+      max_hops: hops.value, max_paths: 200 });
+    from.value = found.source.label; to.value = found.target.label;
+    from.dataset.id = found.source.id; to.dataset.id = found.target.id;
+    LABELS.entities[found.source.id] = found.source.label;
+    LABELS.entities[found.target.id] = found.target.label;
+    await ensureLabels(found.paths);
+    results.replaceChildren(
+      el("h2", { id: "path-count" }, `${found.paths.length} path(s) of at most ${hops.value} edges from `,
+        `${found.source.label} to ${found.target.label}`),
+      found.paths.length ? el("div", { class: "graph" }, drawPaths(found.paths)) : el("p", {}, "No path found."),
+      el("ol", { class: "path-list" }, found.paths.map((p) => el("li", {}, p.text))));
+  } catch (error) { results.replaceChildren(errorBox(error)); }
+}
+
+// The ask page: an EventSource over /v1/ask/stream; sub-questions and chains appear as the events arrive.
+let currentAsk = null;
+
+function askView(params) {
+  const box = el("textarea", { id: "ask-question", "aria-label": "Your question",
+    placeholder: "e.g. I have a cough. What medication treats asthma?" });
+  box.value = params.get("q") || "";
+  const button = el("button", { type: "submit", id: "ask-go" }, "Ask");
+  const live = el("div", { id: "ask-live" });
+  const form = el("form", { onsubmit: (event) => { event.preventDefault(); startAsk(box.value.trim(), live, button); } },
+    el("label", { for: "ask-question" }, el("h1", {}, "Ask MIRAGE")), box, el("div", { class: "row" }, button));
+  box.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); form.requestSubmit(); }
+  });
+  setView("ask", form, el("p", { class: "muted" }, "Ctrl+Enter asks. Not medical advice."), live);
+  box.focus();
+}
+
+function startAsk(question, live, button) {
+  if (!question) return;
+  if (currentAsk) currentAsk.close();
+  const status = el("p", { id: "ask-status", role: "status" }, "Sending…");
+  const entities = el("p", { id: "ask-entities", class: "muted" });
+  const subs = el("ol", { id: "ask-subquestions" });
+  const chains = el("div", { class: "cards", id: "ask-chains" });
+  const answer = el("div", { id: "ask-answer" });
+  live.replaceChildren(status, entities, el("h2", {}, "Sub-questions"), subs, el("h2", {}, "Chains"), chains, answer);
+  const cards = {};
+  button.disabled = true;
+  const source = new EventSource(`/v1/ask/stream?question=${encodeURIComponent(question)}`);
+  currentAsk = source;
+  const on = (kind, handler) => source.addEventListener(kind, (event) => handler(JSON.parse(event.data)));
+  on("queued", (e) => { status.textContent = e.place ? `Waiting in line (place ${e.place})…` : "Starting…"; });
+  on("started", () => { status.textContent = "Linking the question to the graph…"; });
+  on("entities", (e) => {
+    entities.replaceChildren("Linked: ", ...e.entities.flatMap((x, i) =>
+      [i ? ", " : "", el("a", { href: entityHref(x.id) }, x.label)]));
+    for (const x of e.entities) LABELS.entities[x.id] = x.label;
+    status.textContent = "Decomposing…";
+  });
+  on("sub_questions", (e) => {
+    subs.replaceChildren(...e.sub_questions.map((q) => el("li", {}, q)));
+    for (const c of e.chains) {
+      const list = el("div", { class: "searches" });
+      const result = el("p", { class: "chain-answer" });
+      const state = el("span", { class: "state" }, "reasoning…");
+      cards[c.chain] = { list, result, state };
+      chains.append(el("section", { class: "card chain", "data-chain": c.chain, "aria-label": `Chain ${c.chain + 1}` },
+        state, el("h3", {}, `Chain ${c.chain + 1}: ${c.text}`),
+        el("p", { class: "muted" }, `${c.seed.length} seed fact(s) from the retriever`), list, result));
+    }
+    status.textContent = `Reasoning in ${e.chains.length} chain(s)…`;
+  });
+  on("search", async (e) => {
+    const card = cards[e.chain];
+    if (!card) return;
+    const results = e.search.results;
+    await ensureLabels(results).catch(() => {});
+    card.list.append(el("div", { class: "search-result" },
+      el("strong", {}, `${e.search.mode === "bridge" ? "Bridge" : "Anchor"} search: `), e.search.query,
+      results.length ? el("ul", {}, results.slice(0, 8).map((p) => el("li", {}, p.text))) : null,
+      results.length > 8 ? el("p", { class: "muted" }, `and ${results.length - 8} more`) : null,
+      e.search.note ? el("p", { class: "muted" }, e.search.note) : null));
+  });
+  on("chain_done", (e) => {
+    const card = cards[e.chain];
+    if (!card) return;
+    card.state.textContent = e.finish_reason;
+    card.result.replaceChildren(el("strong", {}, "Chain answer: "), e.answer);
+  });
+  on("claims", () => { status.textContent = "Writing the answer…"; });
+  on("answer", async (e) => { await showAnswer(e.answer, answer); });
+  on("done", () => { status.textContent = "Done."; button.disabled = false; source.close(); });
+  on("error", (e) => { status.textContent = ""; live.prepend(errorBox(new Error(e.message))); button.disabled = false; source.close(); });
+  source.onerror = () => {
+    if (source.readyState === EventSource.CLOSED) return;
+    source.close(); button.disabled = false;
+    if (status.textContent !== "Done.") status.textContent = "The connection to the server was lost (or the ask was refused: too many asks?).";
+  };
+}
+
+async function showAnswer(data, into) {
+  const cited = [], owners = [];
+  data.claims.forEach((claim, i) => claim.citations.forEach((path) => {
+    const key = path.steps.map((s) => `${s.subject} ${s.relation} ${s.object}`).join("|");
+    let at = cited.findIndex((p) => p.key === key);
+    if (at < 0) { at = cited.length; cited.push({ key, path }); owners.push(new Set()); }
+    owners[at].add(i);
+  }));
+  const paths = cited.map((c) => c.path);
+  await ensureLabels(paths).catch(() => {});
+  const picture = paths.length
+    ? drawPaths(paths, (r) => ({ "data-claims": [...owners[r]].join(" ") })) : el("p", {}, "No cited paths.");
+  const buttons = [];
+  const highlight = (index) => {
+    buttons.forEach((b, i) => b.setAttribute("aria-pressed", i === index ? "true" : "false"));
+    picture.querySelectorAll(".path-row").forEach((row) => {
+      const mine = row.dataset.claims.split(" ").includes(String(index));
+      row.classList.toggle("hl", index >= 0 && mine);
+      row.classList.toggle("dim", index >= 0 && !mine);
+    });
+  };
+  const claims = el("ol", { class: "claims", id: "ask-claims" }, data.claims.map((claim, i) => {
+    const b = el("button", { type: "button", class: "secondary claim-button", "aria-pressed": "false",
+      "data-claim": i, onclick: () => highlight(b.getAttribute("aria-pressed") === "true" ? -1 : i) },
+    `Show ${claim.citations.length} cited path(s)`);
+    buttons.push(b);
+    return el("li", {}, claim.text, " ", b);
+  }));
+  into.replaceChildren(el("h2", {}, "Answer"), el("div", { class: "answer", id: "ask-answer-text" }, data.answer),
+    el("h2", {}, "Claims and the graph paths they cite"), claims,
+    el("div", { class: "graph", id: "ask-graph" }, picture));
+}
+
+// -- routing ------------------------------------------------------------------------------------------------------
+
+function route() {
+  const hash = location.hash || "#/";
+  const [path, query] = hash.slice(1).split("?");
+  const params = new URLSearchParams(query || "");
+  if (path.startsWith("/entity/")) entityView(decodeURIComponent(path.slice(8)));
+  else if (path === "/paths") pathsView(params);
+  else if (path === "/ask") askView(params);
+  else homeView();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  autocomplete(document.getElementById("search-box"), document.getElementById("search-box-list"),
+    (item) => go(entityHref(item.id)));
+  window.addEventListener("hashchange", route);
+  route();
+});

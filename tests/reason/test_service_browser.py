@@ -1,0 +1,179 @@
+"""``mirage-kg serve`` for real: the command on a free loopback port over the demo KG with a scripted model, checked
+with plain HTTP (the same neighbours as ``query anchor --json``; 401 without the token) and driven in headless
+Chromium (Debian's ``chromium`` and ``chromium-driver`` through selenium): search, open an entity, move by
+keyboard, find paths, ask and see the chains and the cited paths.
+
+Screenshots of each page go to ``$MIRAGE_KG_SHOTS`` when set (else the test's temporary folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from mirage_kg.cli import main
+
+from tests.reason.service_support import QUESTION, ServeProcess, write_script
+
+pytest.importorskip("fastapi", reason="the [serve] extra is not installed: pip install 'mirage-kg[serve]'")
+pytestmark = [pytest.mark.server, pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore:ranking by similarity without embeddings")]
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1280,1300"]
+TOKEN = "browser-test-token-1234"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    folder = tmp_path_factory.mktemp("serve")
+    process = ServeProcess("--script", str(write_script(folder)), "--embedding-model", "none",
+                           log=folder / "serve.log")
+    yield process
+    process.stop()
+
+
+def test_anchor_over_http_is_the_cli_json(server: ServeProcess) -> None:
+    response = httpx.get(f"{server.url}/v1/anchor", params={"entity": "KG:Asthma"}, timeout=30)
+    assert response.status_code == 200
+    cli = CliRunner().invoke(main, ["query", "anchor", "KG:Asthma", "--json", "--embedding-model", "none"])
+    assert response.json() == json.loads(cli.stdout)
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert "access-control-allow-origin" not in response.headers
+
+
+def test_with_a_token_a_request_without_it_gets_401(tmp_path: Path) -> None:
+    process = ServeProcess("--no-ask", "--embedding-model", "none", token=TOKEN, log=tmp_path / "serve.log")
+    try:
+        bare = httpx.get(f"{process.url}/v1/anchor", params={"entity": "KG:Asthma"}, timeout=30)
+        assert bare.status_code == 401 and bare.json()["error"]["type"] == "Unauthorized"
+        authorised = httpx.get(f"{process.url}/v1/anchor", params={"entity": "KG:Asthma"}, timeout=30,
+                               headers={"Authorization": f"Bearer {TOKEN}"})
+        assert authorised.status_code == 200 and authorised.json()["neighbours"]
+    finally:
+        process.stop()
+
+
+def _driver(profile: Path):  # type: ignore[no-untyped-def]
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if binary is None or driver_path is None:
+        pytest.skip("Debian's chromium and chromium-driver are not installed (apt-get install chromium "
+                    "chromium-driver; scripts/test.sh tries)")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    try:
+        return webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    except Exception as exc:  # a Chromium that cannot start here (no display libs, sandbox): skip, saying why
+        pytest.skip(f"headless Chromium did not start: {str(exc).splitlines()[0]}")
+
+
+def test_the_web_app_in_headless_chromium(server: ServeProcess, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    shots = Path(os.environ.get("MIRAGE_KG_SHOTS") or tmp_path / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
+    driver = _driver(tmp_path / "profile")
+    wait = WebDriverWait(driver, 30)
+
+    def text_in(selector: str, text: str) -> None:
+        wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, selector), text))
+
+    def shoot(name: str) -> None:
+        height = driver.execute_script("return Math.max(document.body.scrollHeight, 900)")
+        driver.set_window_size(1280, min(int(height) + 40, 4000))
+        driver.save_screenshot(str(shots / f"{name}.png"))
+        driver.set_window_size(1280, 1300)
+
+    try:
+        driver.get(server.url + "/")
+        text_in("main", "Explore the knowledge graph")
+        text_in("main", "274 entities")
+        shoot("1-home")
+
+        # search with autocomplete, keyboard only: type, arrow down, Enter
+        box = driver.find_element(By.ID, "search-box")
+        box.send_keys("asth")
+        wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "#search-box-list li[data-id='KG:Asthma']")))
+        box.send_keys(Keys.ENTER)
+        text_in("#entity-title", "Asthma")
+        nodes = driver.find_elements(By.CSS_SELECTOR, "#entity-graph svg g.node.link")
+        api = httpx.get(f"{server.url}/v1/anchor", params={"entity": "KG:Asthma", "k": 6}, timeout=30).json()
+        assert len(nodes) == len({n["id"] for n in api["neighbours"][:48]}) > 3  # each neighbour drawn once
+        assert driver.find_elements(By.CSS_SELECTOR, "#entity-graph svg line[marker-end]")
+        assert driver.find_elements(By.CSS_SELECTOR, "#entity-graph svg text.rel")
+        shoot("2-entity")
+
+        # click to move: focus a neighbour in the graph and press Enter
+        neighbour = nodes[0]
+        target_id = neighbour.get_attribute("data-id")
+        target_label = next(n["label"] for n in api["neighbours"] if n["id"] == target_id)
+        driver.execute_script("arguments[0].focus()", neighbour)
+        driver.switch_to.active_element.send_keys(Keys.ENTER)
+        text_in("#entity-title", target_label)
+        assert target_id in driver.current_url.replace("%3A", ":")
+
+        # the path finder: both ends by autocomplete, at most 2 hops
+        driver.get(server.url + "/#/paths")
+        for field, typed, wanted in (("path-from", "Asthma", "KG:Asthma"), ("path-to", "Wheez", "KG:Wheezing")):
+            entry = wait.until(ec.element_to_be_clickable((By.ID, field)))
+            entry.send_keys(typed)
+            wait.until(ec.visibility_of_element_located(
+                (By.CSS_SELECTOR, f"#{field}-list li[data-id='{wanted}']")))
+            entry.send_keys(Keys.ENTER)
+        driver.find_element(By.CSS_SELECTOR, "#path-hops option[value='2']").click()
+        driver.find_element(By.ID, "path-find").click()
+        text_in("#path-count", "path(s) of at most 2 edges")
+        bridge = httpx.get(f"{server.url}/v1/bridge", params={"source": "KG:Asthma", "target": "KG:Wheezing",
+                                                              "max_hops": 2, "max_paths": 200}, timeout=30).json()
+        rows = driver.find_elements(By.CSS_SELECTOR, "#path-results svg g.path-row")
+        assert len(rows) == len(bridge["paths"]) >= 1
+        assert driver.find_element(By.ID, "path-count").text.startswith(f"{len(bridge['paths'])} path(s)")
+        assert len(driver.find_elements(By.CSS_SELECTOR, ".path-list li")) == len(bridge["paths"])
+        shoot("3-paths")
+
+        # ask: sub-questions and chains appear, then the answer; a claim highlights its cited paths
+        driver.get(server.url + "/#/ask")
+        question = wait.until(ec.element_to_be_clickable((By.ID, "ask-question")))
+        question.send_keys(QUESTION)
+        driver.find_element(By.ID, "ask-go").click()
+        text_in("#ask-status", "Done.")
+        subs = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#ask-subquestions li")]
+        assert subs == ["What medication treats asthma?", "What causes a cough?"]
+        chains = driver.find_elements(By.CSS_SELECTOR, "#ask-chains .chain")
+        assert len(chains) == 2
+        for chain in chains:
+            assert chain.find_elements(By.CSS_SELECTOR, ".search-result li"), chain.text
+            assert "Chain answer:" in chain.text
+        assert "Salbutamol" in driver.find_element(By.ID, "ask-answer-text").text
+        buttons = driver.find_elements(By.CSS_SELECTOR, "#ask-claims .claim-button")
+        assert buttons
+        assert not driver.find_elements(By.CSS_SELECTOR, "#ask-graph g.path-row.hl")
+        buttons[0].click()
+        highlighted = driver.find_elements(By.CSS_SELECTOR, "#ask-graph g.path-row.hl")
+        assert highlighted and buttons[0].get_attribute("aria-pressed") == "true"
+        assert driver.find_elements(By.CSS_SELECTOR, "#ask-graph g.path-row.dim") or \
+            len(highlighted) == len(driver.find_elements(By.CSS_SELECTOR, "#ask-graph g.path-row"))
+        shoot("4-ask")
+        errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        assert errors == [], errors
+    except Exception:
+        driver.save_screenshot(str(shots / "failure.png"))
+        raise
+    finally:
+        driver.quit()
