@@ -5,38 +5,16 @@ FastAPI and uvicorn are imported inside the command, so listing commands (``mira
 from __future__ import annotations
 
 import os
-from pathlib import Path as FsPath
-from typing import TYPE_CHECKING
 
 import click
 
-from mirage_kg import MirageError, MissingExtraError, OxigraphStore, SparqlStore, StoreError, demo_store
+from mirage_kg import MirageError, MissingExtraError, open_store
 
 from mirage_reason.config import PIPELINES
 
-if TYPE_CHECKING:
-    from mirage_kg import Store
-
-__all__ = ["open_read_only", "serve"]
+__all__ = ["serve"]
 
 TOKEN_ENV = "MIRAGE_KG_TOKEN"
-
-
-def open_read_only(store: str | None, endpoint: str | None) -> Store:
-    """The store to serve, opened so that nothing can write to it: an on-disk store read-only, an endpoint (the
-    service never sends it an update), or the in-memory demo KG."""
-    if store is not None and endpoint is not None:
-        raise click.UsageError("give either --store or --endpoint, not both")
-    if endpoint:
-        return SparqlStore(endpoint)
-    store = store or os.environ.get("MIRAGE_KG_STORE") or None
-    if store is None:
-        return demo_store()
-    path = FsPath(store)
-    if not path.is_dir():
-        raise StoreError(f"no store at {path}; build one with `mirage-kg load FILE --store {path}` or "
-                         f"`mirage-kg build-default --store {path}`")
-    return OxigraphStore(path, read_only=True)
 
 
 @click.command("serve")
@@ -98,8 +76,11 @@ def serve(store: str | None, endpoint: str | None, host: str, port: int, token: 
                                    ask_workers=ask_workers, ask_queue=ask_queue, ask_timeout=ask_timeout)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if store is not None and endpoint is not None:
+        raise click.UsageError("give either --store or --endpoint, not both")
     try:
-        kg = KnowledgeGraph(open_read_only(store, endpoint), embedding_model=embedding_model)
+        # readers open the store read-only (shared with other readers and a writer): nothing here can write to it
+        kg = KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model)
         asks = None
         if not no_ask:
             backend, small = _backend(backend_kind, model, base_url, script)

@@ -19,12 +19,11 @@ pytest.importorskip("fastapi", reason="the [serve] extra is not installed: pip i
 from click.testing import CliRunner  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from mirage_kg import KnowledgeGraph, OxigraphStore, QueryError, StoreError, demo_store  # noqa: E402
+from mirage_kg import KnowledgeGraph, OxigraphStore, QueryError, StoreError, demo_store, open_store  # noqa: E402
 from mirage_kg.cli import main  # noqa: E402
 from mirage_reason.backends.scripted import ScriptedBackend  # noqa: E402
 from mirage_reason.config import MirageConfig  # noqa: E402
 from mirage_reason.service import AskService, ServiceSettings, create_app  # noqa: E402
-from mirage_reason.service.command import open_read_only  # noqa: E402
 
 from tests.reason.service_support import QUESTION, script_reply, write_script  # noqa: E402
 
@@ -297,7 +296,8 @@ def test_the_served_store_is_read_only(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["load", str(Path(__file__).parents[2] / "ontologies" / "demo.ttl"),
                                        "--store", str(folder)])
     assert result.exit_code == 0, result.output
-    store = open_read_only(str(folder), None)
+    store = open_store(str(folder))  # how `serve` opens it: read-only, shared
+    assert store.read_only  # type: ignore[attr-defined]
     before = store.triple_count()
     with pytest.raises((QueryError, StoreError, OSError, RuntimeError)):  # pyoxigraph refuses writes
         store.update("INSERT DATA { <urn:a> <urn:b> <urn:c> }")
@@ -309,7 +309,7 @@ def test_the_served_store_is_read_only(tmp_path: Path) -> None:
     assert store.triple_count() == before
     store.close()
     with pytest.raises(StoreError, match="no store at"):
-        open_read_only(str(tmp_path / "missing"), None)
+        open_store(str(tmp_path / "missing"))
 
 
 def test_listing_commands_does_not_import_fastapi() -> None:
