@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fake_kg import FakeKG, ent
 
-from mirage_kg import Path
+from mirage_kg import Path, StoreError
 from mirage_kg.kinds import vocabulary
 from mirage_reason.backends import ScriptedBackend
 from mirage_reason.chain import ChainResult
@@ -216,3 +216,75 @@ def test_entity_kind_and_units() -> None:
     assert normalise_units("500 milligrams, 100 mcg, 5 ml, 2 grams, 10 IU, 3 micrograms") == \
         "500 mg, 100 µg, 5 mL, 2 g, 10 IU, 3 µg"
     assert normalise_units("5 mgs daily; version 2 ml.") == "5 mg daily; version 2 mL."
+
+
+def test_wording_that_recommends_an_unsupported_treatment_falls_back_to_the_claims() -> None:
+    # Bleach is not in the KG, so no linker finds it: the recommendation check does
+    synth, kg, _ = make(["Drink bleach, it treats asthma [1]."])
+    question = "I am wheezing. What is it and what should I take?"
+    s, text, flags, _ = synth.synthesize(question, [ent("Wheezing")], [chain("Asthma; salbutamol.", facts(kg, "Asthma"))])
+    assert "bleach" not in text.lower() and "Salbutamol" in text and "From the knowledge graph:" in text
+    assert any("recommends what no claim supports: 'Drink bleach, it treats asthma [1].'" in f for f in flags)
+
+
+def test_wording_that_drops_the_claims_asked_for_falls_back() -> None:
+    synth, kg, _ = make(["Please rest and see a doctor."])
+    question = "I am wheezing. What is it and what should I take?"
+    _, text, flags, _ = synth.synthesize(question, [ent("Wheezing")], [chain("Asthma; salbutamol.", facts(kg, "Asthma"))])
+    assert "leaves out Asthma, Salbutamol" in flags[0] and "Salbutamol" in text and "Asthma" in text
+
+
+def test_intents_are_answered_from_the_kg_for_the_winning_diagnosis() -> None:
+    # the chains name the diagnosis only; the question asks what to take and which tests
+    synth, kg, _ = make()
+    s = synth.analyse("I pass a lot of urine (polyuria). What should I take, and which tests do I need?",
+                      [ent("Polyuria")], [chain("Diabetes mellitus.", facts(kg, "Diabetes mellitus"))])
+    assert s.intents == ("tests", "treatment") and [d.label for d in s.diagnoses] == ["Diabetes mellitus"]
+    kinds = {c.entity.label: c.kind for c in s.claims}
+    assert kinds["Blood glucose test"] == "test"  # looked up by role, cited by its KG path
+    test = next(c for c in s.claims if c.entity.label == "Blood glucose test")
+    assert test.chains == () and test.text == "Diabetes mellitus needs the medical test Blood glucose test"
+    assert s.gaps == ("The knowledge graph lists no medication for Diabetes mellitus.",)
+
+
+def test_a_claim_needs_a_path_to_the_question_not_just_its_name_in_the_evidence() -> None:
+    synth, kg, _ = make()
+    # Migraine appears in the evidence (Migraine has symptom Nausea) but nothing ties it to a fever
+    s = synth.analyse("I have a fever. What is it?", [ent("Fever")],
+                      [chain("Influenza or migraine.", facts(kg, "Influenza") + facts(kg, "Migraine"))])
+    assert [c.entity.label for c in s.claims] == ["Influenza"]
+    [migraine] = s.dropped
+    assert migraine.status == "unsupported" and "ties it to the question" in migraine.reason
+
+
+def test_a_check_that_cannot_run_flags_the_answer() -> None:
+    synth, kg, _ = make(["Oseltamivir helps [1]."])
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise StoreError("the endpoint http://kg.example/sparql timed out")
+
+    kg.anchor = broken  # type: ignore[method-assign]
+    question = "I have the flu. What should I take?"
+    _, text, flags, _ = synth.synthesize(question, [ent("Influenza")],
+                                         [chain("Oseltamivir.", facts(kg, "Influenza"))])
+    assert any(f.startswith("the contraindication check could not run for Oseltamivir") and "timed out" in f
+               for f in flags)
+
+
+def test_multiple_choice_always_gets_a_letter() -> None:
+    question = "What treats the flu?\n\nOptions:\nA. Oseltamivir\nB. Salbutamol\n\nAnswer with the letter (A-B)."
+    # the chains' vote
+    synth, kg, backend = make(["Influenza is treated with oseltamivir [1]."])
+    votes = [chain("Answer: A", facts(kg, "Influenza")), chain("Answer: A", facts(kg, "Influenza")),
+             chain("Answer: B", facts(kg, "Influenza"))]
+    s, text, flags, _ = synth.synthesize(question, [ent("Influenza")], votes)
+    assert s.letter == "A" and text.startswith("Answer: A. Oseltamivir") and not s.abstained
+    assert not [f for f in flags if "own pick" in f]  # the KG backs Oseltamivir for influenza
+    # no chain picks and no KG evidence: the writer's own pick, flagged
+    synth, _, _ = make(["I think B."])
+    s, text, flags, _ = synth.synthesize(question, [ent("Influenza")], [chain("Not sure.", ())])
+    assert text.startswith("Answer: B. Salbutamol") and any("writer's own pick" in f for f in flags)
+    # nobody names a letter: the option closest to what the model wrote, flagged, never an abstention
+    synth, _, _ = make(["No idea at all."])
+    s, text, flags, _ = synth.synthesize(question, [ent("Influenza")], [chain("Maybe salbutamol?", ())])
+    assert text.startswith("Answer: B.") and any("closest" in f for f in flags) and not s.abstained
