@@ -39,3 +39,15 @@ def test_bench_chains_batched_and_sequential_make_the_same_tokens() -> None:
     row = rows[0]
     assert row["engine"] == "loop" and row["chains"] == 3
     assert row["batched"]["tokens"] == row["sequential"]["tokens"] > 0  # greedy: the same text either way
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_bench_serve_quick_run_counts_requests_and_errors() -> None:
+    pytest.importorskip("fastapi", reason="the [serve] extra is not installed: pip install 'mirage-kg[serve]'")
+    info = _run("benchmarks/bench_serve.py", "--quick")
+    assert isinstance(info, dict) and info["clients"] == 4
+    assert [r["endpoint"] for r in info["rows"]] == ["anchor", "bridge", "link"]
+    for row in info["rows"]:
+        assert row["requests"] > 0 and row["errors"] == 0, row
+        assert row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
