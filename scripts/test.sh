@@ -23,5 +23,12 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } \
     || echo "warning: chromium/chromium-driver not installed; the browser test will be skipped" >&2
 fi
+# Debian's Virtuoso for the endpoint contract tests (tests/conftest.py starts it on a free loopback port with a
+# throwaway database); without it, only the Virtuoso cases skip, saying why.
+if ! command -v virtuoso-t >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      virtuoso-opensource; } >/dev/null 2>&1 \
+    || echo "warning: virtuoso-opensource did not install; the Virtuoso endpoint tests will be skipped" >&2
+fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MIRAGE_KG_PROGRESS=0
 python -m pytest -q "$@"

@@ -28,14 +28,15 @@ def build_default(store: Path | None, endpoint: str | None, only: tuple[str, ...
     (simple-icd-10-cm), one named graph each. Cite HPO and MONDO as their licences ask (docs/sources.md)."""
     from mirage_kg.loaders.base import LoadReport
     from mirage_kg.loaders.default_kg import SOURCES, build_default_kg, default_store_dir
-    from mirage_kg.store import OxigraphStore, SparqlStore
+    from mirage_kg.store import OxigraphStore, open_store
 
     if store is not None and endpoint is not None:
         raise click.UsageError("give either --store or --endpoint, not both")
     sources = [s for s in (only or SOURCES) if s not in skip]
     if not sources:
         raise click.UsageError("nothing to build: every source was left out")
-    target = SparqlStore(endpoint) if endpoint else OxigraphStore(store or default_store_dir())
+    # an endpoint is opened as for load: a killed load's staging graph dropped, the schema graph in place
+    target = open_store(endpoint=endpoint, create=True) if endpoint else OxigraphStore(store or default_store_dir())
     report = LoadReport()
     started = time.perf_counter()
     echo = (lambda s: None) if as_json else (lambda s: click.echo(s, err=True))

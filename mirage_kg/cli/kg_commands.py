@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 import click
 
-from mirage_kg.cli.main import store_options
+from mirage_kg.cli.main import endpoint_auth_options, store_options
 from mirage_kg.errors import InputError
 
 FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpoa", "nt", "nq", "ttl", "trig",
@@ -24,6 +24,9 @@ FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpo
 @click.option("--store", metavar="DIR", type=click.Path(file_okay=False),
               help="On-disk store folder, created if absent [default: $MIRAGE_KG_STORE].")
 @click.option("--endpoint", metavar="URL", help="Load into a SPARQL 1.1 endpoint instead.")
+@endpoint_auth_options
+@click.option("--chunk-size", type=click.IntRange(min=1), metavar="TRIPLES",
+              help="Endpoint: triples per INSERT DATA [default: 10,000, halved while the endpoint finds it too big].")
 @click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), default="auto", show_default=True,
               help="Source format; auto asks each loader whether it can read the path.")
 @click.option("--graph", metavar="NAME", help="Named graph for the load [default: one per source file].")
@@ -42,7 +45,8 @@ FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpo
 @click.option("--update", "as_update", is_flag=True,
               help="A new release over the graph holding this source's previous one: apply the difference in one "
                    "atomic step and print it (SNOMED CT Delta folders apply over the previous release's files).")
-def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, fmt: str, graph: str | None,
+def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk_size: int | None, fmt: str,
+         graph: str | None,
          namespace: str | None, lang: str, lenient: bool, report_path: Path | None, sab: tuple[str, ...],
          include_suppressed: bool, relation_filter: tuple[str, ...], stated: bool, keep_inactive: bool,
          as_update: bool) -> None:
@@ -68,7 +72,7 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, fmt: 
         options.extra["rdf_format"] = fmt
         fmt = "rdf"
     report = LoadReport()
-    target = open_store(store, endpoint, create=True)
+    target = open_store(store, endpoint, create=True, chunk_triples=chunk_size)
     try:
         for path in paths:
             if not path.exists():

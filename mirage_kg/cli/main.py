@@ -76,10 +76,38 @@ def main() -> None:
     --endpoint URL (any SPARQL 1.1 endpoint)."""
 
 
+def _credential_to_environment(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """Endpoint credentials travel to the store through its environment variables, so that no command needs
+    another parameter and nothing prints them."""
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        import os
+
+        if value:
+            os.environ[name] = value
+    return callback
+
+
+def endpoint_auth_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--endpoint-user`` / ``--endpoint-password`` (HTTP basic) and ``--endpoint-token`` (bearer), each also
+    read from its environment variable; never echoed."""
+    func = click.option("--endpoint-token", metavar="TOKEN", envvar="MIRAGE_KG_ENDPOINT_TOKEN", expose_value=False,
+                        callback=_credential_to_environment("MIRAGE_KG_ENDPOINT_TOKEN"),
+                        help="Bearer token for the endpoint [$MIRAGE_KG_ENDPOINT_TOKEN].")(func)
+    func = click.option("--endpoint-password", metavar="PASSWORD", envvar="MIRAGE_KG_ENDPOINT_PASSWORD",
+                        expose_value=False, callback=_credential_to_environment("MIRAGE_KG_ENDPOINT_PASSWORD"),
+                        help="HTTP basic auth password [$MIRAGE_KG_ENDPOINT_PASSWORD; prefer the variable].")(func)
+    func = click.option("--endpoint-user", metavar="USER", envvar="MIRAGE_KG_ENDPOINT_USER", expose_value=False,
+                        callback=_credential_to_environment("MIRAGE_KG_ENDPOINT_USER"),
+                        help="HTTP basic auth user for the endpoint [$MIRAGE_KG_ENDPOINT_USER].")(func)
+    return func
+
+
 def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--store`` and ``--endpoint``, shared by every command that reads a graph."""
+    """``--store`` and ``--endpoint`` (with its credentials), shared by every command that reads a graph."""
+    func = endpoint_auth_options(func)
     func = click.option("--endpoint", metavar="URL", envvar="MIRAGE_KG_ENDPOINT",
-                        help="SPARQL 1.1 query endpoint (updates go to its /update sibling).")(func)
+                        help="SPARQL 1.1 query endpoint (updates go to its /update sibling; Virtuoso takes both at "
+                             "/sparql).")(func)
     func = click.option("--store", "store", metavar="DIR", type=click.Path(file_okay=False),
                         help="On-disk store folder [default: $MIRAGE_KG_STORE, else the built-in demo KG].")(func)
     return func

@@ -26,14 +26,23 @@ def query() -> None:
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds before giving up.")
 @click.option("--json", "as_json", is_flag=True, help="Print SPARQL-JSON-like results.")
 def sparql(sparql_query: str, store: str | None, endpoint: str | None, timeout: float, as_json: bool) -> None:
-    """Run a read-only SPARQL QUERY (SELECT, ASK, CONSTRUCT, DESCRIBE; '@file.rq' reads a file)."""
+    """Run a read-only SPARQL QUERY (SELECT, ASK, CONSTRUCT, DESCRIBE; '@file.rq' reads a file). The shipped
+    prefixes (MKG:, HP:, SNOMEDCT:, rdfs:, skos:, ...) may be used undeclared; the query is parsed here first, and
+    anything that is not a query is refused."""
     from pathlib import Path
 
+    from mirage_kg.errors import InputError
     from mirage_kg.json_output import sparql_json
-    from mirage_kg.store import open_store, check_read_only
+    from mirage_kg.store import check_read_only, open_store
+    from mirage_kg.store.sparql_text import with_known_prefixes
 
     if sparql_query.startswith("@"):
-        sparql_query = Path(sparql_query[1:]).read_text(encoding="utf-8")
+        source = Path(sparql_query[1:])
+        try:
+            sparql_query = source.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read the query: {exc}", source) from None
+    sparql_query = with_known_prefixes(sparql_query)
     check_read_only(sparql_query)  # an update is refused before any store opens
     with open_store(store, endpoint) as opened:
         result = opened.query(sparql_query, timeout=timeout)

@@ -369,6 +369,12 @@ class SparqlStore(Store):
             raise EndpointError(f"the CONSTRUCT answer ({kind}) is not N-Triples: {_first_line(exc)}",
                                 self.location) from None
 
+    def triple_count(self, graph: str | None = None) -> int:
+        dataset = self._graphs()
+        if graph is not None and dataset is not None and graph not in dataset:
+            return 0  # outside the dataset (Virtuoso would even count 1 for such a GRAPH pattern)
+        return super().triple_count(graph)
+
     def graphs(self) -> list[str]:
         rows = self.select("SELECT DISTINCT ?g WHERE { GRAPH ?g { ?s ?p ?o } }")
         return sorted(r["g"].value for r in rows if r["g"].kind == "uri")

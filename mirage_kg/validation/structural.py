@@ -126,9 +126,10 @@ class Context:
         """predicate -> {object datatype (None for an IRI or blank node): triples}, over the data graphs.
 
         One scan of the store: Oxigraph decodes every quad for it (about 2 s per million), so every other
-        check that would need to look at all objects reads this instead."""
+        check that would need to look at all objects reads this instead. A language-tagged literal is
+        rdf:langString by its tag, not by ``DATATYPE``, which Virtuoso leaves unbound for it."""
         rows = self.select(f"""SELECT ?p ?dt (COUNT(*) AS ?n) WHERE {{ GRAPH ?g {{ ?s ?p ?o }} {DATA}
-            BIND(DATATYPE(?o) AS ?dt) }} GROUP BY ?p ?dt""")
+            BIND(IF(isLiteral(?o) && LANG(?o) != "", rdf:langString, DATATYPE(?o)) AS ?dt) }} GROUP BY ?p ?dt""")
         profile: dict[str, dict[str | None, int]] = defaultdict(dict)
         for r in rows:
             profile[r["p"].value][r["dt"].value if "dt" in r else None] = int(r["n"].value)
@@ -507,12 +508,13 @@ def literal_datatype(ctx: Context) -> tuple[int, list[Example]]:
     if off:  # a value outside the property's declared xsd range (an IRI, or another datatype)
         branches.append(f"""SELECT ?s ?p ?o ("range" AS ?why) ?dt WHERE {{ VALUES (?p ?dt) {{ {' '.join(off)} }}
             GRAPH ?g {{ ?s ?p ?o }} {DATA} FILTER(!isLiteral(?o)
-                || (?dt = xsd:string && DATATYPE(?o) NOT IN (xsd:string, rdf:langString))
-                || (?dt != xsd:string && DATATYPE(?o) != ?dt)) }}""")
+                || (?dt = xsd:string && LANG(?o) = "" && DATATYPE(?o) NOT IN (xsd:string, rdf:langString))
+                || (?dt != xsd:string && (LANG(?o) != "" || DATATYPE(?o) != ?dt))) }}""")
     not_text = [p for p in TEXT_PROPERTIES if any(dt not in text for dt in ctx.profile.get(p, {}))]
     if not_text:  # a label, definition or template that is not a string
         branches.append(f"""SELECT ?s ?p ?o ("text" AS ?why) (xsd:string AS ?dt) WHERE {{ {values('p', not_text)}
-            GRAPH ?g {{ ?s ?p ?o }} {DATA} FILTER(!isLiteral(?o) || DATATYPE(?o) NOT IN (xsd:string, rdf:langString))
+            GRAPH ?g {{ ?s ?p ?o }} {DATA}
+            FILTER(!isLiteral(?o) || (LANG(?o) = "" && DATATYPE(?o) NOT IN (xsd:string, rdf:langString)))
             }}""")
     if not branches:
         return 0, []
