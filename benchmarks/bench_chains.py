@@ -1,22 +1,20 @@
-"""Batched chains: N graph-augmented reasoning chains advanced together (one ``generate`` call per step) against
-the same N chains run one after another, on the same backend, KG, prompts and budgets, in one run.
+"""Parallel chains on one engine: 8 samples of one question, and 8 different questions, against one chain alone,
+all measured in the same run on the same engine, KG and budgets.
 
-    python benchmarks/bench_chains.py [--backends smollm2,tiny] [--engines auto,generate] [--chains 8]
-                                      [--tokens 64] [--same-question | --distinct N] [--threads N] [--json]
+    python benchmarks/bench_chains.py [--engines llamacpp,transformers] [--chains 8] [--tokens 64] [--json]
 
-Decoding is greedy so both runs make the same text, and the chains are seeded with ``retrieve`` evidence from the
-demo KG as in the pipeline. Prints wall time, generated tokens and tokens/s of each run, and the batched wall time
-over one chain alone (target <= 1.5x), both over the mean chain and over the longest one (a batch cannot end
-before its longest chain). ``--same-question`` runs 8 copies of one question, so every chain has the same length
-and the ratio is the cost of batching alone. ``--engines`` compares the backend's decoding loop ("auto"/"loop")
-with transformers' own ``generate``. Never gates CI."""
+Every chain is its own request stream (the product's scheduling: a chain's next turn goes to the engine as soon as
+its search returns), sampled at the paper's settings with a seed, seeded with ``retrieve`` evidence from the demo
+KG. Prints wall time, generated tokens and tokens/s of each run and the ratios samples / one chain (target <= 1.5x)
+and distinct / one chain. Engines: ``llamacpp`` and ``transformers`` (SmolLM2), ``tiny`` (a random 2-layer model
+on transformers, for a quick check). Never gates CI.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from typing import Any
@@ -33,125 +31,81 @@ QUESTIONS = [
     "Can I take ibuprofen with a peptic ulcer?",
     "What are the symptoms of migraine?",
     "My joints are stiff and swollen in the morning. What could cause this?",
-    "What is the treatment for hyperthyroidism?",
-    "I have heartburn after meals. What should I do?",
-    "What causes shortness of breath and wheezing?",
-    "Which drugs are used for depression?",
 ]
 
 
-def make_backend(name: str, engine: str = "auto", threads: int | None = None, cpu_pack: bool = True,
-                 kv_reuse_mb: int | None = None) -> Any:
-    from mirage_reason.backends.local_models import tiny_model
-    from mirage_reason.backends.transformers_backend import TransformersBackend
+def make_backend(name: str) -> Any:
+    from mirage_reason.backends import get_backend
 
-    options: dict[str, Any] = {"engine": engine, "threads": threads, "cpu_pack": cpu_pack, "kv_reuse_mb": kv_reuse_mb}
-    if name == "smollm2":
-        return TransformersBackend("smollm2", **options)
     if name == "tiny":
-        model, tokenizer = tiny_model(seed=0, layers=4, hidden=128)
-        return TransformersBackend.from_model(model, tokenizer, name="tiny", **options)
-    raise SystemExit(f"unknown backend {name!r}: use smollm2 or tiny")
+        from mirage_reason.backends.local_models import tiny_model
+        from mirage_reason.backends.transformers_backend import TransformersBackend
+
+        model, tokenizer = tiny_model(seed=0)
+        return TransformersBackend.from_model(model, tokenizer, name="tiny")
+    return get_backend(name, model="smollm2")
 
 
-def run_chains(kg: Any, backend: Any, config: Any, specs: list[Any]) -> tuple[float, int, float]:
-    """Wall seconds, generated tokens and CPU seconds of running ``specs`` together."""
-    from mirage_reason.chain import ChainRunner
+def timed_run(kg: Any, backend: Any, config: Any, questions: list[str], tags: list[Any]) -> dict[str, Any]:
+    from mirage_reason.chain import ChainRunner, ChainSpec
 
+    specs = [ChainSpec(q, q, tuple(kg.retrieve(q, budget=config.retrieve_budget).evidence), tag=tag)
+             for q, tag in zip(questions, tags)]
     runner = ChainRunner(kg, backend, config)
-    start, cpu = time.perf_counter(), time.process_time()
+    started = time.perf_counter()
     results = runner.run(specs)
-    return time.perf_counter() - start, sum(r.completion_tokens for r in results), time.process_time() - cpu
+    wall = time.perf_counter() - started
+    tokens = sum(r.completion_tokens for r in results)
+    texts = {r.text for r in results}
+    return {"chains": len(results), "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall,
+            "distinct_texts": len(texts), "max_chain_tokens": max(r.completion_tokens for r in results)}
 
 
-def bench(kg: Any, backend_name: str, chains: int, tokens: int, engine: str = "auto", threads: int | None = None,
-          distinct: int | None = None, step_tokens: int | None = None, kv_reuse_mb: int | None = None
-          ) -> dict[str, Any]:
-    from mirage_reason.chain import ChainSpec
+def bench(kg: Any, name: str, chains: int, tokens: int) -> dict[str, Any]:
     from mirage_reason.config import MirageConfig
 
-    backend = make_backend(backend_name, engine=engine, threads=threads, kv_reuse_mb=kv_reuse_mb)
-    step = step_tokens or tokens
-    config = MirageConfig(temperature=0.0, max_new_tokens=step, max_chain_tokens=tokens,
-                          max_turns=max(3, -(-tokens // step) + 2), n_r=2, seed_facts=8, rank_by_question=False)
-    kinds = min(distinct or len(QUESTIONS), len(QUESTIONS))
-    questions = [QUESTIONS[i % kinds] for i in range(chains)]  # --distinct 4 with 8 chains: 2 samples per question
-    specs = [ChainSpec(q, q, tuple(kg.retrieve(q, budget=config.retrieve_budget).evidence), tag=i)
-             for i, q in enumerate(questions)]
-    run_chains(kg, backend, config, specs[:1])  # warm-up: first-call allocations, tokenizer caches
-    singles = [run_chains(kg, backend, config, [spec]) for spec in specs]
-    seq_wall = sum(w for w, _, _ in singles)
-    seq_tokens = sum(t for _, t, _ in singles)
-    seq_cpu = sum(c for _, _, c in singles)
-    batch_wall, batch_tokens, batch_cpu = run_chains(kg, backend, config, specs)
-    one = statistics.mean(w for w, _, _ in singles)
-    longest = max(w for w, _, _ in singles)
-    return {
-        "backend": backend_name, "engine": backend.engine, "threads": backend.threads,
-        "packed_layers": backend.packed_layers, "distinct_questions": kinds, "step_tokens": step,
-        "kv_reuse": backend.kv_pool is not None,
-        "reused_tokens": backend.kv_pool.reused_tokens if backend.kv_pool is not None else 0,
-        "chains": chains, "max_tokens_per_chain": tokens,
-        "sequential": {"wall_s": seq_wall, "cpu_s": seq_cpu, "tokens": seq_tokens,
-                       "tokens_per_s": seq_tokens / seq_wall},
-        "batched": {"wall_s": batch_wall, "cpu_s": batch_cpu, "tokens": batch_tokens,
-                    "tokens_per_s": batch_tokens / batch_wall},
-        "one_chain_mean_s": one, "one_chain_longest_s": longest,
-        "ratio_batched_to_one_chain": batch_wall / one,
-        "ratio_batched_to_longest_chain": batch_wall / longest,
-        "ratio_cpu_batched_to_one_chain": batch_cpu / (seq_cpu / chains),
-        "speedup_vs_sequential": seq_wall / batch_wall,
-    }
+    backend = make_backend(name)
+    config = MirageConfig(max_new_tokens=tokens, max_chain_tokens=tokens, max_turns=3, n_r=2, seed=0,
+                          seed_facts=10)
+    try:
+        timed_run(kg, backend, config, QUESTIONS[:1], [("warm-up",)])  # load and first-call costs out of the way
+        one = timed_run(kg, backend, config, QUESTIONS[:1], [(0, 0, 0)])
+        samples = timed_run(kg, backend, config, QUESTIONS[:1] * chains, [(0, 0, s) for s in range(chains)])
+        distinct = timed_run(kg, backend, config, (QUESTIONS * chains)[:chains], [(q, 0, 0) for q in range(chains)])
+    finally:
+        backend.close()
+    return {"engine": name, "tokens_per_chain": tokens, "one": one, "samples": samples, "distinct": distinct,
+            "ratio_samples_to_one": samples["wall_s"] / one["wall_s"],
+            "ratio_distinct_to_one": distinct["wall_s"] / one["wall_s"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default="smollm2,tiny", help="comma-separated: smollm2, tiny")
+    parser.add_argument("--engines", default="llamacpp,transformers", help="comma-separated: llamacpp, "
+                        "transformers, tiny")
     parser.add_argument("--chains", type=int, default=8)
-    parser.add_argument("--tokens", type=int, default=64, help="tokens each chain may generate")
-    parser.add_argument("--engines", default="auto", help="comma-separated: auto (the default: loop where the "
-                        "model allows), loop, generate (transformers' generate)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads [default: the backend's choice]")
-    parser.add_argument("--same-question", action="store_true", help="every chain gets the same question")
-    parser.add_argument("--distinct", type=int, help="distinct questions among the chains (the others repeat them, "
-                        "like --samples) [default: all distinct]")
-    parser.add_argument("--step-tokens", type=int, help="tokens per generate step (a chain continues a cut step in "
-                        "the next one, re-sending its whole prompt) [default: --tokens, one step]")
-    parser.add_argument("--kv-reuse-mb", default="1024", help="comma-separated KV pool sizes to compare (0 = off)")
+    parser.add_argument("--tokens", type=int, default=64, help="most tokens each chain may generate")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
-
-    import torch
 
     from mirage_kg import KnowledgeGraph, demo_store
 
     kg = KnowledgeGraph(demo_store())
-    distinct = 1 if args.same_question else args.distinct
-    rows = [bench(kg, name.strip(), args.chains, args.tokens, engine.strip(), args.threads, distinct,
-                  args.step_tokens, int(reuse))
-            for name in args.backends.split(",") if name.strip()
-            for engine in args.engines.split(",") if engine.strip()
-            for reuse in args.kv_reuse_mb.split(",") if reuse.strip()]
+    rows = [bench(kg, name.strip(), args.chains, args.tokens) for name in args.engines.split(",") if name.strip()]
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{args.chains} chains, <= {args.tokens} tokens each"
-          f"{f' in steps of {args.step_tokens}' if args.step_tokens else ''}, greedy, demo KG seeds"
-          f"{f', {distinct} distinct question(s)' if distinct else ''}; "
-          f"CPU: {os.cpu_count()} cores; "
-          f"python {sys.version.split()[0]}, torch {torch.__version__}")
-    print(f"{'backend':<9} {'engine':<9} {'run':<11} {'wall s':>8} {'cpu s':>8} {'tokens':>7} {'tok/s':>8}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{args.chains} chains, <= {args.tokens} tokens each, sampled 0.7/0.8/20 seeded, demo KG seeds; "
+          f"CPU: {os.cpu_count()} cores, load {load:.1f}; python {sys.version.split()[0]}")
+    print(f"{'engine':<13} {'run':<9} {'chains':>6} {'wall s':>8} {'tokens':>7} {'tok/s':>8} {'distinct':>8}")
     for row in rows:
-        engine = row["engine"] + ("+onednn" if row["packed_layers"] else "") + ("+kv" if row["kv_reuse"] else "")
-        for run in ("sequential", "batched"):
+        for run in ("one", "samples", "distinct"):
             r = row[run]
-            print(f"{row['backend']:<9} {engine:<9} {run:<11} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} "
-                  f"{r['tokens']:>7} {r['tokens_per_s']:>8.1f}")
-        print(f"{row['backend']:<9} {engine} ({row['threads']} threads) one chain: mean {row['one_chain_mean_s']:.2f} s, longest "
-              f"{row['one_chain_longest_s']:.2f} s | batched / one chain = {row['ratio_batched_to_one_chain']:.2f}x "
-              f"(target <= 1.5x), batched / longest = {row['ratio_batched_to_longest_chain']:.2f}x, "
-              f"speed-up over sequential = {row['speedup_vs_sequential']:.2f}x; in CPU time batched / one chain = "
-              f"{row['ratio_cpu_batched_to_one_chain']:.2f}x")
+            print(f"{row['engine']:<13} {run:<9} {r['chains']:>6} {r['wall_s']:>8.2f} {r['tokens']:>7} "
+                  f"{r['tokens_per_s']:>8.1f} {r['distinct_texts']:>8}")
+        print(f"{row['engine']}: samples / one chain = {row['ratio_samples_to_one']:.2f}x (target <= 1.5x), "
+              f"distinct / one chain = {row['ratio_distinct_to_one']:.2f}x")
 
 
 if __name__ == "__main__":

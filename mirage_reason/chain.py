@@ -1,9 +1,10 @@
-"""Graph-augmented reasoning chains: the search-block parser, the graph searcher and the batched chain runner.
+"""Graph-augmented reasoning chains: the search-block parser, the graph searcher and the chain runner.
 
 A chain generates until the model closes a search block (the stop string ``<|KG_QUERY_END|>``) or ends. A closed
 block is linked to KG entities, answered in anchor or bridge mode, verbalised and inserted between the result tags,
-and the chain goes on. Every live chain advances in the same ``generate`` call per step, so wall time follows the
-longest chain. Whatever the model writes (an unclosed or empty block, a paragraph instead of an entity, a name the
+and the chain goes on. Every turn is its own request to the backend, asking for at most the chain's remaining token
+budget, and a chain submits its next turn as soon as its search returns: no chain waits for another, so wall time
+follows the longest chain. Whatever the model writes (an unclosed or empty block, a paragraph instead of an entity, a name the
 KG does not know) is recorded in the chain's trace and answered with a note, never raised.
 """
 
@@ -12,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from mirage_kg import Entity, Evidence, MirageError, Path
 
 from mirage_reason import prompts
-from mirage_reason.backends.base import THINK_CLOSE, Backend, Completion, split_think
+from mirage_reason.backends.base import THINK_CLOSE, Backend, Completion, CompletionRequest, derive_seed, split_think
 from mirage_reason.config import MirageConfig
 from mirage_reason.errors import ReasonerError
 from mirage_reason.prompts import QUERY_BEGIN, QUERY_END, RESULT_BEGIN, RESULT_END
@@ -35,7 +37,6 @@ __all__ = [
     "GraphSearcher",
     "Search",
     "SearchBlock",
-    "StepReport",
     "extract_answer",
     "parse_search_block",
     "path_json",
@@ -43,6 +44,9 @@ __all__ = [
 
 Mode = Literal["anchor", "bridge"]
 STOP = (QUERY_END,)
+#: ``listener(kind, data)``: a chain's progress, JSON-ready: "search_issued" (the block, before the KG runs it),
+#: "search" (what it found), "chain_done" (its answer and why it stopped)
+Listener = Callable[[str, dict[str, Any]], None]
 
 
 def path_json(path: Path) -> dict[str, Any]:
@@ -317,7 +321,9 @@ class Chain:
         self.prompt_tokens = 0
         self.search_seconds = 0.0
         self.finish_reason: str | None = None
+        self.listener: Listener | None = None
         self._seen: set[tuple[Any, ...]] = set()
+        self._asked: int | None = None  # max tokens of the request in flight
         if seed_paths:
             self.trace.append({"event": "seed", "facts": [p.text for p in seed_paths]})
 
@@ -337,10 +343,28 @@ class Chain:
     def counted_searches(self) -> int:
         return sum(1 for s in self.searches if s.counted)
 
+    def next_request(self) -> CompletionRequest:
+        """The chain's next turn: at most ``max_new_tokens`` and never more than what is left of its token budget,
+        so no chain ever exceeds ``max_chain_tokens``; its seed comes from the run's seed, the chain's tag, its
+        sub-question and the turn (samples of one sub-question differ by their tag)."""
+        if self.done:
+            raise ReasonerError("a finished chain has no next turn")
+        self._asked = min(self.config.max_new_tokens, self.remaining_tokens)
+        seed = derive_seed(self.config.seed, "chain", self.spec.tag, self.spec.sub_question, self.turns)
+        return CompletionRequest(self.prompt, STOP, self.config.chain_params(self._asked, seed))
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        if self.listener is not None:
+            self.listener(kind, data)
+
     def feed(self, completion: Completion, searcher: GraphSearcher) -> None:
-        """Take one step's completion: run a closed search block, or finish the chain."""
+        """Take one turn's completion: run a closed search block, or finish the chain."""
         if self.done:
             raise ReasonerError("a finished chain was fed another completion")
+        if self._asked is not None and completion.completion_tokens > self._asked:
+            raise ReasonerError(f"the backend returned {completion.completion_tokens} tokens for a request of at most "
+                                f"{self._asked}: it does not honour max tokens, so the chain's budget cannot hold")
+        self._asked = None
         self.turns += 1
         self.completion_tokens += completion.completion_tokens
         self.prompt_tokens += completion.prompt_tokens
@@ -415,8 +439,10 @@ class Chain:
         if self.counted_searches >= cfg.n_r:
             self.trace.append({"event": "budget_spent", "turn": self.turns, "query": block.raw})
             return prompts.result_block([], prompts.budget_spent_note(cfg.n_r))
+        self._emit("search_issued", query=block.raw, mode=block.mode, turn=self.turns)
         found, cached = searcher.search(block, self.spec.sub_question)
         search = dataclasses.replace(found, signature=signature)
+        self._emit("search", turn=self.turns, search={**search.to_json(), "note": search.note, "cached": cached})
         self._seen.add(signature)
         self.searches.append(search)
         self.trace.append({
@@ -435,6 +461,8 @@ class Chain:
             self._garbled("unclosed search block", block[:self.config.max_query_chars])
         self.finish_reason = reason
         self.trace.append({"event": "finish", "turn": self.turns, "reason": reason})
+        self._emit("chain_done", answer=extract_answer(self.text), finish_reason=reason, turns=self.turns,
+                   completion_tokens=self.completion_tokens)
 
     def result(self) -> ChainResult:
         if not self.done:
@@ -456,26 +484,15 @@ class Chain:
         )
 
 
-@dataclass(frozen=True)
-class StepReport:
-    """One batched step: how many chains it advanced, its wall time (generation and KG) and tokens made."""
-
-    chains: int
-    generate_seconds: float
-    search_seconds: float
-    completion_tokens: int
-    max_new_tokens: int
-
-
 @dataclass
 class ChainRunner:
-    """Starts chains and advances every live one in a single batched ``generate`` call per step."""
+    """Starts chains and runs them, each turn its own request, each chain's next turn submitted as soon as its
+    search returns (searches run here while the engine decodes the other chains)."""
 
     kg: KnowledgeGraph
     backend: Backend
     config: MirageConfig = field(default_factory=MirageConfig)
     searcher: GraphSearcher | None = None
-    steps: list[StepReport] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.searcher is None:
@@ -488,36 +505,39 @@ class ChainRunner:
                                           [p.text for p in shown], self.config.n_r, search=spec.search)
         return Chain(spec, self.backend.format_chat(messages), tuple(shown), self.config)
 
-    def step(self, chains: Sequence[Chain], *, seed: int | None = None) -> StepReport:
-        """Advance every live chain of ``chains`` by one generation step, all in one batched call."""
-        live = [c for c in chains if not c.done]
-        if not live:
-            return StepReport(0, 0.0, 0, 0, 0)
-        max_new = max(1, min(self.config.max_new_tokens, max(c.remaining_tokens for c in live)))
-        if seed is None and self.config.seed is not None:
-            seed = self.config.seed + len(self.steps)
-        started = time.perf_counter()
-        completions = self.backend.generate([c.prompt for c in live], STOP, self.config.chain_params(max_new, seed))
-        generated = time.perf_counter() - started
-        if len(completions) != len(live):
-            raise ReasonerError(f"backend {self.backend.name!r} returned {len(completions)} completions for "
-                                f"{len(live)} prompts")
-        searched = 0.0
-        assert self.searcher is not None
-        for chain, completion in zip(live, completions):
-            before = chain.search_seconds
-            chain.feed(completion, self.searcher)
-            searched += chain.search_seconds - before
-        report = StepReport(len(live), generated, searched, sum(c.completion_tokens for c in completions), max_new)
-        self.steps.append(report)
-        return report
-
-    def run(self, specs: Sequence[ChainSpec]) -> list[ChainResult]:
-        """Run chains to the end together; results in the order of ``specs``."""
-        chains = [self.start(spec) for spec in specs]
-        while any(not c.done for c in chains):
-            self.step(chains)
+    def run(self, specs: Sequence[ChainSpec], listener: Listener | None = None) -> list[ChainResult]:
+        """Run chains to the end; results in the order of ``specs``. A spec without a tag gets its index as tag,
+        so identical specs still sample with distinct seeds."""
+        chains = [self.start(spec if spec.tag is not None else dataclasses.replace(spec, tag=i))
+                  for i, spec in enumerate(specs)]
+        pending: dict[Future[Completion], Chain] = {}
+        try:
+            for number, chain in enumerate(chains):
+                if listener is not None:
+                    chain.listener = _numbered(listener, number)
+                pending[self.backend.submit(chain.next_request())] = chain
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in [f for f in pending if f in done]:  # in submission order: deterministic
+                    chain = pending.pop(future)
+                    self.advance(chain, future.result())
+                    if not chain.done:
+                        pending[self.backend.submit(chain.next_request())] = chain
+        finally:
+            for future in pending:
+                future.cancel()
         return [c.result() for c in chains]
+
+    def advance(self, chain: Chain, completion: Completion) -> float:
+        """Feed ``completion`` to ``chain`` (running its search, if it closed one); returns the search seconds."""
+        assert self.searcher is not None
+        before = chain.search_seconds
+        chain.feed(completion, self.searcher)
+        return chain.search_seconds - before
+
+
+def _numbered(listener: Listener, number: int) -> Listener:
+    return lambda kind, data: listener(kind, {"chain": number, **data})
 
 
 def _dedupe_paths(paths: Sequence[Path]) -> list[Path]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from mirage_reason.backends.base import GenerationParams
 
-__all__ = ["PIPELINES", "SMALL_MODEL_BUDGETS", "MirageConfig"]
+__all__ = ["PIPELINES", "SMALL_MODEL_BUDGETS", "MirageConfig", "parse_settings"]
 
 #: pipeline name -> the flags that make it (the evaluation's baselines and ablations)
 PIPELINES: dict[str, dict[str, Any]] = {
@@ -150,3 +150,33 @@ class MirageConfig:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def parse_settings(pairs: Any) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (``--set samples=3``) -> MirageConfig fields, typed by the field's default (int, float,
+    bool, or None for the seed). Raises ``ValueError`` naming the pair and what is expected."""
+    fields = {f.name for f in dataclasses.fields(MirageConfig)}
+    defaults = MirageConfig()
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = str(pair).partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields:
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
+        default = getattr(defaults, key)
+        raw = raw.strip()
+        try:
+            if isinstance(default, bool):
+                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(raw)
+                value: Any = raw.lower() in ("true", "1", "yes")
+            elif isinstance(default, int) or (default is None and key == "seed"):
+                value = None if raw.lower() == "none" else int(raw)
+            elif isinstance(default, float):
+                value = float(raw)
+            else:
+                value = raw
+        except ValueError:
+            raise ValueError(f"--set {pair!r}: {raw!r} is not a valid {type(default).__name__}") from None
+        out[key] = value
+    return out

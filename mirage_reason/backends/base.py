@@ -1,30 +1,45 @@
 """The contract every LLM backend meets, and the text rules they all share.
 
-The chain runner works on raw prompts (it appends search results and calls ``generate`` again), so completion is
-the core operation; chat is only a way to build the first prompt. Stop-string trimming and ``<think>`` handling
-live here so that a local model, a remote server and a scripted test double cut text in exactly the same way.
+A backend takes :class:`CompletionRequest` s, each with its own prompt, stop strings and sampling settings (max
+tokens and seed included), and hands back a :class:`~concurrent.futures.Future` per request that completes when that
+completion is done: the engine (llama.cpp, transformers, vLLM, a server) decides how to batch what is in flight.
+The chain runner works on raw prompts (it appends search results and submits the next turn), so completion is the
+core operation; chat is only a way to build the first prompt. Stop-string trimming and ``<think>`` handling live
+here so that a local model, a remote server and a scripted test double cut text in exactly the same way.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import os
 import re
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from mirage_reason.errors import BackendError
 
 __all__ = [
     "THINK_CLOSE",
     "THINK_OPEN",
     "Backend",
+    "BackendBase",
     "Completion",
+    "CompletionRequest",
+    "EngineThread",
     "GenerationParams",
     "ThinkMode",
     "apply_stop",
     "chatml",
+    "derive_seed",
     "normalize_stop",
     "parse_chatml",
     "split_think",
     "strip_think",
+    "usable_cores",
     "whitespace_tokens",
 ]
 
@@ -62,11 +77,31 @@ class Completion:
     stop_unknown: bool = False
 
 
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One completion to make: a raw prompt, its stop strings and its own sampling settings (max tokens, seed)."""
+
+    prompt: str
+    stop: tuple[str, ...] = ()
+    params: GenerationParams = GenerationParams()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", normalize_stop(self.stop))
+
+
 @runtime_checkable
 class Backend(Protocol):
-    """Turns raw prompts into completions, one batched call advancing many chains at once."""
+    """Takes completion requests and hands each completion back when it is done.
+
+    ``submit`` must not block on the generation: it queues the request with the engine and returns a future, so the
+    caller can run KG searches while the engine decodes. A completion never holds more than
+    ``request.params.max_new_tokens`` tokens. Failures surface from ``future.result()`` as :class:`BackendError`
+    (with ``retryable``). ``generate`` is the blocking convenience over ``submit`` for a list of prompts.
+    """
 
     name: str
+
+    def submit(self, request: CompletionRequest) -> Future[Completion]: ...
 
     def generate(
         self,
@@ -76,6 +111,132 @@ class Backend(Protocol):
     ) -> list[Completion]: ...
 
     def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class BackendBase:
+    """What every backend shares: ``generate`` over ``submit``, ChatML chat formatting, ``close`` and ``with``."""
+
+    name: str = "backend"
+
+    def submit(self, request: CompletionRequest) -> Future[Completion]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        stop: Sequence[str] = (),
+        params: GenerationParams = GenerationParams(),
+    ) -> list[Completion]:
+        """Submit every prompt, wait for all; with a seed, prompt ``i`` gets ``seed + i`` so that identical prompts
+        still sample differently (and reproducibly)."""
+        batch = [prompts] if isinstance(prompts, str) else list(prompts)
+        stops = normalize_stop(stop)
+        futures = [self.submit(CompletionRequest(p, stops, _row_params(params, i))) for i, p in enumerate(batch)]
+        return [f.result() for f in futures]
+
+    def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+        return chatml(messages, add_generation_prompt=add_generation_prompt)
+
+    def close(self) -> None:
+        """Release the engine (threads, connections); the default has nothing to release."""
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _row_params(params: GenerationParams, row: int) -> GenerationParams:
+    if params.seed is None or row == 0:
+        return params
+    return dataclasses.replace(params, seed=params.seed + row)
+
+
+def derive_seed(base: int | None, *parts: Any) -> int | None:
+    """A seed for one request, derived from the run's seed and what the request is (question, sub-question,
+    sample, turn): reproducible whatever order requests finish in, and distinct for distinct ``parts``."""
+    if base is None:
+        return None
+    digest = hashlib.blake2b(repr((base, *parts)).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+class EngineThread:
+    """One worker thread in front of an in-process engine that is not thread-safe (llama.cpp, a torch model).
+
+    Requests queue in submission order; the thread takes the oldest and, up to ``max_batch``, the queued requests
+    that ``compatible(first, other)`` allows in the same engine call, runs ``run_batch`` on them and completes their
+    futures. An engine error fails the futures of that batch only, as a :class:`BackendError`.
+    """
+
+    def __init__(
+        self,
+        run_batch: Callable[[list[CompletionRequest]], list[Completion]],
+        *,
+        name: str,
+        max_batch: int = 1,
+        compatible: Callable[[CompletionRequest, CompletionRequest], bool] | None = None,
+    ) -> None:
+        self._run_batch = run_batch
+        self._name = name
+        self._max_batch = max(1, max_batch)
+        self._compatible = compatible or (lambda a, b: True)
+        self._queue: list[tuple[CompletionRequest, Future[Completion]]] = []
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name=f"mirage-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: CompletionRequest) -> Future[Completion]:
+        future: Future[Completion] = Future()
+        with self._wake:
+            if self._closed:
+                raise BackendError(f"backend {self._name!r} is closed", hint="build a new backend")
+            self._queue.append((request, future))
+            self._wake.notify()
+        return future
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=30)
+
+    def _take(self) -> list[tuple[CompletionRequest, Future[Completion]]] | None:
+        with self._wake:
+            while not self._queue and not self._closed:
+                self._wake.wait()
+            if not self._queue:
+                return None
+            first = self._queue[0][0]
+            batch = [item for item in self._queue if self._compatible(first, item[0])][: self._max_batch]
+            taken = {id(item) for item in batch}
+            self._queue = [item for item in self._queue if id(item) not in taken]
+        return [(r, f) for r, f in batch if f.set_running_or_notify_cancel()]
+
+    def _work(self) -> None:
+        while (batch := self._take()) is not None:
+            if not batch:
+                continue
+            try:
+                completions = self._run_batch([r for r, _ in batch])
+            except BackendError as exc:
+                for _, future in batch:
+                    future.set_exception(exc)
+                continue
+            except Exception as exc:  # an engine bug or a bad request: fail these requests, keep serving others
+                error = BackendError(f"backend {self._name!r} failed: {type(exc).__name__}: {exc}",
+                                     hint="this looks like a bug or an unsupported request; retrying will not help")
+                error.__cause__ = exc
+                for _, future in batch:
+                    future.set_exception(error)
+                continue
+            for (_, future), completion in zip(batch, completions, strict=True):
+                future.set_result(completion)
 
 
 def normalize_stop(stop: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -126,6 +287,14 @@ def strip_think(text: str) -> str:
     if THINK_CLOSE not in text:
         return text
     return split_think(text)[1]
+
+
+def usable_cores() -> int:
+    """CPU cores this process may use (torch's and llama.cpp's defaults may count the host's, not this share)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def whitespace_tokens(text: str) -> int:

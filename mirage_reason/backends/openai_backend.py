@@ -1,30 +1,32 @@
-"""Any OpenAI-compatible server (vLLM, SGLang, llama.cpp, ``mirage_reason.serve``) as a backend.
+"""Any OpenAI-compatible server (vLLM, SGLang, llama.cpp's server, ``transformers serve``) as a backend.
 
-The prompts of one ``generate`` call go out as concurrent requests, so a server that batches (vLLM) advances all
-chains together, and its prefix cache makes a resumed chain cheap. Transient failures (connection refused,
-timeouts, 429, 5xx) are retried with backoff; everything ends up as a ``BackendError`` naming the endpoint.
+Every submitted request goes out at once over one ``httpx.AsyncClient`` (on its own event-loop thread), with at
+most ``concurrency`` in flight, so a server that batches (vLLM, SGLang) advances every live chain together and its
+prefix cache makes a resumed chain cheap. Transient failures (connection refused, timeouts, 429, 5xx) are retried
+with backoff; everything ends up as a ``BackendError`` naming the endpoint and saying whether a retry may help.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import threading
-import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Coroutine, Mapping, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from mirage_kg import MissingExtraError
 
 from mirage_reason.backends.base import (
+    BackendBase,
     Completion,
+    CompletionRequest,
     GenerationParams,
     ThinkMode,
     apply_stop,
     chatml,
-    normalize_stop,
     parse_chatml,
     strip_think,
     whitespace_tokens,
@@ -42,13 +44,15 @@ if TYPE_CHECKING:
 __all__ = ["OpenAIBackend"]
 
 _MAX_RETRY_AFTER_S = 30.0
+T = TypeVar("T")
 
 
-class OpenAIBackend:
+class OpenAIBackend(BackendBase):
     """Client for ``{base_url}/completions`` (``mode="completions"``) or ``{base_url}/chat/completions``.
 
     ``base_url`` is the OpenAI-style root, e.g. ``http://127.0.0.1:8000/v1`` (a bare ``http://host:port`` gets
-    ``/v1``). ``model=None`` uses the first model the server lists. ``api_key`` defaults to ``$OPENAI_API_KEY``.
+    ``/v1``). ``model=None`` uses the first model the server lists. ``concurrency`` bounds the requests in flight
+    (``mirage-kg ask --max-in-flight``); ``transport`` is an ``httpx.AsyncBaseTransport`` (tests). ``api_key`` defaults to ``$OPENAI_API_KEY``.
     ``vllm_params`` sends vLLM's ``top_k`` and ``repetition_penalty``; turn it off for servers that reject them.
 
     Token counts come from the server's ``usage``; a server that sends none gets a whitespace estimate instead.
@@ -76,7 +80,7 @@ class OpenAIBackend:
         think: ThinkMode = "keep",
         vllm_params: bool = True,
         extra_body: Mapping[str, Any] | None = None,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if mode not in ("completions", "chat"):
             raise ValueError(f"mode must be 'completions' or 'chat', not {mode!r}")
@@ -96,11 +100,25 @@ class OpenAIBackend:
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        self._client = httpx.Client(timeout=timeout, headers=headers, limits=limits, transport=transport)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mirage-openai", daemon=True)
+        self._thread.start()
+
+        async def make() -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+            client = httpx.AsyncClient(timeout=timeout, headers=headers, limits=limits, transport=transport)
+            return client, asyncio.Semaphore(self.concurrency)
+
+        self._client, self._slots = self._call(make())
+        self._closed = False
 
     # -- the Backend contract ------------------------------------------------------------------------------------
+
+    def submit(self, request: CompletionRequest) -> Future[Completion]:
+        if self._closed:
+            raise BackendError(f"the client for {self.base_url} is closed", hint="build a new OpenAIBackend")
+        model = self.model
+        return asyncio.run_coroutine_threadsafe(self._complete(request.prompt, request.stop, request.params, model),
+                                                self._loop)
 
     def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
         if self.mode == "completions" and self._tokenizer_id is not None:
@@ -110,29 +128,13 @@ class OpenAIBackend:
             return str(text)
         return chatml(messages, add_generation_prompt=add_generation_prompt)
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        stop: Sequence[str] = (),
-        params: GenerationParams = GenerationParams(),
-    ) -> list[Completion]:
-        batch = [prompts] if isinstance(prompts, str) else list(prompts)
-        stops = normalize_stop(stop)
-        if not batch:
-            return []
-        model = self.model
-        if len(batch) == 1:
-            return [self._complete(batch[0], stops, params, model)]
-        pool = self._executor()
-        return list(pool.map(lambda p: self._complete(p, stops, params, model), batch))
-
     # -- public helpers ------------------------------------------------------------------------------------------
 
     @property
     def model(self) -> str:
         """The model name sent with each request; asks the server's ``/models`` when none was given."""
         if self._model is None:
-            data = self._request("GET", "/models")
+            data = self._call(self._request("GET", "/models"))
             try:
                 self._model = str(data["data"][0]["id"])
             except (KeyError, IndexError, TypeError) as exc:
@@ -142,28 +144,23 @@ class OpenAIBackend:
         return self._model
 
     def list_models(self) -> list[str]:
-        data = self._request("GET", "/models")
+        data = self._call(self._request("GET", "/models"))
         return [str(m["id"]) for m in data.get("data", [])]
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
-        self._client.close()
-
-    def __enter__(self) -> OpenAIBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        if self._closed:
+            return
+        self._closed = True
+        self._call(self._client.aclose())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
 
     # -- internals -----------------------------------------------------------------------------------------------
 
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="mirage-openai")
-            return self._pool
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the client's loop and wait for it (from any thread but the loop's own)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def _local_tokenizer(self) -> PreTrainedTokenizerBase:
         if self._tokenizer is None:
@@ -202,14 +199,15 @@ class OpenAIBackend:
         if params.seed is not None:
             body["seed"] = params.seed
         if self.vllm_params:
-            body["top_k"] = params.top_k if params.top_k > 0 else -1
+            body["top_k"] = max(0, params.top_k)  # 0 = off for llama.cpp and current vLLM (old vLLM wanted -1)
             body["repetition_penalty"] = params.repetition_penalty
         body.update(self.extra_body)
         return body
 
-    def _complete(self, prompt: str, stop: tuple[str, ...], params: GenerationParams, model: str) -> Completion:
+    async def _complete(self, prompt: str, stop: tuple[str, ...], params: GenerationParams, model: str) -> Completion:
         path = "/completions" if self.mode == "completions" else "/chat/completions"
-        data = self._request("POST", path, self._payload(prompt, stop, params, model))
+        async with self._slots:
+            data = await self._request("POST", path, self._payload(prompt, stop, params, model))
         try:
             choice = data["choices"][0]
             if self.mode == "completions":
@@ -246,16 +244,16 @@ class OpenAIBackend:
             stop_unknown=bool(stop) and finish == "stop" and fired is None and not says,
         )
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
         error: BackendError | None = None
         retry_after: float | None = None
         for attempt in range(self.max_retries + 1):
             if attempt:
-                time.sleep(self._delay(attempt, retry_after))
+                await asyncio.sleep(self._delay(attempt, retry_after))
                 retry_after = None
             try:
-                response = self._client.request(method, url, json=body)
+                response = await self._client.request(method, url, json=body)
             except httpx.TimeoutException as exc:
                 error = BackendError(
                     f"{method} {url} timed out after {self.timeout} s",
@@ -269,7 +267,7 @@ class OpenAIBackend:
                 error = BackendError(
                     f"cannot reach {url}: {exc}",
                     retryable=True,
-                    hint="start an OpenAI-compatible server there (`python -m mirage_reason.serve --model smollm2 "
+                    hint="start an OpenAI-compatible server there (`python -m llama_cpp.server --model FILE.gguf "
                     "--port 8000` or `vllm serve MODEL`) or fix base_url",
                     endpoint=url,
                 )

@@ -1,7 +1,8 @@
 """A deterministic stand-in for an LLM, so the chain runner, the decomposer and the synthesizer test without one.
 
 It obeys stop strings and token limits the way a real model does (counting whitespace-separated tokens) and
-records every call, so a test can check what was asked and that chains were batched together.
+records every call (one per submitted request; one per ``generate`` call with all its prompts), so a test can check
+what was asked. ``delay`` makes a completion take time on a worker thread, to test scheduling.
 """
 
 from __future__ import annotations
@@ -9,14 +10,16 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from mirage_reason.backends.base import (
+    BackendBase,
     Completion,
+    CompletionRequest,
     GenerationParams,
     ThinkMode,
     apply_stop,
-    chatml,
     normalize_stop,
     strip_think,
     whitespace_tokens,
@@ -30,19 +33,22 @@ _TOKEN = re.compile(r"\S+")
 
 @dataclass(frozen=True)
 class ScriptedCall:
-    """One ``generate`` call as the backend saw it."""
+    """One submitted request (one prompt) or one ``generate`` call (its prompts), as the backend saw it."""
 
     prompts: tuple[str, ...]
     stop: tuple[str, ...]
     params: GenerationParams
 
 
-class ScriptedBackend:
+class ScriptedBackend(BackendBase):
     """Replays ``script``: a list of raw completions handed out in order, or a function ``prompt -> completion``.
 
     With a list, ``cycle=True`` starts over when the list runs out; otherwise running out is a ``BackendError``.
     ``silent_stops=True`` acts like a server that does not say which stop string fired (llama.cpp's): a completion
     that ends on "stop" has ``stop=None`` and ``stop_unknown=True`` whenever stop strings were asked for.
+    ``delay(prompt) -> seconds`` completes each request that long after it was submitted (on a timer thread), so a
+    test can make one chain slow and check that the others do not wait for it; without it futures are done at once.
+    The script is drawn from in submission order, whatever order the delays finish in.
     """
 
     def __init__(
@@ -53,6 +59,7 @@ class ScriptedBackend:
         think: ThinkMode = "keep",
         name: str = "scripted",
         silent_stops: bool = False,
+        delay: Callable[[str], float] | None = None,
     ) -> None:
         if isinstance(script, str):
             raise TypeError("script must be a list of completions or a callable, not a single string")
@@ -64,6 +71,8 @@ class ScriptedBackend:
         self.silent_stops = silent_stops
         self._next = 0
         self._lock = threading.Lock()
+        self._delay = delay
+        self._timers: list[threading.Timer] = []
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -73,8 +82,29 @@ class ScriptedBackend:
     def prompts(self) -> list[str]:
         return [p for call in self.calls for p in call.prompts]
 
-    def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
-        return chatml(messages, add_generation_prompt=add_generation_prompt)
+    def submit(self, request: CompletionRequest) -> Future[Completion]:
+        future: Future[Completion] = Future()
+        with self._lock:
+            self.calls.append(ScriptedCall((request.prompt,), request.stop, request.params))
+            try:
+                raw = self._raw(request.prompt)
+            except BackendError as exc:
+                future.set_exception(exc)
+                return future
+        completion = self._complete(request.prompt, raw, request.stop, request.params)
+        seconds = self._delay(request.prompt) if self._delay is not None else 0.0
+        if seconds <= 0:
+            future.set_result(completion)
+            return future
+        timer = threading.Timer(seconds, future.set_result, (completion,))
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+        return future
+
+    def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
 
     def generate(
         self,

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import time
@@ -70,50 +69,24 @@ class EvalRun:
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` strings -> MirageConfig fields, typed by the field's default (int, float, bool, or None)."""
-    fields = {f.name: f for f in dataclasses.fields(MirageConfig)}
-    defaults = MirageConfig()
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in fields:
-            raise InputError(f"--set {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
-        default = getattr(defaults, key)
-        value: Any
-        try:
-            if isinstance(default, bool):
-                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError(raw)
-                value = raw.lower() in ("true", "1", "yes")
-            elif isinstance(default, int) or (default is None and key == "seed"):
-                value = None if raw.lower() == "none" else int(raw)
-            elif isinstance(default, float):
-                value = float(raw)
-            else:
-                value = raw
-        except ValueError:
-            raise InputError(f"--set {pair!r}: {raw!r} is not a valid {type(default).__name__}") from None
-        out[key] = value
-    return out
+    from mirage_reason.config import parse_settings
+
+    try:
+        return parse_settings(pairs)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
-SMALL_MODEL = "smollm2"
-GPU_MODEL = "Qwen/QwQ-32B"
 
 
 def model_name(request: EvalRequest) -> str | None:
-    """The model this run uses: as given, else (transformers) QwQ-32B with a CUDA GPU and SmolLM2 without one,
-    as ``mirage-kg ask`` chooses."""
-    if request.model or request.backend != "transformers":
+    """The model this run uses: as given, else (an in-process engine) QwQ-32B with a CUDA GPU and SmolLM2 without
+    one, as ``mirage-kg ask`` chooses."""
+    from mirage_reason.backends.defaults import ENGINES, choose_engine
+
+    if request.model or request.backend not in ENGINES:
         return request.model
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        if torch.cuda.is_available():
-            return GPU_MODEL
-    return SMALL_MODEL
+    return choose_engine(request.backend, None)[1]
 
 
 def reasoner_config(request: EvalRequest, model: str | None = None) -> MirageConfig:
@@ -122,7 +95,9 @@ def reasoner_config(request: EvalRequest, model: str | None = None) -> MirageCon
     finally every ``--set``."""
     from mirage_reason import config as config_module
 
-    small = request.backend == "transformers" and (model or "").lower() == SMALL_MODEL
+    from mirage_reason.backends.defaults import ENGINES, is_small_model
+
+    small = request.backend in ENGINES and is_small_model(model)
     changes: dict[str, Any] = dict(getattr(config_module, "SMALL_MODEL_BUDGETS", {})) if small else {}
     changes["seed"] = request.seed
     if request.max_new_tokens is not None:
@@ -224,8 +199,11 @@ def build_backend(request: EvalRequest, model: str | None) -> Backend:
         if not request.base_url:
             raise InputError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
         return get_backend("openai", base_url=request.base_url, model=request.model)
-    if name == "transformers":
-        return get_backend("transformers", model=model)
+    from mirage_reason.backends.defaults import ENGINES, choose_engine
+
+    if name in ENGINES:  # auto: transformers with a CUDA GPU, else llama.cpp (the faster CPU engine)
+        engine, chosen = choose_engine(name, model)
+        return get_backend(engine, model=chosen)
     try:
         return get_backend(name, **({"model": request.model} if request.model else {}))
     except ValueError as exc:

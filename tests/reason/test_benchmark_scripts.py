@@ -1,5 +1,5 @@
-"""The chain benchmarks run (tiny settings): the GPU script's dry run on both engines, and bench_chains on the tiny
-model. They measure speed, so only their bookkeeping is checked here, never a time."""
+"""The reasoner's benchmarks run (tiny settings): the GPU script's dry run on the CPU, bench_chains on the tiny
+model and bench_ask's bookkeeping. They measure speed, so only what they count is checked here, never a time."""
 
 from __future__ import annotations
 
@@ -14,31 +14,40 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> object:
-    done = subprocess.run([sys.executable, *args, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, *args, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=400,
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("engine", ["loop", "generate"])
-def test_gpu_script_dry_run_makes_every_token_on_both_engines(engine: str) -> None:
+@pytest.mark.slow
+def test_gpu_script_dry_run_measures_every_engine_or_says_why_not() -> None:
     pytest.importorskip("transformers", reason="the [llm] extra is not installed")
-    info = _run("benchmarks/gpu/bench_qwq_batched.py", "--dry-run", "--engine", engine, "--chains", "2,3")
-    assert isinstance(info, dict) and info["engine"] == engine and info["device"] == "cpu"
-    assert [r["chains"] for r in info["results"]] == [2, 3]
-    for row in info["results"]:
-        assert row["batched"]["tokens"] == row["chains"] * info["new_tokens"]  # EOS suppressed: exact counts
-        assert row["sequential"]["tokens"] == row["chains"] * info["new_tokens"]
-        assert row["ratio_batched_to_one_chain"] > 0
+    report = _run("benchmarks/gpu/bench_engines.py", "--dry-run", "--chains", "1,3")
+    assert isinstance(report, dict) and report["chains"] == [1, 3]
+    engines = {info["engine"]: info for info in report["engines"]}
+    assert set(engines) == {"cb", "generate", "vllm"}
+    for name in ("cb", "generate"):  # transformers' continuous batching and generate both run on the CPU
+        info = engines[name]
+        assert "failed" not in info, info.get("failed")
+        assert [r["chains"] for r in info["rows"]] == [1, 3]
+        for row in info["rows"]:
+            assert row["tokens"] == row["chains"] * report["new_tokens"]  # EOS ignored: exact counts
+            assert row["ratio_to_one_chain"] > 0 and row["kv_bytes_needed"] > 0
+    assert "skipped" in engines["vllm"] or engines["vllm"]["rows"]  # no GPU here: skipped, saying why
 
 
 @pytest.mark.llm
-def test_bench_chains_batched_and_sequential_make_the_same_tokens() -> None:
-    rows = _run("benchmarks/bench_chains.py", "--backends", "tiny", "--chains", "3", "--tokens", "8")
+@pytest.mark.slow
+def test_bench_chains_runs_one_chain_samples_and_distinct_questions() -> None:
+    rows = _run("benchmarks/bench_chains.py", "--engines", "tiny", "--chains", "3", "--tokens", "8")
     assert isinstance(rows, list) and len(rows) == 1
     row = rows[0]
-    assert row["engine"] == "loop" and row["chains"] == 3
-    assert row["batched"]["tokens"] == row["sequential"]["tokens"] > 0  # greedy: the same text either way
+    assert row["engine"] == "tiny" and row["one"]["chains"] == 1
+    assert row["samples"]["chains"] == row["distinct"]["chains"] == 3
+    for run in ("one", "samples", "distinct"):
+        assert 0 < row[run]["max_chain_tokens"] <= 8  # the budget holds in the benchmark too
+    assert row["ratio_samples_to_one"] > 0 and row["ratio_distinct_to_one"] > 0
 
 
 @pytest.mark.slow

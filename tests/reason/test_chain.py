@@ -1,14 +1,17 @@
 """The chain runner with a scripted model: the search-block parser, result insertion, the N_r budget, the caches,
-turn and token limits, garbled output, and batching (one generate call per step for every live chain)."""
+turn and token limits (never exceeded, each turn asks for at most what is left), garbled output, seeds, and the
+scheduling (every turn its own request; a chain submits its next turn as soon as its search returns)."""
 
 from __future__ import annotations
 
 import re
+import time
+from concurrent.futures import Future
 
 import pytest
 from fake_kg import FakeKG, ent
 
-from mirage_reason.backends import Completion, GenerationParams, ScriptedBackend
+from mirage_reason.backends import Completion, CompletionRequest, ScriptedBackend
 from mirage_reason.chain import ChainRunner, ChainSpec, extract_answer, parse_search_block
 from mirage_reason.config import MirageConfig
 from mirage_reason.prompts import QUERY_BEGIN as QB
@@ -196,9 +199,11 @@ class PiecesBackend(ScriptedBackend):
         super().__init__(["unused"], cycle=True)
         self.pieces = iter(pieces)
 
-    def generate(self, prompts, stop=(), params=GenerationParams()):  # type: ignore[no-untyped-def]
-        super().generate(prompts, stop, params)  # records the call
-        return [next(self.pieces) for _ in prompts]
+    def submit(self, request: CompletionRequest) -> Future[Completion]:
+        super().submit(request)  # records the call
+        future: Future[Completion] = Future()
+        future.set_result(next(self.pieces))
+        return future
 
 
 def test_length_cut_continues_the_same_text() -> None:
@@ -206,7 +211,7 @@ def test_length_cut_continues_the_same_text() -> None:
     # the first step runs out inside the block; the next step closes it: the block spans two steps
     backend = PiecesBackend([Completion(f"thinking {QB}Influ", 5, 2, "length"),
                              Completion("enza", 9, 1, "stop", QE), Completion("It is influenza.", 20, 3, "stop")])
-    runner = ChainRunner(kg, backend, MirageConfig(rank_by_question=False, max_new_tokens=2))
+    runner = ChainRunner(kg, backend, MirageConfig(rank_by_question=False, max_new_tokens=3))
     [result] = runner.run([ChainSpec("q")])
     assert [s.entities[0].label for s in result.searches] == ["Influenza"]
     assert result.answer == "It is influenza." and result.turns == 3 and result.completion_tokens == 6
@@ -272,32 +277,75 @@ def test_hostile_output_never_crashes() -> None:
     assert RESULT_BEGIN not in result.answer and QB not in result.answer
 
 
-# -- batching ---------------------------------------------------------------------------------------------------------
+# -- scheduling -------------------------------------------------------------------------------------------------------
 
-def test_all_live_chains_share_one_generate_call_and_finished_ones_leave() -> None:
+def _name(prompt: str) -> str:
+    return re.search(r"Question: chain (\w)", prompt).group(1)  # type: ignore[union-attr]
+
+
+def test_every_turn_is_its_own_request_and_finished_chains_leave() -> None:
     kg = FakeKG()
     searches = {"A": 0, "B": 1, "C": 2, "D": 3}  # chain X searches this many times, then answers
 
     def model(prompt: str) -> str:
-        name = re.search(r"Question: chain (\w)", prompt).group(1)  # type: ignore[union-attr]
+        name = _name(prompt)
         return f"{QB}Influenza{QE}" if turn_of(prompt) < searches[name] else f"answer {name}"
 
     backend = ScriptedBackend(model)
-    runner, results = run(kg, backend, [ChainSpec(f"chain {n}") for n in searches], n_r=5)
-    assert backend.batch_sizes == [4, 3, 2, 1]
+    _, results = run(kg, backend, [ChainSpec(f"chain {n}") for n in searches], n_r=5)
+    assert backend.batch_sizes == [1] * 10  # 1 + 2 + 3 + 4 turns, one request each
     assert [r.answer for r in results] == ["answer A", "answer B", "answer C", "answer D"]
     assert [r.turns for r in results] == [1, 2, 3, 4]
-    assert [s.chains for s in runner.steps] == [4, 3, 2, 1]
 
 
-def test_step_cap_follows_the_largest_remaining_budget() -> None:
+def test_a_chain_does_not_wait_for_a_slow_one() -> None:
+    """No lockstep: chain F runs all its turns while chain S's first turn is still being generated."""
     kg = FakeKG()
-    backend = ScriptedBackend(lambda p: "x " * 3)
-    runner = ChainRunner(kg, backend, MirageConfig(max_new_tokens=100, max_chain_tokens=40))
-    chains = [runner.start(ChainSpec("a")), runner.start(ChainSpec("b"))]
-    chains[0].completion_tokens = 30  # as if it had already generated 30
-    runner.step(chains)
-    assert backend.calls[0].params.max_new_tokens == 40
+
+    def model(prompt: str) -> str:
+        return f"{QB}Influenza{QE}" if turn_of(prompt) < 3 else "done"
+
+    backend = ScriptedBackend(model, delay=lambda p: 0.6 if _name(p) == "S" else 0.01)
+    started = time.perf_counter()
+    _, results = run(kg, backend, [ChainSpec("chain S"), ChainSpec("chain F")], n_r=5)
+    order = [_name(c.prompts[0]) for c in backend.calls]
+    assert order[:5] == ["S", "F", "F", "F", "F"]  # F's four turns went out before S's second
+    assert [r.turns for r in results] == [4, 4]
+    assert time.perf_counter() - started < 4 * 0.6 + 1.0  # S's four turns, F hidden behind them
+
+
+def test_each_turn_asks_for_at_most_the_remaining_budget_and_the_chain_never_exceeds_it() -> None:
+    kg = FakeKG()
+    backend = ScriptedBackend(lambda p: "x " * 30 if turn_of(p) == 0 and QB not in p else f"{QB}Flu{QE}")
+    runner = ChainRunner(kg, backend, MirageConfig(max_new_tokens=100, max_chain_tokens=40, n_r=50, max_turns=50))
+    chain = runner.start(ChainSpec("a"))
+    chain.completion_tokens = 30  # as if it had already generated 30
+    assert chain.next_request().params.max_new_tokens == 10
+    [result] = runner.run([ChainSpec("b")])
+    assert result.completion_tokens <= 40 and result.finish_reason == "max_tokens"
+    assert all(c.params.max_new_tokens <= 40 - used for c, used in
+               zip(backend.calls, [0, *[t["tokens"] for t in result.trace if t["event"] == "generate"]]))
+
+
+def test_a_backend_that_overshoots_max_tokens_is_an_error() -> None:
+    from mirage_reason.errors import ReasonerError
+
+    backend = PiecesBackend([Completion("far too long", 5, 50, "length")])
+    runner = ChainRunner(FakeKG(), backend, MirageConfig(max_new_tokens=10))
+    with pytest.raises(ReasonerError, match="does not honour max tokens"):
+        runner.run([ChainSpec("q")])
+
+
+def test_samples_of_one_sub_question_get_distinct_reproducible_seeds() -> None:
+    def seeds(run_seed: int) -> list[int | None]:
+        backend = scripted([f"{QB}Influenza{QE}", "done"])
+        specs = [ChainSpec("q", tag=(0, 0, s)) for s in range(3)]
+        run(FakeKG(), backend, specs, seed=run_seed)
+        return [c.params.seed for c in backend.calls]
+
+    first = seeds(7)
+    assert len(first) == 6 and len(set(first)) == 6  # 3 samples x 2 turns, all different
+    assert seeds(7) == first and seeds(8) != first
 
 
 def test_seed_evidence_is_in_the_prompt_and_in_the_evidence() -> None:
@@ -318,4 +366,7 @@ def test_sampling_settings_and_seed_reach_the_backend() -> None:
     run(kg, backend, [ChainSpec("q")], seed=7)
     params = backend.calls[0].params
     assert (params.temperature, params.top_p, params.top_k, params.repetition_penalty) == (0.7, 0.8, 20, 1.05)
-    assert params.seed == 7
+    assert params.seed is not None
+    backend = scripted(["done"])
+    run(kg, backend, [ChainSpec("q")])
+    assert backend.calls[0].params.seed is None  # no run seed: the engine's own randomness

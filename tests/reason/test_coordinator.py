@@ -1,6 +1,6 @@
-"""The coordinator: one batched generate call per step across every chain of every question, the pipelines of
-the ablations, the Answer record (JSON and HTML), and the whole loop on the demo KG with a scripted model and with
-the real SmolLM2."""
+"""The coordinator: every piece of model work its own request, submitted as soon as its inputs exist (chains of
+every question in flight together), progress events, seeds and budgets, the pipelines of the ablations, the Answer
+record (JSON and HTML), and the whole loop on the demo KG with a scripted model and with the real SmolLM2."""
 
 from __future__ import annotations
 
@@ -56,16 +56,14 @@ def other_calls(backend: ScriptedBackend) -> list[int]:
     return [len(c.prompts) for c in backend.calls if c.stop != (QE,)]
 
 
-def test_answer_many_batches_every_chain_of_every_question() -> None:
+def test_answer_many_runs_every_chain_of_every_question_as_its_own_requests() -> None:
     kg, backend = FakeKG(), ScriptedBackend(model)
     mirage = Mirage(kg, backend, MirageConfig(samples=2, rank_by_question=False))  # type: ignore[arg-type]
     finished: list[int] = []
     answers = mirage.answer_many([FLU, FEVER_WHEEZE], on_answer=lambda i, a: finished.append(i))
-    # 2 chains for the flu question + 2 sub-questions x 2 samples, all in one call; the flu chains answer at once
-    # and leave, the other four search once and finish in the second call
-    assert chain_calls(backend) == [6, 4]
-    # decomposition of question 2 (one prompt), wording of question 1, then wording of question 2
-    assert other_calls(backend) == [1, 1, 1]
+    # 2 flu chains answer at once; 2 sub-questions x 2 samples search once, then answer: 2 + 4 x 2 turns
+    assert chain_calls(backend) == [1] * 10
+    assert other_calls(backend) == [1, 1, 1]  # decomposition of question 2, then one wording per question
     assert finished == [0, 1]
     flu, other = answers
     assert flu.sub_questions == (FLU,) and len(flu.chains) == 2
@@ -76,6 +74,59 @@ def test_answer_many_batches_every_chain_of_every_question() -> None:
     assert not other.abstained
     # Influenza and Asthma searched once each: the samples share the search cache
     assert mirage.runner.searcher.kg_queries == 2
+
+
+def test_slow_work_on_one_question_does_not_hold_up_another() -> None:
+    """Question 2's decomposition is slow; question 1 is answered meanwhile, and its chains never wait for it."""
+    backend = ScriptedBackend(model, delay=lambda p: 0.5 if "Write at most" in p else 0.0)
+    finished: list[int] = []
+    Mirage(FakeKG(), backend, MirageConfig(rank_by_question=False)).answer_many(  # type: ignore[arg-type]
+        [FEVER_WHEEZE, FLU], on_answer=lambda i, a: finished.append(i))
+    assert finished == [1, 0]
+    kinds = ["decompose" if "Write at most" in c.prompts[0] else "chain" if c.stop == (QE,) else "word"
+             for c in backend.calls]
+    assert kinds[:3] == ["decompose", "chain", "word"]  # question 2's chain and wording went out meanwhile
+
+
+def test_progress_events_tell_each_step_as_it_happens() -> None:
+    events: list[tuple[int, dict[str, object]]] = []
+    answer = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False)).answer(  # type: ignore[arg-type]
+        FEVER_WHEEZE, on_progress=lambda i, e: events.append((i, e)))
+    kinds = [e["type"] for _, e in events]
+    assert kinds[:2] == ["entities", "sub_questions"] and kinds[-2:] == ["claims", "answer"]
+    assert kinds.count("chain_done") == 2 and kinds.count("search_issued") == kinds.count("search") == 2
+    for n, (_, event) in enumerate(events):  # each search is announced before its result, both before chain_done
+        if event["type"] == "search_issued":
+            result = next(e for _, e in events[n:] if e["type"] == "search" and e["chain"] == event["chain"])
+            assert result["search"]["query"] == event["query"]  # type: ignore[index]
+    searches = [e for _, e in events if e["type"] == "search"]
+    assert sorted(s["search"]["query"] for s in searches) == ["Asthma", "Influenza"]  # type: ignore[index]
+    assert all(s["search"]["results"] for s in searches)  # type: ignore[index]
+    assert all(i == 0 for i, _ in events)
+    json.dumps([e for _, e in events])
+    assert events[-1][1]["answer"] == answer.to_json()
+    started = next(e for _, e in events if e["type"] == "sub_questions")
+    assert started["sub_questions"] == list(answer.sub_questions) and len(started["chains"]) == 2  # type: ignore[arg-type]
+
+
+def test_no_chain_exceeds_max_chain_tokens() -> None:
+    """Each turn asks for at most what is left of the chain's budget, so the limit holds exactly."""
+    endless = ScriptedBackend(lambda p: "word " * 40 if QB in p.rsplit("assistant", 1)[-1] else f"x {QB}Flu{QE}")
+    cfg = MirageConfig(samples=3, max_new_tokens=7, max_chain_tokens=17, max_turns=50, n_r=50, rank_by_question=False)
+    answer = Mirage(FakeKG(), endless, cfg).answer(FEVER_WHEEZE)  # type: ignore[arg-type]
+    assert answer.chains and all(c.completion_tokens <= 17 for c in answer.chains)
+    assert any(c.completion_tokens == 17 and c.finish_reason == "max_tokens" for c in answer.chains)
+
+
+def test_samples_get_distinct_seeds_from_the_run_seed() -> None:
+    def chain_seeds(seed: int | None) -> list[int | None]:
+        backend = ScriptedBackend(model)
+        Mirage(FakeKG(), backend, MirageConfig(samples=3, seed=seed, rank_by_question=False)).answer(FLU)  # type: ignore[arg-type]
+        return [c.params.seed for c in backend.calls if c.stop == (QE,)]
+
+    seeds = chain_seeds(11)
+    assert len(seeds) == 3 and len(set(seeds)) == 3 and chain_seeds(11) == seeds and chain_seeds(12) != seeds
+    assert chain_seeds(None) == [None] * 3
 
 
 def test_answer_record_and_json_shape() -> None:
@@ -216,11 +267,10 @@ def test_whole_loop_with_smollm2(demo_kg: object, smollm2_backend: object) -> No
     for answer in answers:
         assert isinstance(answer, Answer) and answer.text.strip()
         assert answer.chains and all(c.turns >= 1 and c.completion_tokens > 0 for c in answer.chains)
-        assert all(c.completion_tokens <= cfg.max_chain_tokens + cfg.max_new_tokens for c in answer.chains)
+        assert all(c.completion_tokens <= cfg.max_chain_tokens for c in answer.chains)
         assert answer.tokens["chains"] > 0 and answer.timings["chains"] > 0
         assert all(demo_kg.path_exists(p) for p in answer.cited_paths())  # type: ignore[attr-defined]
         json.dumps(answer.to_json())
-    # every step of the run went to the model as one batch of all live chains
     assert answers[0].chains[0].seed_paths
 
 

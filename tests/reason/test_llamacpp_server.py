@@ -10,7 +10,7 @@ import pytest
 
 from mirage_reason.backends import GenerationParams
 
-pytestmark = [pytest.mark.llm, pytest.mark.server]
+pytestmark = [pytest.mark.llm, pytest.mark.server, pytest.mark.slow]
 
 GREEDY = GenerationParams(max_new_tokens=24, temperature=0.0)
 QUESTIONS = ("What is diabetes?", "List three symptoms of the flu, one per line.", "Name a drug for asthma.")
@@ -59,3 +59,16 @@ def test_ask_pipeline_over_llama_cpp(llamacpp_server: str) -> None:
     assert record["tokens"]["chains"] > 0 and record["timings"]["chains"] > 0
     for claim in record["claims"]:  # every claim rests on graph paths
         assert claim["citations"] and all(c["nodes"] for c in claim["citations"])
+
+
+def test_llama_cpp_in_process_and_out_of_process_agree(llamacpp_server: str, llamacpp_backend: Any) -> None:
+    """The same engine on the same GGUF, in this process and behind its server: the same greedy text."""
+    from mirage_reason.backends.openai_backend import OpenAIBackend
+
+    prompts = [llamacpp_backend.format_chat([{"role": "user", "content": q}]) for q in QUESTIONS]
+    local = [llamacpp_backend.generate([p], stop=["\n"], params=GREEDY)[0] for p in prompts]
+    with OpenAIBackend(llamacpp_server, "smollm2") as client:
+        assert client.format_chat([{"role": "user", "content": QUESTIONS[0]}]).endswith(prompts[0].split("user\n")[-1])
+        remote = [client.generate([p], stop=["\n"], params=GREEDY)[0] for p in prompts]
+    assert [c.text for c in remote] == [c.text for c in local]
+    assert [c.completion_tokens for c in remote] == [c.completion_tokens for c in local]

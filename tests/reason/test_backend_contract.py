@@ -1,0 +1,159 @@
+"""The contract every backend meets, run over each of them: the scripted double, transformers (a tiny random model
+and SmolLM2), llama.cpp in process (SmolLM2's own GGUF) and the OpenAI client against llama.cpp's server.
+
+Requests go in one by one and come back as futures; stop strings cut the text and are reported (or flagged as
+unknown, as llama.cpp does); no completion holds more tokens than it asked for, nor does any chain more than its
+budget; a seed makes sampling reproducible and different seeds sample differently; ``<think>`` blocks are kept or
+stripped; failures are ``BackendError`` saying whether a retry may help, and the backend keeps serving after one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fake_kg import FakeKG
+
+from mirage_reason.backends import Backend, Completion, CompletionRequest, GenerationParams, ScriptedBackend
+from mirage_reason.backends.base import strip_think
+from mirage_reason.chain import ChainRunner, ChainSpec
+from mirage_reason.config import MirageConfig
+from mirage_reason.errors import BackendError
+
+GREEDY = GenerationParams(max_new_tokens=12, temperature=0.0)
+PATTERN = "<think>a</think>b\n" * 6 + "<think>a"  # a model that copies patterns closes the block
+
+
+@dataclass
+class Subject:
+    backend: Backend
+    samples: bool = True  # the engine samples (the scripted double does not)
+    context_limit: bool = True  # a prompt can be too long for it
+
+
+def _scripted() -> ScriptedBackend:
+    return ScriptedBackend(lambda p: "one two. three four five six seven eight nine ten eleven twelve thirteen")
+
+
+@pytest.fixture(params=["scripted", "tiny", pytest.param("smollm2", marks=pytest.mark.llm),
+                        pytest.param("llamacpp", marks=pytest.mark.llm),
+                        pytest.param("openai-llamacpp", marks=[pytest.mark.llm, pytest.mark.server])])  # fmt: skip
+def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
+    if request.param == "scripted":
+        yield Subject(_scripted(), samples=False, context_limit=False)
+    elif request.param == "tiny":
+        yield Subject(request.getfixturevalue("tiny_backend"))
+    elif request.param == "smollm2":
+        yield Subject(request.getfixturevalue("smollm2_backend"))
+    elif request.param == "llamacpp":
+        yield Subject(request.getfixturevalue("llamacpp_backend"))
+    else:
+        from mirage_reason.backends.openai_backend import OpenAIBackend
+
+        with OpenAIBackend(request.getfixturevalue("llamacpp_server"), "smollm2", backoff=0.01) as client:
+            yield Subject(client)
+
+
+def _prompt(backend: Backend, text: str = "Name three fruits.") -> str:
+    return backend.format_chat([{"role": "user", "content": text}])
+
+
+def test_submit_hands_back_a_future_per_request(subject: Subject) -> None:
+    backend = subject.backend
+    assert isinstance(backend, Backend) and isinstance(backend.name, str) and backend.name
+    futures = [backend.submit(CompletionRequest(p, (), GREEDY)) for p in (_prompt(backend), "Once upon a time")]
+    assert all(isinstance(f, Future) for f in futures)
+    for future in futures:
+        completion = future.result(timeout=120)
+        assert isinstance(completion, Completion) and completion.prompt_tokens > 0
+        assert 0 < completion.completion_tokens <= GREEDY.max_new_tokens
+        assert completion.finish_reason in ("stop", "length")
+    assert backend.generate([], params=GREEDY) == []
+
+
+def test_stop_strings_cut_the_text_and_are_reported(subject: Subject) -> None:
+    backend = subject.backend
+    params = GenerationParams(max_new_tokens=24, temperature=0.0)
+    prompts = [_prompt(backend, "Write two short sentences about the sea."), "One. Two. Three. Four. Five."]
+    for prompt in prompts:
+        [whole] = backend.generate([prompt], params=params)  # alone, as the stopped run below will be
+        words = whole.text.split()
+        middle = len(whole.text) // 2
+        # the greedy text holds it for sure: the completion must end right before its first occurrence
+        stop = words[2] if len(words) >= 3 else whole.text[middle:middle + 2]
+        assert stop.strip() or stop, whole
+        [cut] = backend.generate([prompt], stop=[stop, "never-generated-stop"], params=params)
+        assert stop not in cut.text and whole.text.startswith(cut.text)
+        assert cut.finish_reason == "stop" and cut.completion_tokens <= whole.completion_tokens
+        assert cut.stop == stop or (cut.stop is None and cut.stop_unknown)
+    [free] = backend.generate([prompts[1]], stop=["never-generated-stop"], params=GenerationParams(max_new_tokens=3))
+    assert free.stop is None and not (free.finish_reason == "length" and free.stop_unknown)
+
+
+@pytest.mark.parametrize("limit", [1, 5])
+def test_no_completion_exceeds_its_max_tokens(subject: Subject, limit: int) -> None:
+    backend = subject.backend
+    params = GenerationParams(max_new_tokens=limit, temperature=0.0)
+    [completion] = backend.generate(["Count: one two three four five six seven eight nine ten"], params=params)
+    assert completion.completion_tokens <= limit
+    assert completion.finish_reason == "length" or completion.completion_tokens < limit
+
+
+def test_no_chain_exceeds_max_chain_tokens(subject: Subject) -> None:
+    config = MirageConfig(max_new_tokens=8, max_chain_tokens=20, max_turns=10, rank_by_question=False, seed=1)
+    runner = ChainRunner(FakeKG(), subject.backend, config)  # type: ignore[arg-type]
+    results = runner.run([ChainSpec("What are the symptoms of the flu?", tag=(0, 0, s)) for s in range(2)])
+    for result in results:
+        assert 0 < result.completion_tokens <= config.max_chain_tokens
+        assert result.finish_reason in ("answered", "max_tokens", "max_turns")
+
+
+def test_a_seed_reproduces_a_sample_and_other_seeds_sample_differently(subject: Subject) -> None:
+    if not subject.samples:
+        pytest.skip("the scripted double does not sample")
+    backend = subject.backend
+    prompt = _prompt(backend, "Tell me a one-line story about a cat.")
+
+    def sample(seed: int) -> str:
+        params = GenerationParams(max_new_tokens=16, temperature=1.0, top_p=1.0, top_k=0, seed=seed)
+        return backend.submit(CompletionRequest(prompt, (), params)).result(timeout=120).text
+
+    sample(0)  # the engine now holds this prompt as it will for the rest (llama.cpp reuses the prefix)
+    first = sample(1)
+    others = {sample(s) for s in (2, 3, 4)}
+    assert sample(1) == first
+    assert others - {first}, "four seeds sampled the same text"
+
+
+def test_think_blocks_are_kept_or_stripped(subject: Subject) -> None:
+    backend = subject.backend
+    params = GenerationParams(max_new_tokens=16, temperature=0.0)
+    if isinstance(backend, ScriptedBackend):
+        backend = ScriptedBackend(lambda p: "a</think>b <think>c")
+    assert getattr(backend, "think") == "keep"
+    [kept] = backend.generate([PATTERN], params=params)
+    backend.think = "strip"  # type: ignore[attr-defined]
+    try:
+        [stripped] = backend.generate([PATTERN], params=params)
+    finally:
+        backend.think = "keep"  # type: ignore[attr-defined]
+    assert stripped.text == strip_think(kept.text)
+    if "</think>" in kept.text:  # the finished block went, with its reasoning
+        assert stripped.text == kept.text.split("</think>", 1)[1].lstrip()
+
+
+def test_errors_say_whether_a_retry_helps_and_the_backend_goes_on(subject: Subject) -> None:
+    backend = subject.backend
+    if subject.context_limit:
+        failing: Any = backend.submit(CompletionRequest("word " * 10_000, (), GenerationParams(max_new_tokens=4)))
+    else:
+        backend = ScriptedBackend(["only one"])
+        backend.generate(["first"])
+        failing = backend.submit(CompletionRequest("second"))
+    error = failing.exception(timeout=120)
+    assert isinstance(error, BackendError) and error.retryable is False and str(error)
+    if subject.context_limit:
+        assert backend.generate(["Hello"], params=GREEDY)[0].completion_tokens > 0
