@@ -460,6 +460,7 @@ class Linker:
         if not key or limit < 1:
             return []
         index = self.index
+        originals = self._originals()
         choices = index.choices
         hits: list[tuple[tuple[int, int, int, str], int, str]] = []
         start = bisect.bisect_left(choices, key)
@@ -479,7 +480,7 @@ class Linker:
         for rank, idx, choice in sorted(hits):
             if idx not in found:
                 synonym = rank[1] == 1
-                text = self._originals().get((idx, choice), choice) if synonym else index.names[idx]
+                text = originals.get((idx, choice), choice) if synonym else index.names[idx]
                 found[idx] = LabelMatch(index.entity(idx), text, synonym)
                 if len(found) >= limit:
                     break

@@ -81,8 +81,21 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
                settings: ServiceSettings | None = None) -> FastAPI:
     """The service over ``kg`` (opened read-only by the caller). Without ``asks`` the ask endpoints answer 503."""
     settings = settings or ServiceSettings()
+    labels_ready = threading.Event()
+
+    def warm_labels() -> None:
+        """Build the label index (and autocomplete's table) at start, not on the first keystroke: on a large KG
+        that takes longer than a request may."""
+        try:
+            kg.linker.complete("a", 1)
+        except Exception:  # the first request that needs it reports the failure as an error
+            log.exception("building the label index failed")
+        finally:
+            labels_ready.set()
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        threading.Thread(target=warm_labels, name="mirage-labels", daemon=True).start()
         yield
         if asks is not None:
             asks.close()
@@ -302,7 +315,8 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
 
     @app.get("/v1/health", summary="Liveness, the store, and the ask queue")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "store": kg.store.location, "asks": asks is not None,
+        return {"status": "ok", "store": kg.store.location, "labels_ready": labels_ready.is_set(),
+                "asks": asks is not None,
                 "asks_waiting": asks.waiting if asks is not None else 0}
 
     # -- the web app ---------------------------------------------------------------------------------------------
