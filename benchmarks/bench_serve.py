@@ -157,7 +157,7 @@ def main() -> None:
         sys.exit(f"the store gave no workload for {[op for op in OPS if not work[op]]}")
     base = baseline(args.store, work, per_op=min(100, args.entities))
     extra = ["--store", args.store] if args.store else []
-    server = ServeProcess("--no-ask", "--embedding-model", "none", *extra, log=Path(os.devnull))
+    server = ServeProcess("--no-ask", "--embedding-model", "none", *extra, log=Path(os.devnull), wait_for_labels=True)
     try:
         results = asyncio.run(load(server.url, work, args.clients, args.seconds, args.seed))
     finally:

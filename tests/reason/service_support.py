@@ -48,7 +48,8 @@ def free_port() -> int:
 class ServeProcess:
     """``mirage-kg serve`` in a subprocess (the real command and uvicorn), stopped by :meth:`stop`."""
 
-    def __init__(self, *args: str, token: str | None = None, log: Path | None = None) -> None:
+    def __init__(self, *args: str, token: str | None = None, log: Path | None = None,
+                 wait_for_labels: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "MIRAGE_KG_PROGRESS": "0", "HF_HUB_OFFLINE": "1"}
@@ -61,22 +62,25 @@ class ServeProcess:
         out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
         self._out = out
         self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        self._wait(token)
+        self._wait(token, wait_for_labels)
 
-    def _wait(self, token: str | None) -> None:
+    def _wait(self, token: str | None, wait_for_labels: bool) -> None:
+        """Until /v1/health answers (and, if asked, says the label index is built)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        deadline = time.monotonic() + 90
+        limit = 600 if wait_for_labels else 90
+        deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"mirage-kg serve exited with {self.proc.returncode}: {self.output()}")
             try:
-                if httpx.get(f"{self.url}/v1/health", headers=headers, timeout=2).status_code == 200:
+                health = httpx.get(f"{self.url}/v1/health", headers=headers, timeout=2)
+                if health.status_code == 200 and (not wait_for_labels or health.json()["labels_ready"]):
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"mirage-kg serve did not answer within 90 s: {self.output()}")
+        raise RuntimeError(f"mirage-kg serve was not ready within {limit} s: {self.output()}")
 
     def output(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")[-3000:] if self.log else ""
