@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,28 @@ from click.testing import CliRunner
 
 from mirage_kg.cli import main
 
-A, B = "KG:Panic_disorder", "KG:Depression"
-#: (a, b) pairs whose shortest path is 1, 2 and 3 edges in EMCKG
-BRIDGES = [("KG:Panic_disorder", "KG:Depression"), ("KG:Panic_disorder", "KG:Asthma"),
-           ("KG:Panic_disorder", "KG:Abdominal_distention")]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the command set asks of one KG: two anchors, bridge pairs, a text to link and a question."""
+
+    anchor: str
+    other: str
+    bridges: tuple[tuple[str, str], ...]
+    text: str
+    question: str
+
+
+EMCKG = Workload("KG:Panic_disorder", "KG:Depression",
+                 # pairs whose shortest path is 1, 2 and 3 edges
+                 (("KG:Panic_disorder", "KG:Depression"), ("KG:Panic_disorder", "KG:Asthma"),
+                  ("KG:Panic_disorder", "KG:Abdominal_distention")),
+                 "Panic disorder with Depression and Insomnia",
+                 "What should I take for panic disorder and depression?")
+HPO = Workload("HP:0001596", "HP:0002293",  # Alopecia; Alopecia of scalp (an is-a child, 4 paths at h=3)
+               (("HP:0001596", "HP:0002293"), ("HP:0001596", "HP:0001250"), ("HP:0002293", "HP:0000001")),
+               "Alopecia with Seizure and Microcephaly", "Which phenotype is hair loss of the scalp?")
 _BNODE = re.compile(r"_:\S+")
 _MANIFEST = "<https://w3id.org/mirage-kg/graph/manifest>"
 
@@ -48,10 +67,11 @@ def _export(where: list[str], fmt: str, tmp: Path) -> list[str]:
     return sorted(kept)
 
 
-def command_set(where: list[str], data: Path, tmp: Path) -> dict[str, Any]:
-    """Every command's answer on one store (``where``: ``--store DIR`` or ``--endpoint URL``)."""
+def command_set(where: list[str], load: list[str], tmp: Path, work: Workload = EMCKG) -> dict[str, Any]:
+    """Every command's answer on one store (``where``: ``--store DIR`` or ``--endpoint URL``), after ``load``
+    (the load or build-default command, without its target)."""
     out: dict[str, Any] = {}
-    loaded = _invoke(["load", str(data), *where])
+    loaded = _invoke([*load, *where])
     out["load"] = re.findall(r"\+[\d,]+ triples", loaded)
     stats = _json(["stats", *where])
     for graph in stats.get("graphs", []):
@@ -59,14 +79,13 @@ def command_set(where: list[str], data: Path, tmp: Path) -> dict[str, Any]:
         if graph.get("name") == "GRAPH:manifest":  # provenance records differ in timestamps only
             graph.pop("triples", None)
     out["stats"] = stats
-    out["anchor"] = _json(["query", "anchor", A, *where])
-    out["anchor-k2-in"] = _json(["query", "anchor", B, "-k", "2", "--direction", "backward", *where])
+    out["anchor"] = _json(["query", "anchor", work.anchor, *where])
+    out["anchor-k2-in"] = _json(["query", "anchor", work.other, "-k", "2", "--direction", "backward", *where])
     for hops in (1, 2, 3):
-        for a, b in BRIDGES:
+        for a, b in work.bridges:
             out[f"bridge h={hops} {a} {b}"] = _json(["query", "bridge", a, b, "--max-hops", str(hops), *where])
-    out["link"] = _json(["link", "Panic disorder with Depression and Insomnia", "--embedding-model", "none", *where])
-    out["retrieve"] = _json(["retrieve", "What should I take for panic disorder and depression?",
-                             "--embedding-model", "none", *where])
+    out["link"] = _json(["link", work.text, "--embedding-model", "none", *where])
+    out["retrieve"] = _json(["retrieve", work.question, "--embedding-model", "none", *where])
     out["validate"] = _json(["validate", *where])
     out["export nt"] = _export(where, "nt", tmp)
     out["export nq"] = _export(where, "nq", tmp)
@@ -74,15 +93,15 @@ def command_set(where: list[str], data: Path, tmp: Path) -> dict[str, Any]:
                                    "FILTER(?g != GRAPH:manifest) }", *where])
     out["sparql guide"] = sorted(_invoke(["query", "sparql", "SELECT ?d WHERE { ?d a MKG:Disease }", *where])
                                  .splitlines())
-    out["sparql ask #"] = _invoke(["query", "sparql", "PREFIX s: <https://w3id.org/mirage-kg/schema#> "
-                                   f"ASK {{ {A} s:has_symptom {B} }}", *where])
+    out["sparql ask #"] = _invoke(["query", "sparql", "PREFIX s: <http://www.w3.org/2000/01/rdf-schema#> "
+                                   f"ASK {{ {work.other} s:subClassOf {work.anchor} }}", *where])
     return out
 
 
 @pytest.fixture(scope="module")
 def reference(emckg_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("embedded")
-    return command_set(["--store", str(tmp / "store")], emckg_path, tmp)
+    return command_set(["--store", str(tmp / "store")], ["load", str(emckg_path)], tmp)
 
 
 @pytest.mark.slow
@@ -91,7 +110,7 @@ def test_command_set_is_the_same_on_every_endpoint(server: str, reference: dict[
                                                    request: pytest.FixtureRequest, tmp_path: Path) -> None:
     live = request.getfixturevalue(server)
     live.clear()
-    got = command_set(["--endpoint", live.query_url], emckg_path, tmp_path)
+    got = command_set(["--endpoint", live.query_url], ["load", str(emckg_path)], tmp_path)
     assert reference["stats"]["facts"] == 5798 and reference["bridge h=3 KG:Panic_disorder KG:Abdominal_distention"]
     for name, expected in reference.items():
         assert got[name] == expected, name
