@@ -296,3 +296,20 @@ def test_split_evidence_by_sub_question_entities() -> None:
     assert shares == [flu, asthma]
     [single] = split_evidence(whole, [whole], [set()], own_facts=5)
     assert single == whole
+
+
+def test_the_readme_question_gets_the_drugs_the_kg_links_to_the_diagnosis(demo_kg: object) -> None:
+    question = ("I have palpitations, feel dizzy and short of breath. What could it be and what should I take?")
+
+    def demo_model(prompt: str) -> str:
+        if "Write at most" in prompt:
+            return "1. What do palpitations suggest?\n2. What does dizziness suggest?"
+        if "Facts:\n[1]" in prompt:
+            return "You may have panic disorder."  # names no medication: the claims are listed instead
+        return "It could be panic disorder."
+
+    answer = Mirage(demo_kg, ScriptedBackend(demo_model), MirageConfig(n_r=0)).answer(question)  # type: ignore[arg-type]
+    drugs = {c.entity.label for c in answer.claims if c.kind == "drug"}
+    assert {"Sertraline", "Fluoxetine"} <= drugs and all(d in answer.text for d in drugs)
+    assert all(demo_kg.path_exists(p) for p in answer.cited_paths())  # type: ignore[attr-defined]
+    assert any("leaves out" in f for f in answer.flags)
