@@ -502,7 +502,7 @@ class ChainRunner:
         """A chain ready to run: its prompt holds the instructions, the seed facts and the (sub-)question."""
         shown = _dedupe_paths([e.path for e in spec.seed])  # the coordinator sizes each chain's share
         messages = prompts.chain_messages(spec.sub_question, spec.question or spec.sub_question,
-                                          [p.text for p in shown], self.config.n_r, search=spec.search)
+                                          prompts.fact_lines(shown), self.config.n_r, search=spec.search)
         return Chain(spec, self.backend.format_chat(messages), tuple(shown), self.config)
 
     def run(self, specs: Sequence[ChainSpec], listener: Listener | None = None) -> list[ChainResult]:

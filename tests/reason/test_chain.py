@@ -370,3 +370,16 @@ def test_sampling_settings_and_seed_reach_the_backend() -> None:
     backend = scripted(["done"])
     run(kg, backend, [ChainSpec("q")])
     assert backend.calls[0].params.seed is None  # no run seed: the engine's own randomness
+
+
+def test_seed_facts_of_one_entity_and_relation_share_a_line() -> None:
+    from mirage_kg import Path
+    from mirage_reason.prompts import fact_lines
+
+    kg = FakeKG()
+    paths = [e.path for e in kg.retrieve("I have the flu").evidence]
+    lines = fact_lines(paths)
+    assert lines[0] == "Influenza has symptom Fever, Cough and Fatigue"
+    assert "Influenza is treated with the medication Oseltamivir and Ibuprofen" in lines
+    backward = [p for p in (Path((s,)) for s in kg._steps(ent("Cough")))]
+    assert fact_lines(backward) == ["Cough is a symptom of Influenza, Common cold and Asthma"]
