@@ -1,0 +1,515 @@
+"""A UMLS-size KG on one machine: generate a UMLS-shaped release, then measure load, queries, linking, validation
+and retrieval on it, each against a baseline of the same run.
+
+S = 1.0 is full size: 3.4M concepts, 8M MRCONSO names, 45M MRREL rows (about 60M triples once loaded). The
+release is written in the exact RRF layouts (MRCONSO, MRREL, MRSTY, MRSAB; a trailing ``|`` on every line) by a
+streaming generator that keeps nothing per concept (bounded memory, progress on stderr): 25 SABs, a preferred
+name and 0-4 synonyms per concept, suppressed rows, both directions of every relation (the mirror row follows its
+row, as in a release), and a heavy-tailed degree (a fifth of the relation targets drawn log-uniformly over CUI
+rank, so C0000001.. are hubs with thousands of edges at S = 0.1).
+
+Stages (each in its own child process, so its peak RSS from ``wait4`` counts native memory too):
+- ``load``: ``mirage-kg load --format umls`` into an on-disk store vs pyoxigraph ``bulk_load`` of the same triples
+  pre-serialised as N-Triples (exported from the loaded graph, not timed); ratio, wall, peak RSS, disk per triple;
+- ``query``: anchor (k=10) and bridge (h=2, h=3) p50/p95 on typical and hub nodes; baseline: pyoxigraph's raw
+  quad-pattern fetch of the same node's edges (anchor) and pyoxigraph's SPARQL engine on the hop query an
+  endpoint would get (bridge h=2, a small sample with a deadline);
+- ``link``: label-index build time and resident memory, exact / normalised / synonym / fuzzy ``link_one``
+  mentions per second against every name; baseline: a plain dict lookup (exact) and rapidfuzz over every label
+  without blocking (fuzzy), on the same mentions;
+- ``validate``: ``mirage-kg validate`` wall and peak RSS; baseline: one SPARQL COUNT over every quad (a full scan);
+- ``retrieve``: ``KnowledgeGraph.retrieve`` per question ("How is X related to Y?" with two concepts' names) vs
+  linking the same question alone.
+The embedding ANN index is not measured (docs/benchmarks.md says why).
+
+    python benchmarks/bench_scale.py --scale 0.01                 # ~0.5M triples, a few minutes
+    python benchmarks/bench_scale.py --scale 0.1 --workdir /tmp/s # keeps the release and store there
+    python benchmarks/bench_scale.py --scale 0.001 --json out.json --stages load,query
+
+Prints one table; targets are those of issue 14. Never gates CI (the smoke test checks values, not times)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_load import CHILD_BULK, timed  # noqa: E402
+from bench_query import pct, run_with_deadline, typo  # noqa: E402
+from bench_sources import _phrase  # noqa: E402
+
+FULL_CONCEPTS = 3_400_000
+STAGES = ("load", "query", "link", "validate", "retrieve")
+SABS = ["MSH", "SNOMEDCT_US", "NCI", "MEDCIN", "RXNORM", "LNC", "ICD10CM", "MDR", "MTH", "MEDLINEPLUS", "HPO",
+        "OMIM", "CHV", "FMA", "GO", "HL7V3.0", "CPT", "ICD9CM", "NDFRT", "MED-RT", "AOD", "CSP", "DRUGBANK",
+        "ORPHANET", "MSHFRE"]
+STYS = [("T047", "B2.2.1.2.1", "Disease or Syndrome"), ("T184", "A2.2.2", "Sign or Symptom"),
+        ("T121", "A1.4.1.1.1", "Pharmacologic Substance"), ("T023", "A1.2.3.1", "Body Part, Organ, or Organ Component"),
+        ("T059", "B1.3.1.2.1", "Laboratory Procedure"), ("T061", "B1.3.1.3", "Therapeutic or Preventive Procedure"),
+        ("T191", "B2.2.1.2.1.2", "Neoplastic Process"), ("T033", "A2.2", "Finding"),
+        ("T109", "A1.4.1.2.1", "Organic Chemical"), ("T116", "A1.4.1.2.1.7", "Amino Acid, Peptide, or Protein")]
+# (REL, RELA) of a row and of its mirror row; symmetric ones mirror onto themselves
+RELATIONS = [("RO", "may_treat", "RO", "may_be_treated_by"), ("RO", "has_finding_site", "RO", "finding_site_of"),
+             ("RO", "associated_with", "RO", "associated_with"), ("RO", "causative_agent_of", "RO", "has_causative_agent"),
+             ("RO", "has_manifestation", "RO", "manifestation_of"), ("RB", "", "RN", ""),
+             ("SY", "", "SY", ""), ("SIB", "", "SIB", ""), ("RO", "", "RO", "")]
+
+
+# --- the release ----------------------------------------------------------------------------------------------------
+
+def sizes(scale: float) -> int:
+    return max(200, int(FULL_CONCEPTS * scale))
+
+
+def _target(rng: random.Random, concepts: int) -> int:
+    """A relation target: uniform four times in five, else log-uniform over CUI rank (hubs at the low CUIs)."""
+    if rng.random() < 0.8:
+        return rng.randint(1, concepts)
+    return min(concepts, int(concepts ** rng.random()))
+
+
+def write_release(folder: Path, concepts: int, seed: int, progress: bool = True) -> dict[str, int]:
+    """MRCONSO (sorted by CUI), MRSTY, MRREL and MRSAB for ``concepts`` CUIs; returns the row counts. Per concept:
+    2.35 names on average (8M at S = 1), 13.2 MRREL rows (45M at S = 1)."""
+    rng = random.Random(seed)
+    meta = folder / "META"
+    meta.mkdir(parents=True, exist_ok=True)
+    (folder / "release.dat").write_text("umls.release.name=2099AA\n")
+    counts = {"concepts": concepts, "names": 0, "mrrel_rows": 0, "mrsty_rows": 0}
+    aui, rui = 0, 0
+    step = max(1, concepts // 20)
+    started = time.perf_counter()
+    with open(meta / "MRCONSO.RRF", "w", encoding="utf-8") as conso, \
+            open(meta / "MRSTY.RRF", "w", encoding="utf-8") as sty, \
+            open(meta / "MRREL.RRF", "w", encoding="utf-8") as rel:
+        conso_buf: list[str] = []
+        rel_buf: list[str] = []
+        for n in range(1, concepts + 1):
+            cui = f"C{n:07d}"
+            sab = SABS[n % 20]
+            rows = [("ENG", "P", "PF", "Y", sab, "PT", _phrase(rng), "N")]
+            # synonyms: 0-4, mean 1.3; a few suppressed (O obsolete, E editor) and a French name now and then
+            for _ in range(rng.choice((0, 0, 1, 1, 1, 2, 2, 2, 3, 1))):
+                rows.append(("ENG", "S", "VO", rng.choice("YN"), rng.choice(SABS[:24]), "SY", _phrase(rng),
+                             "O" if rng.random() < 0.05 else "E" if rng.random() < 0.01 else "N"))
+            if n % 20 == 0:
+                rows.append(("FRE", "P", "PF", "Y", "MSHFRE", "MH", _phrase(rng), "N"))
+            for lat, ts, stt, ispref, row_sab, tty, text, suppress in rows:
+                aui += 1
+                conso_buf.append(f"{cui}|{lat}|{ts}|L{aui:08d}|{stt}|S{aui:08d}|{ispref}|A{aui:08d}||||{row_sab}|"
+                                 f"{tty}|{row_sab[:2]}{n}|{text}|0|{suppress}|256|\n")
+            counts["names"] += len(rows)
+            for tui, stn, label in {STYS[n % len(STYS)], *([rng.choice(STYS)] if n % 7 == 0 else [])}:
+                sty.write(f"{cui}|{tui}|{stn}|{label}|AT{n:08d}|256|\n")
+                counts["mrsty_rows"] += 1
+
+            def pair(a: int, rel_name: str, rela: str, b: int, mirror: str, mirror_rela: str, sab: str) -> None:
+                nonlocal rui
+                suppress = "O" if rng.random() < 0.02 else "N"
+                for c1, r, ra, c2 in ((a, rel_name, rela, b), (b, mirror, mirror_rela, a)):
+                    rui += 1
+                    rel_buf.append(f"C{c1:07d}|A{c1:08d}|SCUI|{r}|C{c2:07d}|A{c2:08d}|SCUI|{ra}|R{rui:09d}||{sab}|"
+                                   f"{sab}|0|Y|{suppress}||\n")
+
+            if n > 1:
+                for _ in range(1 if rng.random() < 0.75 else 2):  # parents among the earlier CUIs
+                    parent = min(n - 1, int((n - 1) ** rng.random()) if rng.random() < 0.2 else rng.randint(1, n - 1))
+                    pair(parent, "CHD", "isa" if rng.random() < 0.5 else "", n, "PAR",
+                         "inverse_isa" if rng.random() < 0.5 else "", rng.choice(SABS[:12]))
+            for _ in range(rng.choice((2, 3, 4, 5, 5, 6, 7, 8))):  # 5.0 typed pairs on average
+                other = _target(rng, concepts)
+                if other != n:
+                    r1, a1, r2, a2 = rng.choice(RELATIONS)
+                    pair(n, r1, a1, other, r2, a2, rng.choice(SABS[:24]))
+            if len(conso_buf) > 20_000 or len(rel_buf) > 50_000:
+                conso.write("".join(conso_buf))
+                rel.write("".join(rel_buf))
+                counts["mrrel_rows"] += len(rel_buf)
+                conso_buf.clear()
+                rel_buf.clear()
+            if progress and concepts >= 50_000 and n % step == 0:
+                print(f"  generated {n:,}/{concepts:,} concepts ({time.perf_counter() - started:.0f} s)",
+                      file=sys.stderr)
+        conso.write("".join(conso_buf))
+        rel.write("".join(rel_buf))
+        counts["mrrel_rows"] += len(rel_buf)
+    with open(meta / "MRSAB.RRF", "w", encoding="utf-8") as out:
+        out.writelines(f"C{i:07d}|C{i:07d}|{s}2099|{s}|{s} synthetic|{s}|2099|||2099AA||||0|{concepts}|{concepts}"
+                       f"||||{'FRE' if s == 'MSHFRE' else 'ENG'}|UTF-8|Y|Y|{s}|synthetic|\n"
+                       for i, s in enumerate(SABS, start=1))
+    return counts
+
+
+# --- children -------------------------------------------------------------------------------------------------------
+
+def run_json_child(kind: str, *args: str) -> tuple[dict[str, Any], float]:
+    """This script as a child (``--child KIND ARGS``): its JSON answer and its own peak RSS in MiB."""
+    proc = subprocess.Popen([sys.executable, __file__, "--child", kind, *args], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"child {kind} failed with exit code {os.waitstatus_to_exitcode(status)}")
+    return json.loads(output), usage.ru_maxrss / 1024
+
+
+def child_export(store_dir: str, nt: str) -> dict[str, Any]:
+    """The UMLS graph of the loaded store, as N-Triples for the baseline (and its name)."""
+    import pyoxigraph as ox
+
+    store = ox.Store.read_only(store_dir)
+    graphs = sorted(g.value for g in store.named_graphs() if "umls" in g.value.lower())
+    if len(graphs) != 1:
+        raise SystemExit(f"expected one UMLS graph in {store_dir}, found {graphs}")
+    store.dump(output=nt, format=ox.RdfFormat.N_TRIPLES, from_graph=ox.NamedNode(graphs[0]))
+    return {"graph": graphs[0], "quads": len(store)}
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def child_query(store_dir: str, concepts: int, seed: int, quick: bool) -> dict[str, Any]:
+    """Anchor and bridge on typical and hub nodes, each against the engine's own primitive."""
+    os.environ["MIRAGE_KG_PROGRESS"] = "0"
+    import pyoxigraph as ox
+
+    from mirage_kg.graph import hop_query
+    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.store import OxigraphStore
+
+    store = OxigraphStore(store_dir)
+    kg = KnowledgeGraph(store, embedding_model="none")
+    rng = random.Random(seed)
+    started = time.perf_counter()
+    kg.degrees(["UMLS:C0000001"])  # the degree index: one pass, cached beside the store
+    degree_index_s = time.perf_counter() - started
+    n = 40 if quick else 200
+    typical = [f"UMLS:C{rng.randint(concepts // 10, concepts):07d}" for _ in range(n)]
+    hubs = [f"UMLS:C{i:07d}" for i in range(1, 6)] * max(1, n // 25)
+    iri = {c: kg.entity(c).iri for c in set(typical) | set(hubs)}
+    raw = store.raw
+
+    def raw_edges(curie: str) -> int:
+        node = ox.NamedNode(iri[curie])
+        return sum(1 for _ in raw.quads_for_pattern(node, None, None)) + \
+            sum(1 for _ in raw.quads_for_pattern(None, None, node))
+
+    out: dict[str, Any] = {"degree_index_s": degree_index_s, "hub_degree": kg.degrees([iri[hubs[0]]])[iri[hubs[0]]],
+                           "typical_degree_p50": statistics.median(kg.degrees([iri[c] for c in typical]).values())}
+    for group, nodes in (("typical", typical), ("hub", hubs)):
+        out[f"anchor_{group}"] = _times(lambda c: kg.anchor(c, k=10), nodes)
+        out[f"anchor_{group}_raw"] = _times(raw_edges, nodes)
+    # bridge pairs: typical = a random walk of 2-3 steps from a typical node (connected) or a random pair;
+    # hub = a hub and a typical node
+    walk_pairs: list[tuple[str, str]] = []
+    for a in typical:
+        b = a
+        for _ in range(rng.choice((2, 3))):
+            steps = kg.anchor(b, k=5)
+            if not steps:
+                break
+            b = rng.choice(steps).object.id
+        walk_pairs.append((a, b) if b != a else (a, rng.choice(typical)))
+    hub_pairs = list(zip(hubs, typical))
+    out["bridge_connected"] = 0
+    for hops in (2, 3):
+        out[f"bridge{hops}_typical"] = _times(lambda p: kg.bridge(p[0], p[1], max_hops=hops), walk_pairs)
+        out[f"bridge{hops}_hub"] = _times(lambda p: kg.bridge(p[0], p[1], max_hops=hops), hub_pairs)
+    out["bridge_connected"] = sum(1 for a, b in walk_pairs if kg.bridge(a, b, max_hops=3, max_paths=1))
+    out["bridge_pairs"] = len(walk_pairs)
+    sparql: list[float] = []
+    for a, b in walk_pairs[:10]:
+        query = hop_query(kg.entity(a).iri, kg.entity(b).iri, 2)
+        ms = run_with_deadline(lambda q=query: list(raw.query(q)), 20)
+        sparql.append(ms if ms is not None else math.inf)
+        if ms is None:
+            break
+    out["bridge2_typical_sparql"] = sparql
+    out["rss_mib"] = _rss_mib()
+    return out
+
+
+def _times(func: Any, items: list[Any]) -> list[float]:
+    out = []
+    for item in items:
+        started = time.perf_counter()
+        func(item)
+        out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def child_link(store_dir: str, seed: int, quick: bool, cache: str) -> dict[str, Any]:
+    """The label index (build time, resident memory) and ``link_one`` per mention kind; then ``retrieve``."""
+    os.environ["MIRAGE_KG_PROGRESS"] = "0"
+    from rapidfuzz import fuzz, process
+
+    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.linking import fold
+    from mirage_kg.store import OxigraphStore
+
+    store = OxigraphStore(store_dir)
+    kg = KnowledgeGraph(store, embedding_model="none", cache_dir=Path(cache))
+    before = _rss_mib()
+    started = time.perf_counter()
+    index = kg.linker.index
+    build_s = time.perf_counter() - started
+    after = _rss_mib()
+    rng = random.Random(seed)
+    n = 200 if quick else 2000
+    prefs = [(text, idx) for text, idx, kind in index.labels if kind == 0]
+    syns = [(text, idx) for text, idx, kind in index.labels if kind == 1]
+    sample_p = rng.sample(prefs, min(n, len(prefs)))
+    sample_s = rng.sample(syns, min(n, len(syns)))
+    fuzzy_n = max(20, n // 10)
+    kinds = {"exact": sample_p, "normalised": [(t.upper() + "s", i) for t, i in sample_p],
+             "synonym": sample_s, "fuzzy": [(typo(t, rng), i) for t, i in sample_p if len(t) >= 8][:fuzzy_n]}
+    linker = kg.linker
+    rows: dict[str, Any] = {}
+    for kind, items in kinds.items():
+        started = time.perf_counter()
+        found = sum(any(c.entity.iri == index.iris[i] for c in linker.link_one(t, top=5)) for t, i in items)
+        took = time.perf_counter() - started
+        rows[kind] = {"n": len(items), "per_s": len(items) / took, "found_at_5": found / max(1, len(items))}
+    started = time.perf_counter()
+    for _ in range(20):  # the lookup alone is too quick to time once
+        hits = sum(1 for t, _ in kinds["exact"] if t in index.exact)
+    rows["exact"]["baseline_per_s"] = 20 * len(kinds["exact"]) / max(time.perf_counter() - started, 1e-9)
+    rows["exact"]["baseline_hits"] = hits
+    unblocked = kinds["fuzzy"][:10]
+    started = time.perf_counter()
+    for text, _ in unblocked:
+        process.extract(" ".join(sorted(fold(text).split())), index.sorted_choices, scorer=fuzz.ratio, limit=10,
+                        score_cutoff=linker.fuzzy_cutoff, processor=None)
+    rows["fuzzy"]["baseline_per_s"] = len(unblocked) / (time.perf_counter() - started)
+    # retrieve: questions naming two concepts
+    names = [index.names[i] for _, i in rng.sample(prefs, min(len(prefs), 2 * (20 if quick else 60)))]
+    questions = [f"How is {a} related to {b}?" for a, b in zip(names[::2], names[1::2])]
+    link_ms = _times(lambda q: kg.link(q), questions)
+    evidence: list[int] = []
+    retrieve_ms = _times(lambda q: evidence.append(len(kg.retrieve(q).evidence)), questions)
+    return {"labels": len(index.labels), "entities": len(index), "build_s": build_s,
+            "index_mib": after - before, "rss_mib": _rss_mib(), "rows": rows,
+            "retrieve": retrieve_ms, "retrieve_link": link_ms, "questions": len(questions),
+            "evidence_mean": statistics.fmean(evidence) if evidence else 0.0}
+
+
+def child_scan(store_dir: str) -> dict[str, Any]:
+    import pyoxigraph as ox
+
+    store = ox.Store.read_only(store_dir)
+    started = time.perf_counter()
+    count = next(iter(store.query("SELECT (COUNT(*) AS ?n) WHERE { GRAPH ?g { ?s ?p ?o } }")))[0].value
+    return {"seconds": time.perf_counter() - started, "quads": int(count)}
+
+
+# --- stages ---------------------------------------------------------------------------------------------------------
+
+def _du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def stage_load(work: Path, release: Path, store: Path) -> dict[str, Any]:
+    wall, rss, _ = timed([sys.executable, "-m", "mirage_kg.cli", "load", str(release), "--format", "umls",
+                          "--store", str(store)])
+    nt = work / "umls.nt"
+    exported, _ = run_json_child("export", str(store), str(nt))
+    base_dir = work / "bulk-store"
+    shutil.rmtree(base_dir, ignore_errors=True)
+    # the baseline's wall is its whole process too (interpreter start and imports included), as ours is
+    bulk_wall, base_rss, bulk_triples = timed([sys.executable, "-c", CHILD_BULK, str(base_dir), str(nt)])
+    base = {"seconds": bulk_wall, "triples": int(bulk_triples)}
+    result = {"wall_s": wall, "rss_mib": rss, "store_quads": exported["quads"], "triples": base["triples"],
+              "disk_bytes": _du(store), "nt_bytes": nt.stat().st_size, "bulk_wall_s": base["seconds"],
+              "bulk_rss_mib": base_rss, "bulk_disk_bytes": _du(base_dir)}
+    result["ratio"] = wall / base["seconds"]
+    shutil.rmtree(base_dir, ignore_errors=True)
+    nt.unlink()
+    return result
+
+
+def stage_validate(store: Path) -> dict[str, Any]:
+    wall, rss, out = timed([sys.executable, "-m", "mirage_kg.cli", "validate", "--store", str(store), "--json",
+                            "--fail-on", "none"])
+    report = json.loads(out)
+    scan, scan_rss = run_json_child("scan", str(store))
+    findings = report.get("findings", []) if isinstance(report, dict) else []
+    return {"wall_s": wall, "rss_mib": rss, "findings": len(findings), "scan_s": scan["seconds"],
+            "scan_quads": scan["quads"], "scan_rss_mib": scan_rss, "ratio": wall / max(scan["seconds"], 1e-6)}
+
+
+# --- the table ------------------------------------------------------------------------------------------------------
+
+def _p(values: list[float]) -> tuple[float, float]:
+    return pct(values, 0.5), pct(values, 0.95)
+
+
+def table(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per measure: stage, what, ours, baseline (with its name), ratio, target."""
+    rows: list[dict[str, Any]] = []
+
+    def row(stage: str, what: str, ours: float, base: float | None = None, baseline: str = "", target: str = "",
+            unit: str = "") -> None:
+        ratio = ours / base if base not in (None, 0) and math.isfinite(base) else None  # type: ignore[operator]
+        rows.append({"stage": stage, "what": what, "ours": ours, "baseline": base, "baseline_is": baseline,
+                     "ratio": ratio, "target": target, "unit": unit})
+
+    if "load" in result:
+        r = result["load"]
+        row("load", "wall", r["wall_s"], r["bulk_wall_s"], "bulk_load of the same N-Triples", "ratio <= 1.3, <= 15 min", "s")
+        row("load", "peak RSS", r["rss_mib"], r["bulk_rss_mib"], "bulk_load", "< 4096", "MiB")
+        row("load", "disk per triple", r["disk_bytes"] / r["triples"], r["bulk_disk_bytes"] / r["triples"],
+            "bulk_load's store", "", "B")
+        row("load", "triples", r["triples"], None, "", "", "")
+    if "query" in result:
+        r = result["query"]
+        for group in ("typical", "hub"):
+            p50, p95 = _p(r[f"anchor_{group}"])
+            b50, b95 = _p(r[f"anchor_{group}_raw"])
+            row("query", f"anchor {group} p50", p50, b50, "raw quad fetch of its edges", "<= 1" if group == "typical" else "", "ms")
+            row("query", f"anchor {group} p95", p95, b95, "raw quad fetch of its edges", "<= 10" if group == "typical" else "", "ms")
+            for hops in (2, 3):
+                p50, p95 = _p(r[f"bridge{hops}_{group}"])
+                base = _p(r["bridge2_typical_sparql"])[0] if hops == 2 and group == "typical" else None
+                row("query", f"bridge h={hops} {group} p50", p50, base, "pyoxigraph SPARQL hop query" if base else "",
+                    "<= 10" if hops == 3 else "", "ms")
+                row("query", f"bridge h={hops} {group} p95", p95, None, "", "<= 100" if hops == 3 else "", "ms")
+        row("query", "degree index (once)", r["degree_index_s"], None, "", "", "s")
+        row("query", "hub degree", r["hub_degree"], r["typical_degree_p50"], "typical node's degree", "", "")
+        row("query", "peak RSS", r["rss_mib"], None, "", "", "MiB")
+    if "link" in result:
+        r = result["link"]
+        row("link", "index build", r["build_s"], None, "", "", "s")
+        row("link", "index resident", r["index_mib"], None, "", "< 3072", "MiB")
+        row("link", "labels indexed", r["labels"], None, "", "", "")
+        for kind, target in (("exact", ">= 50000"), ("normalised", ""), ("synonym", ""), ("fuzzy", ">= 1000")):
+            k = r["rows"][kind]
+            base = k.get("baseline_per_s")
+            row("link", f"{kind} mentions/s", k["per_s"], base,
+                {"exact": "dict lookup", "fuzzy": "rapidfuzz over every label"}.get(kind, ""), target, "/s")
+            row("link", f"{kind} found@5", k["found_at_5"], None, "", "", "")
+    if "validate" in result:
+        r = result["validate"]
+        row("validate", "wall", r["wall_s"], r["scan_s"], "COUNT over every quad", "", "s")
+        row("validate", "peak RSS", r["rss_mib"], r["scan_rss_mib"], "COUNT over every quad", "", "MiB")
+        row("validate", "findings", r["findings"], None, "", "", "")
+    if "retrieve" in result:
+        r = result["retrieve"]
+        p50, p95 = _p(r["retrieve"])
+        l50, l95 = _p(r["retrieve_link"])
+        row("retrieve", "per question p50", p50, l50, "linking the question alone", "", "ms")
+        row("retrieve", "per question p95", p95, l95, "linking the question alone", "", "ms")
+        row("retrieve", "evidence facts (mean)", r["evidence_mean"], None, "", "", "")
+    return rows
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return "timeout"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(f"| stage | measure | ours | baseline | ratio | target | baseline is |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        unit = f" {r['unit']}" if r["unit"] else ""
+        print(f"| {r['stage']} | {r['what']}{unit and ' (' + r['unit'] + ')'} | {_fmt(r['ours'])} | "
+              f"{_fmt(r['baseline'])} | {_fmt(r['ratio'])} | {r['target']} | {r['baseline_is']} |")
+
+
+# --- main -----------------------------------------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", type=float, default=0.01, help="1.0 = 3.4M concepts, 8M names, 45M MRREL rows")
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--workdir", help="keep the release and the store in this folder (reused when present)")
+    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {','.join(STAGES)}")
+    parser.add_argument("--quick", action="store_true", help="small query and mention samples")
+    parser.add_argument("--json", metavar="FILE", help="write the measurements and the table as JSON here")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        kind, *rest = args.child
+        if kind == "export":
+            answer = child_export(rest[0], rest[1])
+        elif kind == "scan":
+            answer = child_scan(rest[0])
+        elif kind == "query":
+            answer = child_query(rest[0], int(rest[1]), int(rest[2]), rest[3] == "1")
+        else:
+            answer = child_link(rest[0], int(rest[1]), rest[2] == "1", rest[3])
+        print(json.dumps(answer))
+        return
+    stages = [s for s in args.stages.split(",") if s]
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        parser.error(f"unknown stage(s) {sorted(unknown)}; choose from {','.join(STAGES)}")
+    concepts = sizes(args.scale)
+    holder = tempfile.TemporaryDirectory(prefix="bench-scale-") if not args.workdir else None
+    work = Path(args.workdir or holder.name)  # type: ignore[union-attr]
+    work.mkdir(parents=True, exist_ok=True)
+    release, store = work / f"umls-{args.scale:g}", work / f"store-{args.scale:g}"
+    result: dict[str, Any] = {"scale": args.scale, "concepts": concepts, "load_average": os.getloadavg()}
+    try:
+        if not (release / "META" / "MRREL.RRF").is_file():
+            print(f"generating S={args.scale:g}: {concepts:,} concepts ...", file=sys.stderr)
+            started = time.perf_counter()
+            result["release"] = write_release(release, concepts, args.seed)
+            result["release"]["seconds"] = time.perf_counter() - started
+            result["release"]["bytes"] = _du(release)
+        if "load" in stages or not store.exists():
+            shutil.rmtree(store, ignore_errors=True)
+            print("load ...", file=sys.stderr)
+            result["load"] = stage_load(work, release, store)
+        quick = "1" if args.quick else "0"
+        if "query" in stages:
+            print("query ...", file=sys.stderr)
+            result["query"], _ = run_json_child("query", str(store), str(concepts), str(args.seed), quick)
+        if "link" in stages or "retrieve" in stages:
+            print("link and retrieve ...", file=sys.stderr)
+            cache = work / "linker-cache"
+            shutil.rmtree(cache, ignore_errors=True)
+            linked, rss = run_json_child("link", str(store), str(args.seed), quick, str(cache))
+            linked["peak_rss_mib"] = rss
+            if "link" in stages:
+                result["link"] = linked
+            if "retrieve" in stages:
+                result["retrieve"] = linked
+        if "validate" in stages:
+            print("validate ...", file=sys.stderr)
+            result["validate"] = stage_validate(store)
+    finally:
+        if holder is not None:
+            holder.cleanup()
+    rows = table(result)
+    rel = result.get("release", {})
+    print(f"S={args.scale:g}: {concepts:,} concepts"
+          + (f", {rel['names']:,} names, {rel['mrrel_rows']:,} MRREL rows ({rel['bytes'] / 1e6:,.0f} MB, generated in "
+             f"{rel['seconds']:.0f} s)" if rel else "")
+          + f"; load average at start {result['load_average'][0]:.1f}, at end {os.getloadavg()[0]:.1f}")
+    print_table(rows)
+    if args.json:
+        result["load_average_end"] = os.getloadavg()
+        Path(args.json).write_text(json.dumps({"result": result, "table": rows}, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()
