@@ -242,13 +242,9 @@ def build_default_kg(store: Store, sources: tuple[str, ...] | list[str] = SOURCE
             steps.append(BuildStep(source, graph, "present", note="already in the store (--force rebuilds)"))
             echo(f"{source}: already in the store as <{graph}>")
             continue
-        if force and graph in loaded:
-            from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH
-
-            store.update(f"DROP SILENT GRAPH {iri_ref(graph)} ;\nDELETE WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} "
-                         f"{{ {iri_ref(graph)} {iri_ref(LOADED_FROM)} ?s ; {iri_ref(LOADED_AT)} ?t }} }}")
         started = time.perf_counter()
-        receipt = _load_source(store, source, graph, report)
+        with store.replacing(graph):  # --force: the new version is loaded aside and swapped in when whole
+            receipt = _load_source(store, source, graph, report)
         seconds = time.perf_counter() - started
         steps.append(BuildStep(source, graph, "loaded", receipt.added, seconds))
         echo(f"{source}: +{receipt.added:,} triples into <{graph}> in {seconds:.1f} s")

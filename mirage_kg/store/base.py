@@ -13,6 +13,7 @@ never sees half a load."""
 from __future__ import annotations
 
 import abc
+import contextlib
 import datetime as _dt
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -242,6 +243,7 @@ class Store(abc.ABC):
         Triples in a quad format keep their own graph names only when ``graph`` is empty; N-Triples lines
         and triple formats always go to ``graph``."""
         before = self.triple_count(graph)
+        replace = before > 0 and graph in self._replacing
         staged = before > 0 or self.stages_every_load
         target = f"{graph}/staging/{uuid.uuid4().hex}" if staged else graph
         token = uuid.uuid4().hex
@@ -267,13 +269,36 @@ class Store(abc.ABC):
             f"{iri_ref(LOADED_AT)} {literal(now, datatype='http://www.w3.org/2001/XMLSchema#dateTime')} }} }}"
         )
         unmark = f"DELETE DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
+        if replace:
+            record = f"{forget_record(graph)} ;\n{record}"
         if target == graph:
             self.update(f"{unmark} ;\n{record}")
-        elif before == 0:  # one MOVE: the graph appears whole, with its manifest record, in one update
-            self.update(f"MOVE {iri_ref(target)} TO {iri_ref(graph)} ;\n{unmark} ;\n{record}")
         else:
-            self.update(f"ADD {iri_ref(target)} TO {iri_ref(graph)} ;\nDROP SILENT GRAPH {iri_ref(target)} ;\n{unmark} ;\n{record}")
+            self._commit_staged(target, graph, unmark, record, "replace" if replace else "merge" if before else "new")
         return LoadReceipt(graph=graph, source=source, added=self.triple_count(graph) - before)
+
+    #: graphs whose next load replaces their content instead of adding to it (see ``replacing``)
+    _replacing: frozenset[str] = frozenset()
+
+    @contextlib.contextmanager
+    def replacing(self, *graphs: str) -> Iterator[None]:
+        """Loads of these graphs inside the block replace what they hold, in one step: the new content is loaded
+        aside and swapped in only when whole, so a failed or killed reload keeps the old one."""
+        held = self._replacing
+        self._replacing = held | frozenset(graphs)
+        try:
+            yield
+        finally:
+            self._replacing = held
+
+    def _commit_staged(self, staging: str, graph: str, unmark: str, record: str, mode: str) -> None:
+        """Bring a whole staged load into ``graph`` (``mode``: new, merge or replace) with its manifest record, in
+        one update. A store whose transactions are held in memory overrides this with a streaming swap."""
+        if mode in ("new", "replace"):  # one MOVE (it empties the target first): the graph appears whole
+            self.update(f"MOVE {iri_ref(staging)} TO {iri_ref(graph)} ;\n{unmark} ;\n{record}")
+        else:
+            self.update(f"ADD {iri_ref(staging)} TO {iri_ref(graph)} ;\nDROP SILENT GRAPH {iri_ref(staging)} ;\n"
+                        f"{unmark} ;\n{record}")
 
     def _discard(self, target: str, token: str) -> None:
         self.update(
@@ -296,6 +321,12 @@ class Store(abc.ABC):
             f"SELECT ?g ?src WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ ?g {iri_ref(LOADED_FROM)} ?src }} }}"
         )
         return {r["g"].value: r["src"].value for r in rows}
+
+
+def forget_record(graph: str) -> str:
+    """The update that removes a graph's load record (source and time) from the manifest."""
+    return (f"DELETE WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(graph)} {iri_ref(LOADED_FROM)} ?source ; "
+            f"{iri_ref(LOADED_AT)} ?at }} }}")
 
 
 def _pattern_term(term: str | Term | None) -> str | None:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
+import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import pyoxigraph as ox
 
 from mirage_kg.errors import QueryError, StoreError
-from mirage_kg.store.base import LineReader, Quad, Store
-from mirage_kg.terms import Term
+from mirage_kg.namespaces import MKG
+from mirage_kg.store.base import MANIFEST_GRAPH, PENDING, LineReader, LoadReceipt, Quad, Store
+from mirage_kg.terms import Term, iri_ref, literal
 
 _FORMATS = {
     "application/n-triples": ox.RdfFormat.N_TRIPLES,
@@ -23,9 +27,89 @@ _FORMATS = {
     "application/rdf+xml": ox.RdfFormat.RDF_XML,
     "application/ld+json": ox.RdfFormat.JSON_LD,
 }
+#: the manifest's record of a swap under way: staging graph -> target graph, and how (merge or replace)
+COMMIT_INTO = MKG + "commitInto"
+COMMIT_MODE = MKG + "commitMode"
+#: what names a staging graph (``<graph>/staging/<hex>``, see ``Store.load``)
+STAGING = "/staging/"
+#: quads per transaction when a graph is emptied (a few tens of MB of pyoxigraph memory)
+CLEAR_CHUNK = 100_000
 _QUAD_FORMATS = {"application/n-quads", "application/trig"}
 _XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def _deferred_interrupt() -> Iterator[threading.Event | None]:
+    """SIGINT sets the yielded event instead of raising where it lands (inside native code it would wait for the
+    native call to end); KeyboardInterrupt is raised when the block ends if it arrived. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    event = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda signum, frame: event.set())
+    try:
+        yield event
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if event.is_set():
+        raise KeyboardInterrupt
+
+
+#: bytes of N-Triples per native bulk load (about half a million triples)
+SEGMENT_BYTES = 64 << 20
+
+
+class _Segmenter:
+    """Cuts a stream of N-Triples bytes into segments that end at a line break."""
+
+    def __init__(self, reader: LineReader, interrupted: threading.Event | None,
+                 segment_bytes: int | None = None) -> None:
+        self.reader = reader
+        self.interrupted = interrupted
+        self.segment_bytes = segment_bytes or SEGMENT_BYTES
+        self.carry = b""
+        self.whole = False  # a blank node label was seen: no more cuts
+        self.last = b""
+
+    def feed(self, sink: IO[bytes]) -> bool:
+        """Write the next segment to ``sink``; whether more may follow."""
+        sent = len(self.carry)
+        if self.carry:
+            sink.write(self.carry)
+            self.carry = b""
+        while True:
+            if self.interrupted is not None and self.interrupted.is_set():
+                sink.write(b"\n<interrupted by the user\n")  # a syntax error: the parser stops here
+                return False
+            chunk = self.reader.read(1 << 20)
+            if not chunk:
+                return False
+            if not self.whole and (b"_:" in chunk or self.last == b"_" and chunk[:1] == b":"):
+                self.whole = True
+            self.last = chunk[-1:]
+            cut = chunk.rfind(b"\n") + 1 if not self.whole and sent + len(chunk) >= self.segment_bytes else 0
+            if not cut:
+                sink.write(chunk)
+                sent += len(chunk)
+                continue
+            sink.write(chunk[:cut])
+            self.carry = chunk[cut:]
+            return True
+
+
+class _InterruptibleReader:
+    """A binary stream that stops (raising) once the load is interrupted, so the native parser pulling it ends."""
+
+    def __init__(self, inner: IO[bytes], interrupted: threading.Event) -> None:
+        self._inner = inner
+        self._interrupted = interrupted
+
+    def read(self, size: int = -1) -> bytes:
+        if self._interrupted.is_set():
+            raise KeyboardInterrupt
+        return self._inner.read(size)
 
 
 def to_term(node: object) -> Term:
@@ -121,10 +205,9 @@ class OxigraphStore(Store):
 
     @staticmethod
     def _has_leftovers(raw: ox.Store) -> bool:
-        from mirage_kg.store.base import MANIFEST_GRAPH, PENDING
-
         manifest = ox.NamedNode(MANIFEST_GRAPH)
-        return next(iter(raw.quads_for_pattern(None, ox.NamedNode(PENDING), None, manifest)), None) is not None
+        return any(next(iter(raw.quads_for_pattern(None, ox.NamedNode(mark), None, manifest)), None) is not None
+                   for mark in (PENDING, COMMIT_INTO))
 
     def remove_orphans(self) -> list[Path]:
         """Delete the ``bulk-*.sst`` files a killed bulk load left in the folder (we hold the writer's lock, so
@@ -247,8 +330,35 @@ class OxigraphStore(Store):
             except OSError as exc:
                 raise StoreError(f"store {self.location}: {exc}") from exc
 
+    # --- loading ---------------------------------------------------------------------------------------------
+    _interrupted: threading.Event | None = None
+
+    def load(self, data: IO[bytes] | Iterable[str], **options: Any) -> LoadReceipt:  # type: ignore[override]
+        """``Store.load``, with Ctrl-C made prompt and safe: while the native bulk loader runs, Python cannot
+        raise KeyboardInterrupt in the main thread, so SIGINT only sets a flag; the line producer and the stream
+        reader stop at the next chunk, the parser is cut off, and the load is rolled back, in seconds."""
+        with _deferred_interrupt() as interrupted:
+            self._interrupted = interrupted
+            try:
+                return super().load(data, **options)
+            finally:
+                self._interrupted = None
+
     def _bulk_load(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
         self._writable()
+        interrupted = self._interrupted
+        if interrupted is not None and not isinstance(data, LineReader):
+            data = _InterruptibleReader(data, interrupted)  # type: ignore[assignment]
+        try:
+            self._bulk_load_guarded(data, media_type, graph, base_iri)
+        except BaseException:
+            if interrupted is not None and interrupted.is_set():
+                raise KeyboardInterrupt from None  # whatever the cut-off parser said: the user stopped it
+            raise
+        if interrupted is not None and interrupted.is_set():
+            raise KeyboardInterrupt
+
+    def _bulk_load_guarded(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
         try:
             self._bulk_load_into(data, media_type, graph, base_iri)
         except OSError as exc:  # disk full, an I/O error: the load is rolled back by the caller
@@ -258,6 +368,7 @@ class OxigraphStore(Store):
 
     def _bulk_load_into(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
         fmt = _FORMATS[media_type]
+        destination = self._destination(graph)
         with self._lock:
             if media_type in _QUAD_FORMATS:
                 # Quad formats name their own graphs; we re-home every quad into the load's graph so the
@@ -265,25 +376,40 @@ class OxigraphStore(Store):
                 scratch = ox.Store()
                 scratch.bulk_load(input=data, format=fmt, base_iri=base_iri)
                 target = ox.NamedNode(graph)
-                self.raw.bulk_extend(ox.Quad(q.subject, q.predicate, q.object, target) for q in scratch)
+                destination.bulk_extend(ox.Quad(q.subject, q.predicate, q.object, target) for q in scratch)
             elif isinstance(data, LineReader):
                 self._bulk_load_lines(data, fmt, graph, base_iri)
             else:
-                self.raw.bulk_load(input=data, format=fmt, to_graph=ox.NamedNode(graph), base_iri=base_iri)
+                destination.bulk_load(input=data, format=fmt, to_graph=ox.NamedNode(graph), base_iri=base_iri)
         if self.path is not None:
-            self.raw.flush()
+            destination.flush()
 
     def _bulk_load_lines(self, reader: LineReader, fmt: ox.RdfFormat, graph: str, base_iri: str | None) -> None:
         """Python makes the lines in one thread while Rust parses and indexes them in another, through a pipe:
-        pyoxigraph reads the pipe's file descriptor without the GIL, so the two overlap on two cores."""
+        pyoxigraph reads the pipe's file descriptor without the GIL, so the two overlap on two cores.
+
+        The lines go in segments of about ``SEGMENT_BYTES`` (cut at a line break), one native bulk load each, so
+        the main thread is back in Python between segments: a Ctrl-C is acted on within one segment's time and
+        the native loader's memory stays bounded. Blank node labels only mean the same node within one parse,
+        so from the first ``_:`` on, the rest of the lines go in one segment."""
+        interrupted = self._interrupted
+        segmenter = _Segmenter(reader, interrupted)
+        while True:
+            if interrupted is not None and interrupted.is_set():
+                raise KeyboardInterrupt
+            if not self._load_segment(segmenter, fmt, graph, base_iri):
+                return
+
+    def _load_segment(self, segmenter: _Segmenter, fmt: ox.RdfFormat, graph: str, base_iri: str | None) -> bool:
+        """One native bulk load of the next segment; whether more lines may follow."""
         read_fd, write_fd = os.pipe()
         failure: list[BaseException] = []
+        more: list[bool] = [False]
 
         def produce() -> None:
             try:
                 with os.fdopen(write_fd, "wb", buffering=1 << 20) as sink:
-                    while chunk := reader.read(1 << 20):
-                        sink.write(chunk)
+                    more[0] = segmenter.feed(sink)
             except BrokenPipeError:
                 pass  # the parser stopped first; its own error is raised below
             except BaseException as exc:  # the loader's error (bad row): re-raised in the caller's thread
@@ -292,12 +418,129 @@ class OxigraphStore(Store):
         producer = threading.Thread(target=produce, name="mirage-kg-load", daemon=True)
         producer.start()
         try:
-            self.raw.bulk_load(path=f"/dev/fd/{read_fd}", format=fmt, to_graph=ox.NamedNode(graph), base_iri=base_iri)
+            self._destination(graph).bulk_load(path=f"/dev/fd/{read_fd}", format=fmt, to_graph=ox.NamedNode(graph),
+                                               base_iri=base_iri)
         finally:
             os.close(read_fd)
             producer.join()
         if failure:
             raise failure[0]
+        return more[0]
+
+    # --- staging, committing, rolling back and recovering in bounded memory ---------------------------------
+    # A pyoxigraph transaction holds all its changes in memory, and deleting is slow (each quad from every
+    # index), so a merge of a big load into a filled graph (ADD in one update) took gigabytes, and dropping a
+    # staging graph minutes. Instead a staged load (into a graph that holds data, or a --force replace) goes into
+    # a scratch store of its own (a folder inside the store, or memory); one small update then swaps its
+    # "pending" mark for a "commit into" intent with the new manifest record, and from there the swap only rolls
+    # forward, in steps that may be repeated (RDF is a set): empty the target for a replace (in chunks), stream
+    # the scratch graph into the target with the native bulk loader, delete the scratch folder, clear the intent.
+    # A process killed while staging leaves a pending mark (the scratch folder is simply deleted); killed after
+    # the intent, the next writer to open finishes the swap.
+    _scratch: dict[str, ox.Store] | None = None
+
+    def _scratch_folder(self, staging: str) -> Path | None:
+        return self.path / f"staging-{staging.rsplit('/', 1)[-1]}" if self.path is not None else None
+
+    def _destination(self, graph: str) -> ox.Store:
+        """Where a bulk load into ``graph`` goes: its scratch store for a staging graph, else the store itself."""
+        if STAGING not in graph:
+            return self.raw
+        if self._scratch is None:
+            self._scratch = {}
+        scratch = self._scratch.get(graph)
+        if scratch is None:
+            folder = self._scratch_folder(graph)
+            scratch = self._scratch[graph] = ox.Store(str(folder)) if folder is not None else ox.Store()
+        return scratch
+
+    def _drop_scratch(self, staging: str) -> None:
+        if self._scratch is not None:
+            self._scratch.pop(staging, None)
+        folder = self._scratch_folder(staging)
+        if folder is not None and folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _commit_staged(self, staging: str, graph: str, unmark: str, record: str, mode: str) -> None:
+        intent = (f"INSERT DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(staging)} {iri_ref(COMMIT_INTO)} "
+                  f"{iri_ref(graph)} ; {iri_ref(COMMIT_MODE)} {literal(mode)} }} }}")
+        self.update(f"{unmark} ;\n{intent} ;\n{record}")
+        self._roll_forward(staging, graph, mode)
+
+    def _roll_forward(self, staging: str, graph: str, mode: str) -> None:
+        self._writable()
+        with self._lock:
+            if mode == "replace":
+                self._clear_graph(graph)
+            scratch = (self._scratch or {}).get(staging)
+            folder = self._scratch_folder(staging)
+            if scratch is None and folder is not None and folder.exists():
+                scratch = ox.Store(str(folder))
+            if scratch is not None:
+                self._copy_graph(scratch, staging, graph)
+            del scratch
+            self._drop_scratch(staging)
+            self.raw.update(f"DELETE WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(staging)} "
+                            f"{iri_ref(COMMIT_INTO)} ?graph ; {iri_ref(COMMIT_MODE)} ?mode }} }}")
+            if self.path is not None:
+                self.raw.flush()
+
+    def _copy_graph(self, source: ox.Store, name: str, graph: str) -> None:
+        """Stream one graph of another store into ``graph``: Rust writes N-Triples into a pipe that the native
+        bulk loader reads, so nothing is held in memory or passes through Python objects."""
+        read_fd, write_fd = os.pipe()
+        failure: list[BaseException] = []
+
+        def produce() -> None:
+            try:
+                with os.fdopen(write_fd, "wb", buffering=1 << 20) as sink:
+                    source.dump(output=sink, format=ox.RdfFormat.N_TRIPLES, from_graph=ox.NamedNode(name))
+            except BrokenPipeError:
+                pass
+            except BaseException as exc:
+                failure.append(exc)
+
+        producer = threading.Thread(target=produce, name="mirage-kg-copy", daemon=True)
+        producer.start()
+        try:
+            self.raw.bulk_load(path=f"/dev/fd/{read_fd}", format=ox.RdfFormat.N_TRIPLES, to_graph=ox.NamedNode(graph))
+        finally:
+            os.close(read_fd)
+            producer.join()
+        if failure:
+            raise failure[0]
+
+    def _clear_graph(self, graph: str, chunk: int = CLEAR_CHUNK) -> None:
+        """Empty a graph in transactions of ``chunk`` quads each, so memory stays bounded whatever its size."""
+        name = ox.NamedNode(graph)
+        delete = (f"DELETE {{ GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }} WHERE {{ SELECT ?s ?p ?o WHERE "
+                  f"{{ GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }} LIMIT {chunk} }}")
+        while next(iter(self.raw.quads_for_pattern(None, None, None, name)), None) is not None:
+            self.raw.update(delete)
+        if self.raw.contains_named_graph(name):
+            self.raw.remove_graph(name)  # the graph's name, now that it holds nothing
+
+    def _discard(self, target: str, token: str) -> None:
+        self._writable()
+        with self._lock:
+            if STAGING in target:
+                self._drop_scratch(target)  # a staged load never touched the store: dropping it is instant
+            self._clear_graph(target)
+            self.raw.update(f"DELETE DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} "
+                            f"{literal(token)} }} }}")
+
+    def recover(self) -> list[str]:
+        """Finish the swaps a killed process had committed to, then drop the loads it left pending."""
+        manifest = ox.NamedNode(MANIFEST_GRAPH)
+        for quad in list(self.raw.quads_for_pattern(None, ox.NamedNode(COMMIT_INTO), None, manifest)):
+            mode = next(iter(self.raw.quads_for_pattern(quad.subject, ox.NamedNode(COMMIT_MODE), None, manifest)),
+                        None)
+            self._roll_forward(quad.subject.value, quad.object.value, mode.object.value if mode else "merge")
+        dropped = super().recover()
+        if self.path is not None:  # scratch folders no journal entry names (killed before its first mark)
+            for folder in self.path.glob("staging-*"):
+                shutil.rmtree(folder, ignore_errors=True)
+        return dropped
 
     def export(self, out: IO[bytes], media_type: str) -> None:
         fmt = _FORMATS[media_type]
@@ -315,6 +558,7 @@ class OxigraphStore(Store):
         triples.dump(output=out, format=fmt, from_graph=ox.DefaultGraph())
 
     def close(self) -> None:
+        self._scratch = None  # a scratch store left by an interrupted swap is reopened by recovery
         raw = self.__dict__.pop("raw", None)
         if raw is not None and self.path is not None and not self.read_only:
             try:
