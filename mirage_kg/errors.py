@@ -3,6 +3,7 @@
     MirageError
      +-- InputError            bad user input: a file, line and problem (``path``, ``line``)
      +-- UnknownEntityError    an id or name that is not in the graph
+     +-- AmbiguousNameError    a name that stands for several different concepts (lists their ids)
      +-- StoreError            the store cannot be opened, read or written
      |    +-- EndpointError    a remote SPARQL endpoint failed (``retryable`` says whether a retry may help)
      +-- QueryError            a SPARQL query is invalid, not read-only, or timed out
@@ -39,6 +40,14 @@ class UnknownEntityError(MirageError):
         self.entity = entity
         msg = f"unknown entity {entity!r}"
         super().__init__(f"{msg}: {hint}" if hint else f"{msg}; try `mirage-kg link` to find its id")
+
+
+class AmbiguousNameError(MirageError):
+    """A name that stands for several different concepts: the message lists their ids to choose from."""
+
+    def __init__(self, name: str, listing: str) -> None:
+        self.name = name
+        super().__init__(f"{name!r} is ambiguous: {listing}. Give one of these ids instead.")
 
 
 class StoreError(MirageError):

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from mirage_kg.errors import InputError, UnknownEntityError
 from mirage_kg.model import Entity, Path, Relation, Step
@@ -28,6 +28,9 @@ from mirage_kg.caching import cache_folder, load_records, store_fingerprint, wri
 from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, PENDING, Store
 from mirage_kg.store.sparql_text import bounded_path_ask
 from mirage_kg.terms import iri_ref, literal
+
+if TYPE_CHECKING:
+    from mirage_kg.concepts import ConceptGroups
 
 #: predicates that never make a fact (their objects are classes, literals or bookkeeping)
 NON_FACT_PREDICATES: frozenset[str] = frozenset({
@@ -141,14 +144,19 @@ class _State:
     declared_relations: dict[str, str] | None = None  # lower-cased label/local name -> IRI
     degrees: dict[str, int] | None = None  # embedded: the whole degree index
     degree_cache: dict[str, int] = field(default_factory=dict)  # remote: degrees fetched so far
+    groups: ConceptGroups | None = None  # concepts merged by exact match (mirage_kg.concepts)
+    concept_count: int | None = None  # nodes with facts: the N of the specificity (IDF) ranking
 
 
 class Graph:
     """Graph queries over a ``Store``: entities, labels, relations, neighbours, anchor, bridge, path checks.
-    ``cache_dir`` is where caches built from the store (the degree index) go when the store has no folder."""
+    ``cache_dir`` is where caches built from the store (the degree index) go when the store has no folder.
+    ``merge_equivalents`` (default on) makes anchor and bridge treat a concept and its exact matches (in other
+    sources) as one node."""
 
-    def __init__(self, store: Store, *, cache_dir: FsPath | None = None) -> None:
+    def __init__(self, store: Store, *, cache_dir: FsPath | None = None, merge_equivalents: bool = True) -> None:
         self.store = store
+        self.merge_equivalents = merge_equivalents
         self.cache_dir = FsPath(cache_dir) if cache_dir is not None else None
         self._state_: _State | None = None
         self._checked_at = 0.0
@@ -396,46 +404,121 @@ class Graph:
             write_atomic(path, json.dumps({"fingerprint": fingerprint, "degrees": degrees}))
         return degrees
 
+    # --- merged concepts and specificity ------------------------------------------------------------------------
+    @property
+    def groups(self) -> ConceptGroups:
+        """The concepts merged by ``skos:exactMatch`` (empty when ``merge_equivalents`` is off)."""
+        from mirage_kg.concepts import ConceptGroups, exact_match_pairs
+
+        state = self._state()
+        if state.groups is None:
+            if not self.merge_equivalents:
+                state.groups = ConceptGroups()
+            else:
+                state.groups = ConceptGroups.from_pairs(exact_match_pairs(self.store, state.non_concepts))
+        return state.groups
+
+    def same_as(self, entity: str | Entity) -> list[Entity]:
+        """The other members of ``entity``'s merged concept (its exact matches across sources), by id."""
+        center = self.entity(entity)
+        others = [i for i in self.groups.of(center.iri) if i != center.iri]
+        names = self.labels(others)
+        return [Entity(i, names[i]) for i in others]
+
+    def walk(self, iri: str, relations: frozenset[str] | None = None) -> list[tuple[str, str, str, str, str]]:
+        """Fact edges at ``iri``'s node, a merged concept taken as one: (relation, "forward"|"backward", the
+        other node, stored subject, stored object). Edges inside a group (its exact matches) are identity, not
+        facts; one stored edge per (relation, direction, other node); a fact stored both ways (as EMCKG often
+        does) is one fact, its forward copy."""
+        groups = self.groups
+        node = groups.rep(iri)
+        found: dict[tuple[str, str, str], tuple[str, str]] = {}
+        for member in groups.of(node):
+            for p, d, n in self.neighbours(member, relations):
+                other = groups.rep(n)
+                if other == node:
+                    continue
+                key = (p, d, other)
+                real = (member, n) if d == "forward" else (n, member)
+                if key not in found or real < found[key]:
+                    found[key] = real
+        return sorted((p, d, n, *found[(p, d, n)]) for p, d, n in found
+                      if d == "forward" or (p, "forward", n) not in found)
+
+    def _node_degrees(self, nodes: Iterable[str]) -> dict[str, int]:
+        """Degree of each node, a merged concept counting all its members' facts."""
+        wanted = list(dict.fromkeys(nodes))
+        groups = self.groups
+        members = {n: groups.of(n) for n in wanted}
+        raw = self.degrees({m for ms in members.values() for m in ms})
+        return {n: sum(raw[m] for m in ms) for n, ms in members.items()}
+
+    def _concept_count(self) -> int:
+        state = self._state()
+        if state.concept_count is None:
+            if self.store.indexed:
+                self.degrees([])
+                state.concept_count = len(state.degrees or {})
+            else:
+                rows = self.store.select(
+                    f"SELECT (COUNT(DISTINCT ?s) AS ?n) WHERE {{ GRAPH ?g {{ ?s ?p ?o }} FILTER(isIRI(?o) && "
+                    f"?p NOT IN ({_NOT_FACT})) }}")
+                state.concept_count = int(rows[0]["n"].value) if rows else 0
+        return max(state.concept_count, 1)
+
     # --- anchor --------------------------------------------------------------------------------------------------
     def anchor(self, entity: str | Entity, k: int = 10, relations: Sequence[str] | None = None,
-               direction: str = "both", rank_by: str | None = None) -> list[Step]:
-        """The entity's neighbourhood: for each (relation, direction) up to ``k`` neighbours, ranked by degree or,
-        with ``rank_by``, by similarity to that text; ordered by relation id, direction (out first), rank, id.
-        Every step starts at the anchor (outgoing edges forward, incoming edges backward)."""
+               direction: str = "both", rank_by: str | None = None, rank: str = "specificity") -> list[Step]:
+        """The entity's neighbourhood: for each (relation, direction) up to ``k`` neighbours, ranked by ``rank``
+        (``"specificity"``: the neighbour's IDF in the KG times the annotation frequency the source gives, see
+        ``mirage_kg.ranking``; ``"degree"``: best connected first) or, with ``rank_by``, by similarity to that
+        text; ordered by relation id, direction (forward first), rank, id. A merged concept's members all
+        contribute (each step is a stored triple of one member). Every step starts at the anchor's node."""
+        from mirage_kg.ranking import RANKINGS, annotation_frequencies, neighbour_scores
+
         if k < 1:
             raise InputError(f"k must be at least 1, not {k}")
         want = DIRECTIONS.get(direction)
         if want is None:
             raise InputError(f"direction must be forward (out), backward (in) or both, not {direction!r}")
+        if rank not in RANKINGS:
+            raise InputError(f"rank must be one of {', '.join(RANKINGS)}, not {rank!r}")
         center = self.entity(entity)
         rels = self._resolve_relations(relations)
-        edges = [e for e in self.neighbours(center.iri, rels) if want == "both" or e.direction == want]
+        edges = [e for e in self.walk(center.iri, rels) if want == "both" or e[1] == want]
         if not edges:
             return []
-        others = sorted({n for _, _, n in edges})
-        score = self._rank_scores(others, rank_by)
-        groups: dict[tuple[str, str], list[str]] = {}
-        for p, d, n in edges:
-            groups.setdefault((p, d), []).append(n)
+        others = sorted({n for _, _, n, _, _ in edges})
+        if rank_by or rank == "degree":
+            by_node = self._rank_scores(others, rank_by)
+            score = {(p, d, n): by_node[n] for p, d, n, _, _ in edges}
+        else:
+            members = list(self.groups.of(center.iri))
+            score = neighbour_scores([(p, d, n) for p, d, n, _, _ in edges], self._node_degrees(others),
+                                     self._concept_count(), annotation_frequencies(self.store, members), members,
+                                     self.groups.rep)
+        real = {(p, d, n): (s, o) for p, d, n, s, o in edges}
+        by_group: dict[tuple[str, str], list[str]] = {}
+        for p, d, n, _, _ in edges:
+            by_group.setdefault((p, d), []).append(n)
         chosen: list[tuple[str, str, str]] = []
-        for (p, d), members in groups.items():
-            members.sort(key=lambda n: (-score[n], compress(n)))
-            chosen.extend((p, d, n) for n in members[:k])
-        chosen.sort(key=lambda e: (compress(e[0]), 0 if e[1] == "forward" else 1, -score[e[2]], compress(e[2])))
-        names = self.labels({n for _, _, n in chosen})
+        for (p, d), nodes in by_group.items():
+            nodes.sort(key=lambda n: (-score[(p, d, n)], compress(n)))
+            chosen.extend((p, d, n) for n in nodes[:k])
+        chosen.sort(key=lambda e: (compress(e[0]), 0 if e[1] == "forward" else 1, -score[e], compress(e[2])))
+        names = self.labels({x for e in chosen for x in real[e]} | {center.iri})
         relmeta = self.relations({p for p, _, _ in chosen})
         steps = []
         for p, d, n in chosen:
-            other = Entity(n, names[n])
-            if d == "forward":
-                steps.append(Step(center, relmeta[p], other, "forward"))
-            else:
-                steps.append(Step(other, relmeta[p], center, "backward"))
+            s, o = real[(p, d, n)]
+            subject = center if s == center.iri else Entity(s, names[s])
+            obj = center if o == center.iri else Entity(o, names[o])
+            steps.append(Step(subject, relmeta[p], obj, d))  # type: ignore[arg-type]
         return steps
 
     def _rank_scores(self, iris: list[str], rank_by: str | None) -> dict[str, float]:
         if not rank_by:
-            return {i: float(d) for i, d in self.degrees(iris).items()}
+            return {i: float(d) for i, d in self._node_degrees(iris).items()}
         names = self.labels(iris)
         sims = self.similarity(rank_by, [names[i] for i in iris])
         degree = self.degrees(iris)
@@ -449,31 +532,55 @@ class Graph:
 
     # --- bridge --------------------------------------------------------------------------------------------------
     def bridge(self, a: str | Entity, b: str | Entity, max_hops: int = 3, max_paths: int = 20,
-               relations: Sequence[str] | None = None) -> list[Path]:
+               relations: Sequence[str] | None = None, rank: str = "specificity") -> list[Path]:
         """All simple paths of at most ``max_hops`` edges between ``a`` and ``b``, each edge walked either way
-        (its step says which). Shortest first; equal lengths ordered by node ids, then relation ids, then
-        directions (forward first); the first ``max_paths``."""
+        (its step says which), merged concepts taken as one node. Shortest first; equal lengths ordered, with
+        ``rank="specificity"``, by how specific the intermediate nodes are (hubs last, ``ranking.path_cost``),
+        then by node ids, relation ids and directions (forward first); the first ``max_paths``."""
+        from mirage_kg.ranking import RANKINGS, path_cost
+
         if max_hops < 1:
             raise InputError(f"max_hops must be at least 1, not {max_hops}")
         if max_paths < 1:
             raise InputError(f"max_paths must be at least 1, not {max_paths}")
+        if rank not in RANKINGS:
+            raise InputError(f"rank must be one of {', '.join(RANKINGS)}, not {rank!r}")
         source, target = self.entity(a), self.entity(b)
-        if source.iri == target.iri:
+        groups = self.groups
+        start, goal = groups.rep(source.iri), groups.rep(target.iri)
+        if start == goal:
             return []
         rels = self._resolve_relations(relations)
-        if not self.connected(source.iri, target.iri, max_hops, rels):
+        merged = bool(groups.members)
+        # a path through merged nodes may need more stored edges than hops, so the bounded ASK cannot decide it
+        if not merged and not self.connected(source.iri, target.iri, max_hops, rels):
             return []
         raw_paths: list[tuple[tuple[str, str, str, str], ...]] = []
         memo: dict[str, list[tuple[str, str, str]]] = {}
+        real: dict[tuple[str, str, str], tuple[str, str]] = {}
         for hops in range(1, max_hops + 1):
-            if self.store.indexed:
-                found = self._paths_by_search(source.iri, target.iri, hops, rels, memo)
+            if self.store.indexed or merged:
+                found = self._paths_by_search(start, goal, hops, rels, memo, real)
             else:
-                found = self._paths_by_sparql(source.iri, target.iri, hops, rels)
-            raw_paths.extend(sorted(found, key=path_sort_key))
+                found = self._paths_by_sparql(start, goal, hops, rels)
+            found = once_each_way(found)
+            if rank == "specificity" and found:
+                inner = {n for path in found for n in path_inner_nodes(path)}
+                degree = self._node_degrees(inner)
+                found.sort(key=lambda path: (path_cost([degree[n] for n in path_inner_nodes(path)]),
+                                             path_sort_key(path)))
+            else:
+                found.sort(key=path_sort_key)
+            raw_paths.extend(found)
             if len(raw_paths) >= max_paths:
                 break
-        return self._materialise(raw_paths[:max_paths])
+
+        def stored(step: tuple[str, str, str, str]) -> tuple[str, str, str, str]:
+            s, p, o, d = step
+            s, o = real.get((s, p, o), (s, o))
+            return s, p, o, d
+
+        return self._materialise([tuple(stored(step) for step in path) for path in raw_paths[:max_paths]])
 
     def connected(self, a: str, b: str, max_hops: int, relations: frozenset[str] | None = None) -> bool:
         """Whether any walk of at most ``max_hops`` fact-like edges joins ``a`` and ``b``: one bounded
@@ -490,14 +597,14 @@ class Graph:
                                                nested=self.store.nested_optional_paths))
 
     def _paths_by_search(self, a: str, b: str, hops: int, rels: frozenset[str] | None,
-                         memo: dict[str, list[tuple[str, str, str]]]) -> list[tuple[tuple[str, str, str, str], ...]]:
+                         memo: dict[str, list[tuple[str, str, str]]],
+                         real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
+                         ) -> list[tuple[tuple[str, str, str, str], ...]]:
         """Paths of exactly ``hops`` edges by meeting in the middle over the store's index: partial paths of
-        ``hops // 2`` edges from ``a`` and ``hops - 1 - hops // 2`` from ``b``, joined by one middle edge."""
-
-        def adj(n: str) -> list[tuple[str, str, str]]:
-            if n not in memo:
-                memo[n] = self.neighbours(n, rels)
-            return memo[n]
+        ``hops // 2`` edges from ``a`` and ``hops - 1 - hops // 2`` from ``b``, joined by one middle edge. With
+        merged concepts the walk is over nodes (``_walk``) and ``real`` maps each node-level triple to the stored
+        one."""
+        adj = self._adjacency_of(rels, memo, real)
 
         left_depth = hops // 2
         right_depth = hops - 1 - left_depth
@@ -509,7 +616,7 @@ class Graph:
             left_ends.setdefault(nodes[-1], []).append((nodes, steps))
         for nodes, steps in right:
             right_ends.setdefault(nodes[-1], []).append((nodes, steps))
-        middle = self._middle_edges(set(left_ends), set(right_ends), memo, rels)
+        middle = self._middle_edges(set(left_ends), set(right_ends), memo, rels, real)
         out = []
         for (x, y), edges in middle.items():
             for lnodes, lsteps in left_ends[x]:
@@ -521,17 +628,31 @@ class Graph:
                         out.append(tuple(lsteps) + (edge,) + tuple(back))
         return out
 
+    def _adjacency_of(self, rels: frozenset[str] | None, memo: dict[str, list[tuple[str, str, str]]],
+                      real: dict[tuple[str, str, str], tuple[str, str]] | None) -> Any:
+        """The memoised adjacency a path search walks: stored edges, or merged nodes' (recording in ``real``)."""
+        merged = real is not None and bool(self.groups.members)
+
+        def adj(n: str) -> list[tuple[str, str, str]]:
+            if n not in memo:
+                if not merged:
+                    memo[n] = self.neighbours(n, rels)
+                else:
+                    memo[n] = []
+                    for p, d, other, s, o in self.walk(n, rels):
+                        memo[n].append(Neighbour(p, d, other))  # type: ignore[arg-type]
+                        real[(n, p, other) if d == "forward" else (other, p, n)] = (s, o)  # type: ignore[index]
+            return memo[n]
+        return adj
+
     def _middle_edges(self, xs: set[str], ys: set[str], memo: dict[str, list[tuple[str, str, str]]],
-                      rels: frozenset[str] | None) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
+                      rels: frozenset[str] | None, real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
+                      ) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
         """Fact edges between a node of ``xs`` and a different node of ``ys``, as steps walked from x to y: from
         adjacency already in hand, else whichever is cheaper of point lookups per pair and expanding one side
         (estimated from the degree index when it is built)."""
         out: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
-
-        def adj(n: str) -> list[tuple[str, str, str]]:
-            if n not in memo:
-                memo[n] = self.neighbours(n, rels)
-            return memo[n]
+        adj = self._adjacency_of(rels, memo, real)
 
         def from_xs() -> None:
             for x in xs:
@@ -558,7 +679,8 @@ class Graph:
         else:  # no index: assume a typical degree
             cost_x, cost_y = 32 * len(xs), 32 * len(ys)
         cost_pairs = 8 * len(xs) * len(ys)
-        if cost_pairs < min(cost_x, cost_y):
+        # point lookups read stored triples, so not across merged concepts
+        if cost_pairs < min(cost_x, cost_y) and not (real is not None and self.groups.members):
             for x in xs:
                 for y in ys:
                     if x == y:
@@ -630,6 +752,23 @@ class Graph:
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------------
+
+def once_each_way(paths: Sequence[tuple[tuple[str, str, str, str], ...]]
+                  ) -> list[tuple[tuple[str, str, str, str], ...]]:
+    """Paths that differ only in which copy of a fact stored both ways they walk (``a -r-> b`` forward or
+    ``b -r-> a`` backward) are one path: the one walking most edges forward (the first by ``path_sort_key``)."""
+    best: dict[tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str, str], ...]] = {}
+    for path in paths:
+        key = tuple((s, p, o) if d == "forward" else (o, p, s) for s, p, o, d in path)
+        if key not in best or path_sort_key(path) < path_sort_key(best[key]):
+            best[key] = path
+    return list(best.values())
+
+
+def path_inner_nodes(path: Sequence[tuple[str, str, str, str]]) -> list[str]:
+    """The nodes a raw path walks through, its two ends excluded."""
+    return [o if d == "forward" else s for s, _, o, d in path[:-1]]
+
 
 def path_sort_key(path: Sequence[tuple[str, str, str, str]]) -> tuple[Any, ...]:
     """Bridge order: length, then the walked node ids, then relation ids, then directions (forward first)."""

@@ -15,10 +15,12 @@ from mirage_kg.store.base import Store
 
 class KnowledgeGraph(Graph):
     """Graph queries over a ``Store``, plus ``link`` and ``retrieve``. ``embedding_model`` (a sentence-transformers
-    name or path; ``"none"`` to switch embeddings off) and ``cache_dir`` go to the linker."""
+    name or path; ``"none"`` to switch embeddings off) and ``cache_dir`` go to the linker; ``merge_equivalents``
+    (default on) treats a concept and its exact matches as one node."""
 
-    def __init__(self, store: Store, *, embedding_model: str | None = None, cache_dir: FsPath | None = None) -> None:
-        super().__init__(store, cache_dir=cache_dir)
+    def __init__(self, store: Store, *, embedding_model: str | None = None, cache_dir: FsPath | None = None,
+                 merge_equivalents: bool = True) -> None:
+        super().__init__(store, cache_dir=cache_dir, merge_equivalents=merge_equivalents)
         self.embedding_model = embedding_model
         self._linker: Linker | None = None
         self._linker_token: tuple[tuple[str, ...], ...] | None = None

@@ -68,15 +68,20 @@ _JOINS = re.compile(r",|\b(?:and|or|but|nor)\b", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class Candidate:
-    """A KG entity proposed for a mention, its score (0-1) and the method that found it."""
+    """A KG entity proposed for a mention, its score (0-1) and the method that found it; ``same_as``: the ids of
+    the other members of its merged concept (exact matches in other sources), which the candidate stands for."""
 
     entity: Entity
     score: float
     method: str
+    same_as: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.entity.id, "label": self.entity.label, "score": round(self.score, 4),
-                "method": self.method}
+        out = {"id": self.entity.id, "label": self.entity.label, "score": round(self.score, 4),
+               "method": self.method}
+        if self.same_as:
+            out["same_as"] = list(self.same_as)
+        return out
 
 
 @dataclass(frozen=True)
@@ -229,18 +234,119 @@ class Embedder:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([self._cache[t] if t in self._cache else self._encode_one(t) for t in texts])
 
-    def encode_many(self, texts: Sequence[str], batch_size: int = 128) -> np.ndarray:
-        """A large batch (the label index), bypassing the text cache."""
+    def encode_many(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        """A large batch (the label index), bypassing the text cache, on every core this process may use (torch's
+        thread count is put back afterwards: small interactive encodes are fastest on one thread)."""
         import numpy as np
 
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
-        return self._load().encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
-                                   convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+        model = self._load()
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(available_cores())
+        try:
+            return model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+        finally:
+            torch.set_num_threads(before)
 
     def _encode_one(self, text: str) -> Any:
         return self._load().encode([text], normalize_embeddings=True, convert_to_numpy=True,
                                    show_progress_bar=False)[0]
+
+
+def available_cores() -> int:
+    import os
+
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # not on Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+#: labels per saved part of an embedding build: a stopped build resumes from the last part written
+EMBEDDING_CHUNK = 8192
+#: a build at least this large says what it is doing on stderr even without a progress bar
+LARGE_BUILD = 20_000
+
+
+def _note(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
+def encode_resumable(embedder: Embedder, texts: Sequence[str], parts: FsPath | None,
+                     chunk: int = EMBEDDING_CHUNK) -> np.ndarray:
+    """Unit vectors for ``texts`` (rows in their order), encoded shortest first in chunks (similar lengths pad
+    least), each chunk saved under ``parts`` so that a stopped build picks up where it was; progress and an
+    estimate of the time left on stderr."""
+    import time
+
+    import numpy as np
+
+    from mirage_kg.progress import enabled, progress_bar
+
+    order = sorted(range(len(texts)), key=lambda i: (len(texts[i]), i))
+    starts = list(range(0, len(order), chunk))
+    loud = len(texts) >= LARGE_BUILD
+    if parts is not None:
+        try:
+            count = parts / "count"
+            if count.is_file() and count.read_text(encoding="utf-8") != str(len(texts)):
+                import shutil
+
+                shutil.rmtree(parts, ignore_errors=True)  # parts of another list of texts
+            parts.mkdir(exist_ok=True)
+            count.write_text(str(len(texts)), encoding="utf-8")
+        except OSError:
+            parts = None
+    pieces: list[np.ndarray] = []
+    done_before = 0
+    for number, start in enumerate(starts):  # resume: the parts already written
+        part = parts / f"{number:05d}.npy" if parts is not None else None
+        if part is None or not part.is_file():
+            break
+        try:
+            piece = np.load(part, allow_pickle=False)
+        except (OSError, ValueError):
+            break
+        if piece.shape[0] != len(order[start:start + chunk]):
+            break
+        pieces.append(piece)
+        done_before += piece.shape[0]
+    if loud:
+        resumed = f", resuming after {done_before:,}" if done_before else ""
+        _note(f"embedding {len(texts):,} labels with {embedder.model_name} on {available_cores()} core(s)"
+              f"{resumed} (once per store; `mirage-kg index` builds it ahead)")
+    started = time.perf_counter()
+    with progress_bar("embedding labels", total=len(texts), unit="labels") as advance:
+        advance(done_before)
+        for number in range(len(pieces), len(starts)):
+            rows = order[starts[number]:starts[number] + chunk]
+            piece = embedder.encode_many([texts[i] for i in rows])
+            if parts is not None:
+                tmp = parts / f".{number:05d}.tmp.npy"
+                try:
+                    np.save(tmp, piece, allow_pickle=False)
+                    tmp.replace(parts / f"{number:05d}.npy")
+                except OSError:
+                    tmp.unlink(missing_ok=True)
+            pieces.append(piece)
+            advance(len(rows))
+            done = sum(len(x) for x in pieces) - done_before
+            if loud and not enabled() and number % 4 == 0:  # the bar shows an ETA; without it, a line now and then
+                rate = done / max(time.perf_counter() - started, 1e-9)
+                left = (len(texts) - done_before - done) / rate
+                _note(f"  {done_before + done:,}/{len(texts):,} labels, {rate:.0f}/s, about {left / 60:.1f} min left")
+    if loud:
+        _note(f"embedded {len(texts) - done_before:,} labels in {time.perf_counter() - started:.0f} s")
+    matrix = np.zeros((len(texts), pieces[0].shape[1] if pieces else 384), dtype=np.float32)
+    if pieces:
+        matrix[order] = np.concatenate(pieces)
+    return matrix
 
 
 # --- the label index ----------------------------------------------------------------------------------------------
@@ -431,11 +537,12 @@ class Linker:
         previous = _previous_vectors(folder, model_key) if folder is not None else {}
         missing = [text for text in index.texts if text not in previous]
         self.embeddings_encoded = len(missing)
+        parts = path.with_name(path.name[:-4] + ".parts") if path is not None else None
         if not previous:
-            matrix = self.embedder.encode_many(index.texts)
+            matrix = encode_resumable(self.embedder, index.texts, parts)
         else:
             if missing:
-                previous.update(zip(missing, self.embedder.encode_many(missing)))
+                previous.update(zip(missing, encode_resumable(self.embedder, missing, parts)))
             width = len(next(iter(previous.values())))
             matrix = np.stack([previous[t] for t in index.texts]) if index.texts else \
                 np.zeros((0, width), dtype=np.float32)
@@ -448,6 +555,10 @@ class Linker:
                                 f"embedtexts-{model_key}-", json.dumps(index.texts, ensure_ascii=False))
             except OSError:
                 tmp.unlink(missing_ok=True)
+            if parts is not None:
+                import shutil
+
+                shutil.rmtree(parts, ignore_errors=True)
         return matrix
 
     # --- autocomplete --------------------------------------------------------------------------------------------
@@ -577,9 +688,27 @@ class Linker:
             _offer(scores, idx, min(sim, _EMBEDDING_CAP), "embedding")
 
     def _ranked(self, scores: dict[int, tuple[float, str]], top: int) -> list[Candidate]:
+        """Best first; members of one merged concept (``KnowledgeGraph.groups``) count once, as the best-scored
+        member, listing the others in ``same_as``."""
         index = self.index
-        order = sorted(scores.items(), key=lambda kv: (-kv[1][0], METHODS.index(kv[1][1]), index.iris[kv[0]]))
-        return [Candidate(index.entity(idx), round(score, 6), method) for idx, (score, method) in order[:top]]
+        groups = self.kg.groups
+        # ties: a merged concept's representative (MONDO before OMIM before ...) first, then by IRI
+        order = sorted(scores.items(), key=lambda kv: (-kv[1][0], METHODS.index(kv[1][1]),
+                                                       groups.rep(index.iris[kv[0]]) != index.iris[kv[0]],
+                                                       index.iris[kv[0]]))
+        out: list[Candidate] = []
+        seen: set[str] = set()
+        for idx, (score, method) in order:
+            iri = index.iris[idx]
+            node = groups.rep(iri)
+            if node in seen:
+                continue
+            seen.add(node)
+            others = tuple(compress(m) for m in groups.of(iri) if m != iri)
+            out.append(Candidate(index.entity(idx), round(score, 6), method, others))
+            if len(out) == top:
+                break
+        return out
 
     # --- free text -----------------------------------------------------------------------------------------------
     def link(self, text: str, top: int = 5) -> list[Mention]:
@@ -625,8 +754,9 @@ class Linker:
             used.append((span.start, span.end))
             chosen.append(Mention(text[span.start:span.end], span.start, span.end, tuple(self._ranked(scores, top))))
         # a span inside a chosen one is a mention too when it links on its own, to something else
-        # ("headaches" inside "headaches after my lumbar puncture")
-        outer = list(chosen)
+        # ("headaches" inside "headaches after my lumbar puncture"), unless the outer mention is itself a name
+        # the dictionary knows: a multi-word name is not its parts (no "syndrome" inside "Marfan syndrome")
+        outer = [m for m in chosen if m.best is not None and m.best.method in ("fuzzy", "embedding")]
         for span, scores in nested:
             best = max(scores.values())
             if best[0] < self.threshold:
@@ -718,7 +848,12 @@ def _replace_cached(path: FsPath, prefix: str, text: str | None, ready: FsPath |
         os.replace(ready, path)
         for old in path.parent.glob(prefix + "*"):
             if old != path and old.name.startswith(prefix):
-                old.unlink(missing_ok=True)
+                if old.is_dir():  # the parts of an unfinished build
+                    import shutil
+
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    old.unlink(missing_ok=True)
     except OSError:
         if ready is not None:
             ready.unlink(missing_ok=True)

@@ -12,6 +12,7 @@ from typing import BinaryIO
 
 import click
 
+from mirage_kg.cli.index_command import index_options, run_index_step
 from mirage_kg.cli.main import endpoint_auth_options, store_options
 from mirage_kg.errors import InputError
 
@@ -45,13 +46,15 @@ FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpo
 @click.option("--update", "as_update", is_flag=True,
               help="A new release over the graph holding this source's previous one: apply the difference in one "
                    "atomic step and print it (SNOMED CT Delta folders apply over the previous release's files).")
+@index_options
 def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk_size: int | None, fmt: str,
          graph: str | None,
          namespace: str | None, lang: str, lenient: bool, report_path: Path | None, sab: tuple[str, ...],
          include_suppressed: bool, relation_filter: tuple[str, ...], stated: bool, keep_inactive: bool,
-         as_update: bool) -> None:
+         as_update: bool, index: bool, embeddings: bool | None) -> None:
     """Load PATHS (files or release folders) into a store, each into its own named graph, atomically; with
-    --update, bring an existing graph to a new release of its source."""
+    --update, bring an existing graph to a new release of its source. Then build the query indexes (--no-index
+    skips that)."""
     from mirage_kg.loaders import LoadOptions, LoadReport, detect, get_loader
     from mirage_kg.namespaces import GRAPH, expand, mint
     from mirage_kg.store import RDF_FORMATS, open_store
@@ -91,6 +94,7 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
             for receipt in loader.load(target, path, options, report):
                 record_release(target, new_release_info(loader.name, path, receipt.graph, options_record(options)))
                 click.echo(f"loaded {path} ({loader.name}): +{receipt.added:,} triples into <{receipt.graph}>")
+        run_index_step(target, index, embeddings, lambda s: click.echo(s, err=True))
     finally:
         target.close()
         for warning in report.warnings:

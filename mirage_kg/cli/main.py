@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "retrieve": "mirage_kg.cli.query_commands:retrieve",
     "validate": "mirage_kg.cli.validate_command:validate",
     "build-default": "mirage_kg.cli.build_default_command:build_default",
+    "index": "mirage_kg.cli.index_command:index",
     "version": "mirage_kg.cli.kg_commands:version",
     "ask": "mirage_reason.cli:ask",
     "eval": "mirage_reason.evaluation.cli:eval_command",

@@ -11,6 +11,7 @@ import click
 from mirage_kg.cli.main import store_options
 
 if TYPE_CHECKING:
+    from mirage_kg.resolution import Resolution
     from mirage_kg.knowledge import KnowledgeGraph
     from mirage_kg.model import Entity, Path, Step
 
@@ -73,43 +74,35 @@ def _embedding_option(func: Callable[..., Any]) -> Callable[..., Any]:
                              "all-MiniLM-L6-v2; 'none' switches embeddings off].")(func)
 
 
-def _open_graph(store: str | None, endpoint: str | None, embedding_model: str | None = None) -> KnowledgeGraph:
+def _open_graph(store: str | None, endpoint: str | None, embedding_model: str | None = None,
+                merge: bool = True) -> KnowledgeGraph:
     from mirage_kg.knowledge import KnowledgeGraph
     from mirage_kg.store import open_store
 
-    return KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model)
+    return KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model, merge_equivalents=merge)
 
 
-def resolve_entity(kg: KnowledgeGraph, text: str) -> Entity:
-    """A CURIE, an IRI or a name. A name that is exactly one concept's label, or whose best link clearly beats
-    the rest, resolves (a fuzzy link is noted on stderr); an ambiguous name lists its candidates and exits 1."""
-    from mirage_kg.errors import UnknownEntityError
-    from mirage_kg.namespaces import is_identifier
+def resolve_entity(kg: KnowledgeGraph, text: str, quiet: bool = False) -> Resolution:
+    """A CURIE, an IRI or a name -> what it resolved to and how (``mirage_kg.concepts.resolve_name``), said on
+    stderr unless ``quiet``; an ambiguous name lists its candidates and exits 1."""
+    from mirage_kg.resolution import resolve_name
 
-    if is_identifier(text):
-        return kg.entity(text)
-    exact = kg.entities_named(text.strip()) if text.strip() else []
-    if len(exact) == 1:
-        return exact[0]
-    if len(exact) > 1:
-        listing = "; ".join(f"{e.id} ({e.label})" for e in exact[:10])
-        raise click.ClickException(f"{text!r} is ambiguous: it names {len(exact)} concepts: {listing}. "
-                                   "Give one of these ids instead.")
-    candidates = kg.linker.link_one(text, top=5)
-    if not candidates:
-        raise UnknownEntityError(text, "no entity has that name or one close to it; try `mirage-kg link`")
-    best = candidates[0]
-    rivals = [c for c in candidates[1:] if best.score - c.score < AMBIGUITY_MARGIN and c.entity.iri != best.entity.iri]
-    if rivals:
-        listing = "; ".join(f"{c.entity.id} ({c.entity.label}, {c.method} {c.score:.2f})" for c in [best, *rivals])
-        raise click.ClickException(f"{text!r} is ambiguous; candidates: {listing}. Give one of these ids instead.")
-    click.echo(f"note: {text!r} linked to {best.entity.id} ({best.entity.label}) by {best.method} match, "
-               f"score {best.score:.2f}", err=True)
-    return best.entity
+    found = resolve_name(kg, text)
+    if not quiet:
+        click.echo(f"resolved {found.describe()}", err=True)
+    return found
 
 
-# Two links closer than this are a tie a user must break; wider gaps are the linker's confident choice.
-AMBIGUITY_MARGIN = 0.02
+def _merge_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--merge/--no-merge", "merge", default=True, show_default=True,
+                        help="Treat a concept and its exact matches in other sources as one node.")(func)
+
+
+def _rank_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--rank", type=click.Choice(["specificity", "degree"]), default="specificity",
+                        show_default=True,
+                        help="specificity: specific and frequent features first, hubs last; degree: best "
+                             "connected first.")(func)
 
 
 @query.command()
@@ -121,19 +114,24 @@ AMBIGUITY_MARGIN = 0.02
               help="Only this relation (CURIE, IRI or label; repeatable).")
 @click.option("--direction", type=click.Choice(["forward", "backward", "both", "out", "in"]), default="both",
               show_default=True, help="Outgoing edges (forward, or out), incoming edges (backward, or in), or both.")
-@click.option("--rank-by", metavar="TEXT", help="Rank neighbours by similarity to TEXT instead of by degree.")
+@click.option("--rank-by", metavar="TEXT", help="Rank neighbours by similarity to TEXT instead.")
+@_rank_option
+@_merge_option
 @_embedding_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=str),
               help="Also write a self-contained HTML picture of the neighbourhood.")
 def anchor(entity: str, store: str | None, endpoint: str | None, k: int, relations: tuple[str, ...],
-           direction: str, rank_by: str | None, embedding_model: str | None, as_json: bool,
+           direction: str, rank_by: str | None, rank: str, merge: bool, embedding_model: str | None, as_json: bool,
            html_path: str | None) -> None:
-    """The neighbourhood of ENTITY (a CURIE, IRI or name): up to K neighbours per relation and direction."""
-    kg = _open_graph(store, endpoint, embedding_model)
+    """The neighbourhood of ENTITY (a CURIE, IRI or name): up to K neighbours per relation and direction, the
+    most specific and most frequent first (--rank degree: best connected first)."""
+    kg = _open_graph(store, endpoint, embedding_model, merge)
     try:
-        center = resolve_entity(kg, entity)
-        steps = kg.anchor(center, k=k, relations=list(relations) or None, direction=direction, rank_by=rank_by)
+        resolved = resolve_entity(kg, entity, quiet=as_json)
+        center = resolved.entity
+        steps = kg.anchor(center, k=k, relations=list(relations) or None, direction=direction, rank_by=rank_by,
+                          rank=rank)
     finally:
         kg.store.close()
     from mirage_kg.json_output import anchor_json
@@ -143,12 +141,13 @@ def anchor(entity: str, store: str | None, endpoint: str | None, k: int, relatio
     if html_path:
         _write_text(html_path, anchor_html(center, steps))
     if as_json:
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        click.echo(json.dumps({**data, "resolved": resolved.to_json()}, indent=2, ensure_ascii=False))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{center.label} ({center.id}): {len(steps)} neighbours", title_justify="left")
+    ids = ", ".join(resolved.ids)
+    table = Table(title=f"{center.label} ({ids}): {len(steps)} neighbours", title_justify="left")
     for name in ("relation", "dir", "neighbour", "id"):
         table.add_column(name, overflow="fold")
     for n in neighbours:
@@ -164,18 +163,23 @@ def anchor(entity: str, store: str | None, endpoint: str | None, k: int, relatio
               help="Longest path, in edges.")
 @click.option("--max-paths", type=click.IntRange(min=1), default=20, show_default=True, help="Paths to show.")
 @click.option("--relation", "relations", multiple=True, metavar="R", help="Only this relation (repeatable).")
+@_rank_option
+@_merge_option
 @_embedding_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=str),
               help="Also write a self-contained HTML picture of the paths.")
 def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: int, max_paths: int,
-           relations: tuple[str, ...], embedding_model: str | None, as_json: bool, html_path: str | None) -> None:
+           relations: tuple[str, ...], rank: str, merge: bool, embedding_model: str | None, as_json: bool,
+           html_path: str | None) -> None:
     """How A and B connect: every simple path of at most --max-hops edges, edges walked either way, shortest
-    first (A and B: CURIEs, IRIs or names)."""
-    kg = _open_graph(store, endpoint, embedding_model)
+    first, then (--rank specificity) through specific nodes before hubs (A and B: CURIEs, IRIs or names)."""
+    kg = _open_graph(store, endpoint, embedding_model, merge)
     try:
-        source, target = resolve_entity(kg, a), resolve_entity(kg, b)
-        paths = kg.bridge(source, target, max_hops=max_hops, max_paths=max_paths, relations=list(relations) or None)
+        from_a, from_b = resolve_entity(kg, a, quiet=as_json), resolve_entity(kg, b, quiet=as_json)
+        source, target = from_a.entity, from_b.entity
+        paths = kg.bridge(source, target, max_hops=max_hops, max_paths=max_paths, relations=list(relations) or None,
+                          rank=rank)
     finally:
         kg.store.close()
     if html_path:
@@ -183,7 +187,8 @@ def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: in
     if as_json:
         from mirage_kg.json_output import bridge_json
 
-        click.echo(json.dumps(bridge_json(source, target, paths), indent=2, ensure_ascii=False))
+        data = {**bridge_json(source, target, paths), "resolved": [from_a.to_json(), from_b.to_json()]}
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     from rich.console import Console
     from rich.markup import escape

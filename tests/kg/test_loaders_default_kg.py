@@ -110,10 +110,14 @@ def test_build_default_cli(tmp_path: Path) -> None:
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     done = json.loads(result.output)
-    assert [s["status"] for s in done["sources"]] == ["loaded"] and done["sources"][0]["added"] > 100_000
+    assert [(s["source"], s["status"]) for s in done["sources"]] == [("hpo", "loaded"), ("label-matches", "skipped")]
+    assert done["sources"][0]["added"] > 100_000
+    # the index step ran (embeddings left out by the test environment's MIRAGE_KG_INDEX_EMBEDDINGS=0)
+    assert [(i["name"], i["status"]) for i in done["indexes"]] == [
+        ("degrees", "built"), ("concepts", "built"), ("labels", "built"), ("embeddings", "skipped")]
     again = json.loads(CliRunner().invoke(main, ["build-default", "--store", str(store), "--only", "hpo",
-                                                 "--json"]).output)
-    assert [s["status"] for s in again["sources"]] == ["present"]
+                                                 "--json", "--no-index"]).output)
+    assert [s["status"] for s in again["sources"]] == ["present", "skipped"] and again["indexes"] == []
     stats = json.loads(CliRunner().invoke(main, ["stats", "--store", str(store), "--json"]).output)
     assert stats["facts"] > 20_000
     assert {"rdfs:subClassOf", "skos:closeMatch"} <= {r["id"] for r in stats["relations"]}

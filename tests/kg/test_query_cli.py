@@ -82,8 +82,9 @@ def test_link_json_shape(runner: CliRunner) -> None:
 
 
 def test_readable_text_output(runner: CliRunner) -> None:
-    anchor = runner.invoke(main, ["query", "anchor", "KG:Asthma", "-k", "2"])
+    anchor = runner.invoke(main, ["query", "anchor", "KG:Asthma", "-k", "2", "--rank", "degree"])
     assert anchor.exit_code == 0 and "Cough" in anchor.stdout and "has symptom" in anchor.stdout
+    assert "resolved 'KG:Asthma' -> KG:Asthma (Asthma) by id" in anchor.stderr
     bridge = runner.invoke(main, ["query", "bridge", "KG:Wheezing", "KG:Cough", "--max-hops", "2"])
     assert bridge.exit_code == 0 and "path(s)" in bridge.stdout and "->" in bridge.stdout
     link = runner.invoke(main, ["link", "asthma"])
@@ -93,8 +94,12 @@ def test_readable_text_output(runner: CliRunner) -> None:
 def test_names_are_linked_with_a_note_on_stderr(runner: CliRunner) -> None:
     result = runner.invoke(main, ["query", "anchor", "asthmas", "--json"])
     assert result.exit_code == 0
-    assert json.loads(result.stdout)["entity"]["id"] == "KG:Asthma"
-    assert "linked to KG:Asthma" in result.stderr
+    out = json.loads(result.stdout)
+    assert out["entity"]["id"] == "KG:Asthma"
+    assert out["resolved"] == {"text": "asthmas", "id": "KG:Asthma", "label": "Asthma", "method": "normalised",
+                               "score": 0.96, "merged": False, "same_as": []}
+    result = runner.invoke(main, ["query", "anchor", "asthmas"])
+    assert "resolved 'asthmas' -> KG:Asthma (Asthma) by normalised match" in result.stderr
     result = runner.invoke(main, ["query", "bridge", "wheezing", "Asthma", "--json", "--max-hops", "1"])
     assert result.exit_code == 0 and json.loads(result.stdout)["paths"]
 
