@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from mirage_kg.knowledge import KnowledgeGraph
 from mirage_kg.store.base import Store
 
-#: ``load`` and ``build-default`` build the embedding index unless told not to (option > this > on)
+#: ``load`` and ``build-default`` build the indexes, and among them the embeddings, unless told not to
+#: (option > these > on)
+INDEX_ENV = "MIRAGE_KG_INDEX"
 EMBEDDINGS_ENV = "MIRAGE_KG_INDEX_EMBEDDINGS"
 
 
@@ -29,8 +31,12 @@ class IndexStep:
     note: str = ""
 
 
+def on_by_default(variable: str) -> bool:
+    return os.environ.get(variable, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def embeddings_by_default() -> bool:
-    return os.environ.get(EMBEDDINGS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return on_by_default(EMBEDDINGS_ENV)
 
 
 def build_indexes(store: Store, *, embeddings: bool = True, embedding_model: str | None = None,

@@ -24,7 +24,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MIRAGE_KG_PROGRESS", "0")
-os.environ.setdefault("MIRAGE_KG_INDEX_EMBEDDINGS", "0")  # load/build-default index labels only; tests/kg/test_indexes.py embeds
+# load and build-default skip their index step (tests that want it pass --index) and, asked, leave out embeddings
+os.environ.setdefault("MIRAGE_KG_INDEX", "0")
+os.environ.setdefault("MIRAGE_KG_INDEX_EMBEDDINGS", "0")
 
 
 def shared_file(*parts: str) -> Path:

