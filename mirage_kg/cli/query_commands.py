@@ -241,12 +241,14 @@ def link(text: str, store: str | None, endpoint: str | None, top: int, whole: bo
         click.echo("no mentions found")
         return
     table = Table(show_lines=False)
-    for name in ("mention", "span", "candidate", "id", "score", "method"):
+    merged = any(c.same_as for m in mentions for c in m.candidates)
+    for name in ("mention", "span", "candidate", "id", "score", "method", *(["same as"] if merged else [])):
         table.add_column(name, overflow="fold")
     for m in mentions:
         for i, c in enumerate(m.candidates):
             table.add_row(m.text if i == 0 else "", f"{m.start}-{m.end}" if i == 0 else "", c.entity.label,
-                          c.entity.id, f"{c.score:.2f}", c.method)
+                          c.entity.id, f"{c.score:.2f}", c.method if not c.same_as else f"{c.method}, merged",
+                          *([", ".join(c.same_as)] if merged else []))
     Console(soft_wrap=True).print(table)
 
 
