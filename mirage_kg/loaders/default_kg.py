@@ -274,7 +274,7 @@ def build_label_matches(store: Store, steps: list[BuildStep], force: bool = Fals
         echo(f"label matches: already in the store as <{graph}>")
         return BuildStep("label-matches", graph, "present", note="already in the store (--force rebuilds)")
     prefix = GRAPH + "mappings/label-match/"
-    stale = [g for g in loaded if g.startswith(prefix)]  # matches between older releases
+    stale = [g for g in loaded if g.startswith(prefix) and g != graph]  # matches between older releases
     if stale:
         manifest = iri_ref(MANIFEST_GRAPH)
         store.update(" ;\n".join(
@@ -284,8 +284,9 @@ def build_label_matches(store: Store, steps: list[BuildStep], force: bool = Fals
     matches = find_label_matches(disease_labels(store, sources))
     described = (f"normalised-label matches between {', '.join(DISEASE_PREFIXES)} concepts of "
                  + ", ".join(sorted(sources)))
-    receipt = store.load(label_match_lines(matches, graph, described), media_type="application/n-triples",
-                         graph=graph, source="mirage-kg label matching of " + " + ".join(sorted(sources)))
+    with store.replacing(graph):  # --force: rebuilt aside and swapped in when whole, like the sources
+        receipt = store.load(label_match_lines(matches, graph, described), media_type="application/n-triples",
+                             graph=graph, source="mirage-kg label matching of " + " + ".join(sorted(sources)))
     seconds = time.perf_counter() - started
     exact = sum(m.exact for m in matches)
     echo(f"label matches: {exact:,} exact and {len(matches) - exact:,} close matches (+{receipt.added:,} triples) "
