@@ -37,8 +37,10 @@ class Side:
 
 
 def is_store_folder(path: Path) -> bool:
-    """An embedded store folder (RocksDB writes ``CURRENT``), not a release."""
-    return path.is_dir() and (path / "CURRENT").is_file()
+    """An embedded store folder, not a release."""
+    from mirage_kg.store import OxigraphStore
+
+    return path.is_dir() and OxigraphStore.is_store(path)
 
 
 def data_graphs(store: Store) -> list[str]:
