@@ -35,19 +35,8 @@ print(store.triple_count(sys.argv[2]))
 """
 
 
-def run(cmd: list[str]) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS in MiB and stdout of one child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "MIRAGE_KG_PROGRESS": "0"})
-    out, err = proc.communicate()
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:5])} failed: {err.decode()[-2000:]}")
-    return wall, 0, out.decode()
-
-
 def timed(cmd: list[str]) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS in MiB and stdout of one child process."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "MIRAGE_KG_PROGRESS": "0"})
@@ -133,11 +122,11 @@ def measure(shape: str, work: Path, triples: int, changed: float, seed: int) -> 
     old, update_with, fresh_release = make(work / shape, triples, changed, seed)
     updated, fresh = work / shape / "store-updated", work / shape / "store-fresh"
     load_s, load_mb, _ = timed(cli("load", str(old), "--store", str(updated)))
-    stats = json.loads(run(cli("stats", "--store", str(updated), "--json"))[2])
+    stats = json.loads(timed(cli("stats", "--store", str(updated), "--json"))[2])
     (graph,) = [g["name"] for g in stats["graphs"] if g.get("release")]
     update_s, update_mb, output = timed(cli("load", "--update", str(update_with), "--store", str(updated)))
     fresh_s, fresh_mb, _ = timed(cli("load", str(fresh_release), "--store", str(fresh), "--graph", graph))
-    counts = [int(run([sys.executable, "-c", COUNT, str(s), _expand(graph)])[2]) for s in (updated, fresh)]
+    counts = [int(timed([sys.executable, "-c", COUNT, str(s), _expand(graph)])[2]) for s in (updated, fresh)]
     summary = next((line.strip() for line in output.splitlines() if line.strip().startswith("triples:")), "")
     return {"shape": shape, "triples": counts[1], "load_v1_s": load_s, "update_s": update_s, "fresh_s": fresh_s,
             "ratio": update_s / fresh_s, "update_peak_mb": update_mb, "fresh_peak_mb": fresh_mb,
@@ -157,12 +146,15 @@ def main() -> None:
     parser.add_argument("--shapes", default="snomed,triples")
     parser.add_argument("--seed", type=int, default=20250818)
     parser.add_argument("--workdir", help="make the temporary folder here")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-update-", dir=args.workdir) as tmp:
         for shape in args.shapes.split(","):
             rows.append(measure(shape, Path(tmp), args.triples, args.changed, args.seed))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
     load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; --triples {args.triples:,} --changed {args.changed}")
     print(f"{'shape':8} {'triples':>11} {'update s':>9} {'fresh s':>8} {'ratio':>6} {'update peak MB':>15} "
@@ -170,8 +162,6 @@ def main() -> None:
     for r in rows:
         print(f"{r['shape']:8} {r['triples']:>11,} {r['update_s']:>9.1f} {r['fresh_s']:>8.1f} {r['ratio']:>6.2f} "
               f"{r['update_peak_mb']:>15.0f} {r['fresh_peak_mb']:>14.0f} {str(r['same_count']):>5}  {r['diff']}")
-    if args.json:
-        print(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

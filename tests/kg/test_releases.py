@@ -437,3 +437,20 @@ def test_label_embeddings_are_encoded_again_only_for_changed_labels(
     assert second.embeddings_encoded == 1 and "gammadrug" not in second.index.texts
     expected = _CountingEmbedder().encode_many(second.index.texts)
     assert (second.matrix == expected).all()
+
+
+@pytest.mark.slow
+def test_update_benchmark_runs_and_its_updates_match_fresh_loads() -> None:
+    """bench_update.py on tiny releases: only its bookkeeping is checked, never a time."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "benchmarks/bench_update.py", "--triples", "3000", "--json"], cwd=root,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout)
+    assert [r["shape"] for r in rows] == ["snomed", "triples"]
+    for row in rows:
+        assert row["same_count"] and row["triples"] > 1000 and row["update_s"] > 0 and row["fresh_s"] > 0
+        assert row["diff"].startswith("triples: -")
