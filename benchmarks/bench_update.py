@@ -18,13 +18,12 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_load import timed  # noqa: E402  (wall seconds, peak RSS in MiB and stdout of one child process)
 from bench_sources import SNOMED_TRIPLES_PER_CONCEPT, _phrase, write_snomed  # noqa: E402
 
 COUNT = """
@@ -33,20 +32,6 @@ from mirage_kg.store import OxigraphStore
 store = OxigraphStore(sys.argv[1], read_only=True)
 print(store.triple_count(sys.argv[2]))
 """
-
-
-def timed(cmd: list[str]) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS in MiB and stdout of one child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "MIRAGE_KG_PROGRESS": "0"})
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    out = proc.stdout.read().decode() if proc.stdout else ""
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(cmd[:5])} failed: {err[-2000:]}")
-    return wall, usage.ru_maxrss // 1024, out
 
 
 def cli(*args: str) -> list[str]:
