@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
@@ -50,10 +51,16 @@ def prefixes() -> dict[str, str]:
     return dict(sorted(raw.items(), key=lambda kv: -len(kv[1])))
 
 
+# scheme ":" then no characters an IRI may not hold (RFC 3987, loosely)
+_ABSOLUTE_IRI = re.compile(r'[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>"{}|\\^`]*')
+
+
 def expand(curie_or_iri: str) -> str:
     """``HP:0001945`` -> full IRI; ``<iri>`` and ``http(s)://`` IRIs pass through; anything else is an error."""
     text = curie_or_iri.strip()
     if text.startswith("<") and text.endswith(">"):
+        if not _ABSOLUTE_IRI.fullmatch(text[1:-1]):  # "<38>" in free text is not an id
+            raise InputError(f"{curie_or_iri!r} is not an absolute IRI (such as <http://example.org/x>)")
         return text[1:-1]
     if text.startswith(("http://", "https://", "urn:")):
         return text

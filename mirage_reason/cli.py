@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +22,27 @@ if TYPE_CHECKING:
 
 __all__ = ["ask", "build_backend"]
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(text: str) -> str:
+    """``text`` with any lone surrogate (a model's broken byte pair) as U+FFFD, so the output is valid UTF-8."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
 def _scripted(path: str) -> Backend:
     """A JSON list of completions (replayed in order, cycling) or an object {prompt substring: completion}, where the
     first key found in the prompt wins and the key "" is the default."""
     from mirage_reason.backends.scripted import ScriptedBackend
 
-    script = json.loads(FsPath(path).read_text(encoding="utf-8"))
+    try:
+        script = json.loads(FsPath(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: bad UTF-8 or not JSON
+        raise click.BadParameter(f"{path}: not a JSON file in UTF-8 ({exc})", param_hint="--script") from None
+    completions = script.values() if isinstance(script, dict) else script if isinstance(script, list) else ()
+    if not all(isinstance(c, str) for c in completions):
+        raise click.BadParameter(f"{path}: every completion must be a string (no nested lists or objects)",
+                                 param_hint="--script")
     if isinstance(script, dict):
         rules = [(str(k), str(v)) for k, v in script.items()]
 
@@ -170,9 +186,9 @@ def ask(question: str, store: str | None, endpoint: str | None, backend_kind: st
         if backend is not None:
             backend.close()
     if html_file is not None:
-        FsPath(html_file).write_text(answer.to_html(), encoding="utf-8")
+        FsPath(html_file).write_text(valid_unicode(answer.to_html()), encoding="utf-8")
         click.echo(f"wrote {html_file}", err=True)
     if as_json:
-        click.echo(json.dumps(answer.to_json(), indent=2, ensure_ascii=False))
+        click.echo(valid_unicode(json.dumps(answer.to_json(), indent=2, ensure_ascii=False)))
     else:
         _print_text(answer)

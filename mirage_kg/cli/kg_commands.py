@@ -68,7 +68,10 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
     if namespace:
         options.namespace = expand(namespace) if ":" in namespace and not namespace.startswith("http") else namespace
     if graph:
-        options.graph = expand(graph) if graph.startswith(("http", "urn:", "<")) or ":" in graph else mint(GRAPH, graph)
+        # a plain name is a path under GRAPH:, each segment minted, so `--graph triples/x.tsv` is the graph that
+        # stats shows as GRAPH:triples/x.tsv (not GRAPH:triples%2Fx.tsv)
+        options.graph = expand(graph) if graph.startswith(("http", "urn:", "<")) or ":" in graph else \
+            GRAPH + "/".join(mint("", segment) for segment in graph.strip("/").split("/"))
     options.extra.update(sab=list(sab), include_suppressed=include_suppressed, relations=list(relation_filter),
                          stated=stated, keep_inactive=keep_inactive)
     if fmt in RDF_FORMATS:
@@ -146,9 +149,10 @@ def stats(store: str | None, endpoint: str | None, as_json: bool) -> None:
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # labels, ids and names are data, never rich markup
 
     console = Console()
-    summary = Table(title=f"store {opened.location}", show_header=False)
+    summary = Table(title=Text(f"store {opened.location}"), show_header=False)
     for key in ("triples", "facts", "entities", "labels", "types", "other"):
         summary.add_row(key, f"{getattr(result, key):,}")
     console.print(summary)
@@ -157,7 +161,7 @@ def stats(store: str | None, endpoint: str | None, as_json: bool) -> None:
     rels.add_column("label")
     rels.add_column("facts", justify="right")
     for rel in result.relations:
-        rels.add_row(str(rel["id"]), str(rel["label"]), f"{rel['count']:,}")
+        rels.add_row(Text(str(rel["id"])), Text(str(rel["label"])), f"{rel['count']:,}")
     console.print(rels)
     graphs = Table(title="graphs")
     graphs.add_column("graph")
@@ -172,7 +176,7 @@ def stats(store: str | None, endpoint: str | None, as_json: bool) -> None:
             stated = details.get("effective_time") or details.get("version_iri") or details.get("data_version")
             shown = f"{release['source']} {release['release']}" + (f" ({stated})" if stated else "")
             shown += f", loaded {str(release['loaded_at'])[:19]}"
-        graphs.add_row(str(g["name"]), f"{g['triples']:,}", str(g["source"] or ""), shown)
+        graphs.add_row(Text(str(g["name"])), f"{g['triples']:,}", Text(str(g["source"] or "")), Text(shown))
     console.print(graphs)
 
 

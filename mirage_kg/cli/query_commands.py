@@ -145,14 +145,15 @@ def anchor(entity: str, store: str | None, endpoint: str | None, k: int, relatio
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # labels and ids are data, never rich markup ("Pain [finding]")
 
     ids = ", ".join(resolved.ids)
-    table = Table(title=f"{center.label} ({ids}): {len(steps)} neighbours", title_justify="left")
+    table = Table(title=Text(f"{center.label} ({ids}): {len(steps)} neighbours"), title_justify="left")
     for name in ("relation", "dir", "neighbour", "id"):
         table.add_column(name, overflow="fold")
     for n in neighbours:
-        table.add_row(str(n["relation_label"]), str(n["direction"]), str(n["label"]), str(n["id"]))
-    Console(soft_wrap=True).print(table if neighbours else f"{center.label} ({center.id}) has no facts")
+        table.add_row(*(Text(str(n[key])) for key in ("relation_label", "direction", "label", "id")))
+    Console(soft_wrap=True).print(table if neighbours else Text(f"{center.label} ({center.id}) has no facts"))
 
 
 @query.command()
@@ -236,6 +237,7 @@ def link(text: str, store: str | None, endpoint: str | None, top: int, whole: bo
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     if not mentions:
         click.echo("no mentions found")
@@ -246,9 +248,10 @@ def link(text: str, store: str | None, endpoint: str | None, top: int, whole: bo
         table.add_column(name, overflow="fold")
     for m in mentions:
         for i, c in enumerate(m.candidates):
-            table.add_row(m.text if i == 0 else "", f"{m.start}-{m.end}" if i == 0 else "", c.entity.label,
-                          c.entity.id, f"{c.score:.2f}", c.method if not c.same_as else f"{c.method}, merged",
-                          *([", ".join(c.same_as)] if merged else []))
+            table.add_row(Text(m.text if i == 0 else ""), f"{m.start}-{m.end}" if i == 0 else "",
+                          Text(c.entity.label), Text(c.entity.id),
+                          f"{c.score:.2f}", Text(c.method if not c.same_as else f"{c.method}, merged"),
+                          *([Text(", ".join(c.same_as))] if merged else []))
     Console(soft_wrap=True).print(table)
 
 
@@ -299,11 +302,11 @@ def retrieve(question: str | None, store: str | None, endpoint: str | None, budg
 def _write_text(path: str, text: str) -> None:
     from pathlib import Path
 
-    target = Path(path)
-    tmp = target.with_name(target.name + ".part")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
-    click.echo(f"wrote {target}", err=True)
+    from mirage_kg.cli.kg_commands import writable_destination, write_atomically
+
+    data = text.encode("utf-8", "replace")  # a lone surrogate from a model must not stop the write
+    write_atomically(writable_destination(Path(path)), lambda handle: handle.write(data))
+    click.echo(f"wrote {path}", err=True)
 
 
 # --- HTML pictures (self-contained: inline SVG and CSS, no scripts, no network) -----------------------------------

@@ -218,9 +218,9 @@ def _scripted(path: FsPath) -> Backend:
 
     try:
         script = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
         raise InputError(f"the scripted backend's --model must be a JSON file: {exc}", path) from None
-    if isinstance(script, dict) and script:
+    if isinstance(script, dict) and script and all(isinstance(v, str) for v in script.values()):
         rules = [(str(k), str(v)) for k, v in script.items()]
         default = str(script.get("", ""))
         return ScriptedBackend(lambda prompt: next((v for k, v in rules if k and k in prompt), default))
@@ -294,6 +294,8 @@ def evaluate(request: EvalRequest, *, kg: KnowledgeGraph | None = None, backend:
         reasoner=config.to_json(),
         bertscore=request.bertscore,
     )
+    if backend is None and request.backend.strip().lower() == "scripted" and request.model:
+        _scripted(FsPath(request.model))  # a bad script file is one error now, not an error record per question
     output = FsPath(request.output) if request.output else default_output(request, settings)
     output.mkdir(parents=True, exist_ok=True)
     if on_output is not None:
