@@ -122,6 +122,7 @@ class SparqlStore(Store):
         token: str | None = None,
         chunk_triples: int | None = None,
         max_response_bytes: int | None = None,
+        update_timeout: float = 600.0,
     ) -> None:
         url_auth = _url_credentials(query_endpoint)
         self.query_endpoint = public_url(query_endpoint).rstrip("/")
@@ -130,6 +131,7 @@ class SparqlStore(Store):
         self.update_endpoint = public_url(update)
         self.location = self.query_endpoint
         self.timeout = timeout
+        self.update_timeout = max(timeout, update_timeout)  # a load's MOVE of a large graph takes its time
         self.max_retries = max_retries
         self.backoff = backoff
         if chunk_triples is not None and chunk_triples < 1:
@@ -382,7 +384,7 @@ class SparqlStore(Store):
     # --- writing -------------------------------------------------------------------------------------------
     def update(self, update: str) -> None:
         try:
-            self._post(self.update_endpoint, data={"update": update}, headers={})
+            self._post(self.update_endpoint, data={"update": update}, headers={}, timeout=self.update_timeout)
         except (QueryError, EndpointError) as exc:
             if _NO_UPDATE.search(str(exc)) and not _TOO_BIG.search(str(exc)):
                 raise EndpointError(
