@@ -39,6 +39,7 @@ ENV_USER = "MIRAGE_KG_ENDPOINT_USER"
 ENV_PASSWORD = "MIRAGE_KG_ENDPOINT_PASSWORD"
 ENV_TOKEN = "MIRAGE_KG_ENDPOINT_TOKEN"
 ENV_MAX_RESPONSE_MB = "MIRAGE_KG_MAX_RESPONSE_MB"
+ENV_TIMEOUT = "MIRAGE_KG_ENDPOINT_TIMEOUT"
 DEFAULT_CHUNK_TRIPLES = 10_000
 DEFAULT_MAX_RESPONSE_MB = 512
 _PROBE_ROWS = PAGE_SIZE + 1  # the cap probe asks one row more than a page: a cap below it shows
@@ -106,7 +107,8 @@ class SparqlStore(Store):
 
     ``auth``: (user, password) for HTTP basic auth; ``token``: a bearer token. Either may also come from the URL
     (``http://user:pw@host/sparql``) or from ``$MIRAGE_KG_ENDPOINT_USER`` / ``$MIRAGE_KG_ENDPOINT_PASSWORD`` /
-    ``$MIRAGE_KG_ENDPOINT_TOKEN``. ``chunk_triples`` fixes the INSERT DATA size (else it adapts from 10,000)."""
+    ``$MIRAGE_KG_ENDPOINT_TOKEN``. ``chunk_triples`` fixes the INSERT DATA size (else it adapts from 10,000).
+    ``timeout`` bounds each read (default 30 s or ``$MIRAGE_KG_ENDPOINT_TIMEOUT``); updates get ``update_timeout``."""
 
     stages_every_load = True
 
@@ -115,7 +117,7 @@ class SparqlStore(Store):
         query_endpoint: str,
         update_endpoint: str | None = None,
         *,
-        timeout: float = 30.0,
+        timeout: float | None = None,
         max_retries: int = 3,
         backoff: float = 0.2,
         auth: tuple[str, str] | None = None,
@@ -130,6 +132,8 @@ class SparqlStore(Store):
         url_auth = url_auth or (_url_credentials(update) if update_endpoint else None)
         self.update_endpoint = public_url(update)
         self.location = self.query_endpoint
+        # a read's default bound: 30 s, or $MIRAGE_KG_ENDPOINT_TIMEOUT (validation of a large KG on a slow engine)
+        timeout = timeout if timeout is not None else float(os.environ.get(ENV_TIMEOUT) or 30.0)
         self.timeout = timeout
         self.update_timeout = max(timeout, update_timeout)  # a load's MOVE of a large graph takes its time
         self.max_retries = max_retries
