@@ -55,7 +55,8 @@ def test_a_graph_name_with_a_slash_is_the_graph_stats_shows(tmp_path: Path) -> N
     folder = tmp_path / "kg"
     result = run("load", str(FIX / "core" / "small.tsv"), "--store", str(folder), "--graph", "triples/triples.tsv")
     assert result.exit_code == 0, result.output
-    assert "%2F" not in result.output and result.output.rstrip().endswith("/triples/triples.tsv>")
+    loaded = next(line for line in result.output.splitlines() if line.startswith("loaded "))
+    assert "%2F" not in loaded and loaded.endswith("/graph/triples/triples.tsv>"), loaded
     stats = json.loads(run("stats", "--store", str(folder), "--json").output)
     assert "GRAPH:triples/triples.tsv" in {g["name"] for g in stats["graphs"]}
 
