@@ -4,8 +4,9 @@ all measured in the same run on the same engine, KG and budgets.
     python benchmarks/bench_chains.py [--engines llamacpp,transformers] [--chains 8] [--tokens 64] [--json]
 
 Every chain is its own request stream (the product's scheduling: a chain's next turn goes to the engine as soon as
-its search returns), sampled at the paper's settings with a seed, seeded with ``retrieve`` evidence from the demo
-KG. Prints wall time, generated tokens and tokens/s of each run and the ratios samples / one chain (target <= 1.5x)
+its search returns), sampled at the paper's settings, seeded with ``retrieve`` evidence from the demo KG. Without
+``--seed`` the engine may batch the samples' requests together (transformers batches only requests with the same
+seed); with it, every sample has its own seed, as in a reproducible run. Prints wall time, generated tokens and tokens/s of each run and the ratios samples / one chain (target <= 1.5x)
 and distinct / one chain. Engines: ``llamacpp`` and ``transformers`` (SmolLM2), ``tiny`` (a random 2-layer model
 on transformers, for a quick check). Never gates CI.
 """
@@ -61,11 +62,11 @@ def timed_run(kg: Any, backend: Any, config: Any, questions: list[str], tags: li
             "distinct_texts": len(texts), "max_chain_tokens": max(r.completion_tokens for r in results)}
 
 
-def bench(kg: Any, name: str, chains: int, tokens: int) -> dict[str, Any]:
+def bench(kg: Any, name: str, chains: int, tokens: int, seed: int | None = None) -> dict[str, Any]:
     from mirage_reason.config import MirageConfig
 
     backend = make_backend(name)
-    config = MirageConfig(max_new_tokens=tokens, max_chain_tokens=tokens, max_turns=3, n_r=2, seed=0,
+    config = MirageConfig(max_new_tokens=tokens, max_chain_tokens=tokens, max_turns=3, n_r=2, seed=seed,
                           seed_facts=10)
     try:
         timed_run(kg, backend, config, QUESTIONS[:1], [("warm-up",)])  # load and first-call costs out of the way
@@ -74,7 +75,7 @@ def bench(kg: Any, name: str, chains: int, tokens: int) -> dict[str, Any]:
         distinct = timed_run(kg, backend, config, (QUESTIONS * chains)[:chains], [(q, 0, 0) for q in range(chains)])
     finally:
         backend.close()
-    return {"engine": name, "tokens_per_chain": tokens, "one": one, "samples": samples, "distinct": distinct,
+    return {"engine": name, "tokens_per_chain": tokens, "seed": seed, "one": one, "samples": samples, "distinct": distinct,
             "ratio_samples_to_one": samples["wall_s"] / one["wall_s"],
             "ratio_distinct_to_one": distinct["wall_s"] / one["wall_s"]}
 
@@ -85,18 +86,20 @@ def main() -> None:
                         "transformers, tiny")
     parser.add_argument("--chains", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64, help="most tokens each chain may generate")
+    parser.add_argument("--seed", type=int, help="run seed: every request gets its own seed [default: none]")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
 
     from mirage_kg import KnowledgeGraph, demo_store
 
     kg = KnowledgeGraph(demo_store())
-    rows = [bench(kg, name.strip(), args.chains, args.tokens) for name in args.engines.split(",") if name.strip()]
+    rows = [bench(kg, name.strip(), args.chains, args.tokens, args.seed)
+            for name in args.engines.split(",") if name.strip()]
     if args.json:
         print(json.dumps(rows, indent=2))
         return
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"{args.chains} chains, <= {args.tokens} tokens each, sampled 0.7/0.8/20 seeded, demo KG seeds; "
+    print(f"{args.chains} chains, <= {args.tokens} tokens each, sampled 0.7/0.8/20, seed {args.seed}, demo KG; "
           f"CPU: {os.cpu_count()} cores, load {load:.1f}; python {sys.version.split()[0]}")
     print(f"{'engine':<13} {'run':<9} {'chains':>6} {'wall s':>8} {'tokens':>7} {'tok/s':>8} {'distinct':>8}")
     for row in rows:
