@@ -1,5 +1,5 @@
-"""The reasoner's benchmarks run (tiny settings): the GPU script's dry run on the CPU, bench_chains on the tiny
-model and bench_ask's bookkeeping. They measure speed, so only what they count is checked here, never a time."""
+"""The reasoner's benchmarks run (tiny settings): the GPU script's dry run on the CPU and bench_chains on the tiny
+model. They measure speed, so only what they count is checked here, never a time."""
 
 from __future__ import annotations
 
