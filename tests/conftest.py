@@ -42,6 +42,18 @@ def emckg_path() -> Path:
     return shared_file("emckg", "triples.tsv")
 
 
+def _die_with_parent() -> None:
+    """In the server's child process: have the kernel stop it when the test process dies, even by SIGKILL (a
+    killed test run must not leave servers behind)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: stop() still runs on a normal exit
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -62,7 +74,7 @@ class OxigraphServer:
         flags = ["--union-default-graph"] if union else []
         self.proc = subprocess.Popen(
             [binary, "serve", "--location", str(tmp), "--bind", f"127.0.0.1:{self.port}", *flags],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -144,7 +156,8 @@ class VirtuosoServer:
         self.sql_port, self.http_port = _free_port(), _free_port()
         (tmp / "virtuoso.ini").write_text(VIRTUOSO_INI.format(d=tmp, sql=self.sql_port, http=self.http_port))
         self.proc = subprocess.Popen([binary, "+foreground", "+configfile", str(tmp / "virtuoso.ini")], cwd=tmp,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent)
         self.query_url = f"http://127.0.0.1:{self.http_port}/sparql"
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
