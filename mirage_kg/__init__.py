@@ -8,7 +8,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from mirage_kg.errors import (EndpointError, InputError, MirageError, MissingExtraError, QueryError, StoreError,
+from mirage_kg.errors import (AmbiguousNameError, EndpointError, InputError, MirageError, MissingExtraError, QueryError, StoreError,
                               UnknownEntityError, UpdateRefusedError)
 from mirage_kg.model import Entity, Evidence, Path, Relation, Step
 from mirage_kg.namespaces import compress, expand
@@ -34,6 +34,8 @@ _LAZY = {
     "bridge_json": "mirage_kg.json_output",
     "link_json": "mirage_kg.json_output",
     "sparql_json": "mirage_kg.json_output",
+    "resolve_name": "mirage_kg.resolution",
+    "Resolution": "mirage_kg.resolution",
 }
 
 
@@ -44,6 +46,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AmbiguousNameError", "Resolution", "resolve_name",
     "Candidate", "ClinicalVocabulary", "EndpointError", "Entity", "Evidence", "Graph", "InputError",
     "KnowledgeGraph", "Linker", "Mention", "MirageError", "MissingExtraError", "Neighbour", "OxigraphStore", "Path",
     "QueryError", "Relation", "RetrievalResult", "Retriever", "SparqlStore", "Step", "Store", "StoreError",

@@ -24,9 +24,9 @@ from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from mirage_kg import (EndpointError, Entity, InputError, MirageError, QueryError, StoreError, UnknownEntityError,
-                       UpdateRefusedError, anchor_json, bridge_json, compress, compute_stats, expand, link_json,
-                       check_read_only, sparql_json, validate)
+from mirage_kg import (AmbiguousNameError, EndpointError, InputError, MirageError, QueryError, StoreError,
+                       UnknownEntityError, UpdateRefusedError, anchor_json, bridge_json, check_read_only, compress,
+                       compute_stats, expand, link_json, resolve_name, sparql_json, validate)
 
 import mirage_reason
 from mirage_reason.errors import BackendError, ReasonerError
@@ -38,23 +38,14 @@ from mirage_reason.service.models import (AnchorResponse, AskRequest, AskRespons
 from mirage_reason.service.settings import ServiceSettings
 
 if TYPE_CHECKING:
-    from mirage_kg import KnowledgeGraph
+    from mirage_kg import KnowledgeGraph, Resolution
 
-__all__ = ["STATIC_DIR", "AmbiguousNameError", "create_app"]
+__all__ = ["STATIC_DIR", "create_app"]
 
 log = logging.getLogger("mirage_kg.serve")
 STATIC_DIR = FsPath(__file__).resolve().parent / "static"
 T = TypeVar("T")
 _ERRORS = {404: "not found", 400: "bad request", 401: "unauthorized", 405: "method not allowed"}
-
-
-class AmbiguousNameError(MirageError):
-    """A name that several concepts carry; ``candidates`` lists them so the client can pick an id."""
-
-    def __init__(self, name: str, candidates: list[Entity]) -> None:
-        self.candidates = candidates
-        listing = "; ".join(f"{e.id} ({e.label})" for e in candidates[:10])
-        super().__init__(f"{name!r} names {len(candidates)} concepts: {listing}; give one of these ids")
 
 
 class RequestTimeout(MirageError):
@@ -116,25 +107,11 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
             raise RequestTimeout(f"the request took longer than {limit:g} s; narrow it (smaller k, fewer "
                                  "hops or paths) or retry") from None
 
-    def resolve(text: str, what: str = "entity") -> Entity:
-        """A CURIE or IRI, or a name exactly one concept carries."""
-        text = text.strip()
-        if not text:
+    def resolve(text: str, what: str = "entity") -> Resolution:
+        """A CURIE, an IRI or a name, resolved as the CLI resolves it (``mirage_kg.resolve_name``)."""
+        if not text.strip():
             raise InputError(f"{what} is empty; give a CURIE such as HP:0001166 (find one with /v1/search?q=...)")
-        try:
-            expand(text)
-            is_id = " " not in text
-        except InputError:
-            is_id = False
-        if is_id:
-            return kg.entity(text)
-        found = kg.entities_named(text)
-        if not found:
-            raise UnknownEntityError(text, "no concept has exactly that name; find its id with /v1/search?q=... "
-                                           "or /v1/link?text=...")
-        if len(found) > 1:
-            raise AmbiguousNameError(text, found)
-        return found[0]
+        return resolve_name(kg, text)
 
     # -- errors --------------------------------------------------------------------------------------------------
     @app.exception_handler(MirageError)
@@ -144,8 +121,6 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
             log.error("%s: %s", type(exc).__name__, exc)
         headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, AskQueueFull) else None
         body = error_body(status, type(exc).__name__, str(exc))
-        if isinstance(exc, AmbiguousNameError):
-            body["error"]["candidates"] = [e.to_json() for e in exc.candidates]
         return JSONResponse(body, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -169,7 +144,7 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
     @app.get("/v1/entity", response_model=EntityResponse, summary="One entity by CURIE or IRI")
     async def entity(id: str = Query(..., max_length=2000, description="CURIE, IRI or exact name")) -> Any:
         def work() -> dict[str, Any]:
-            found = resolve(id, "id")
+            found = resolve(id, "id").entity
             return {"entity": found.to_json(), "iri": found.iri, "degree": kg.degrees([found.iri])[found.iri]}
 
         return await run(work)
@@ -201,9 +176,10 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
                      direction: str = Query("both", pattern="^(forward|backward|both|out|in)$"),
                      rank_by: str | None = Query(None, max_length=500)) -> Any:
         def work() -> dict[str, Any]:
-            center = resolve(entity)
+            resolved = resolve(entity)
+            center = resolved.entity
             steps = kg.anchor(center, k=k, relations=relation or None, direction=direction, rank_by=rank_by)
-            return anchor_json(center, steps)
+            return {**anchor_json(center, steps), "resolved": resolved.to_json()}
 
         return await run(work)
 
@@ -213,9 +189,10 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
                      max_paths: int = Query(20, ge=1, le=settings.max_paths),
                      relation: list[str] = Query(default=[])) -> Any:
         def work() -> dict[str, Any]:
-            a, b = resolve(source, "source"), resolve(target, "target")
+            from_a, from_b = resolve(source, "source"), resolve(target, "target")
+            a, b = from_a.entity, from_b.entity
             paths = kg.bridge(a, b, max_hops=max_hops, max_paths=max_paths, relations=relation or None)
-            return bridge_json(a, b, paths)
+            return {**bridge_json(a, b, paths), "resolved": [from_a.to_json(), from_b.to_json()]}
 
         return await run(work)
 
