@@ -53,7 +53,8 @@ def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
     else:
         from mirage_reason.backends.openai_backend import OpenAIBackend
 
-        with OpenAIBackend(request.getfixturevalue("llamacpp_server"), "smollm2", backoff=0.01) as client:
+        # a long timeout: on a loaded CI machine one request may queue behind others at the single-slot server
+        with OpenAIBackend(request.getfixturevalue("llamacpp_server"), "smollm2", backoff=0.01, timeout=600) as client:
             yield Subject(client)
 
 
