@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import shutil
 import signal
@@ -31,8 +30,6 @@ _FORMATS = {
 #: the manifest's record of a swap under way: staging graph -> target graph, and how (merge or replace)
 COMMIT_INTO = MKG + "commitInto"
 COMMIT_MODE = MKG + "commitMode"
-#: the file whose flock makes readers share and a writer exclude (see ``OxigraphStore._take_lock``)
-LOCK_FILE = "mirage-kg.lock"
 #: what names a staging graph (``<graph>/staging/<hex>``, see ``Store.load``)
 STAGING = "/staging/"
 #: quads per transaction when a graph is emptied (a few tens of MB of pyoxigraph memory)
@@ -168,83 +165,44 @@ class OxigraphStore(Store):
         """Whether a folder holds an embedded store (RocksDB's CURRENT file), so a reader never makes one."""
         return (path / "CURRENT").is_file()
 
-    _lock_fd: int | None = None
-
-    def _take_lock(self, path: Path, exclusive: bool) -> None:
-        """Readers share, a writer excludes: a shared or exclusive ``flock`` on ``mirage-kg.lock`` in the folder.
-        pyoxigraph's read-only mode is undefined while another process writes (compaction deletes the files a
-        reader reads), so a reader waits for no writer and a writer for no reader: both fail at once, saying why.
-        A read-only folder with no lock file cannot have a writer, so its readers need no lock."""
-        lock = path / LOCK_FILE
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            try:
-                fd = os.open(lock, os.O_RDONLY)
-            except OSError:
-                return
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            doing = "in use by another mirage-kg process" if exclusive else "being written by another mirage-kg process"
-            raise StoreError(f"store {self.location} is {doing}; try again when it has finished "
-                             "(readers share a store; a load needs it alone)") from None
-        self._lock_fd = fd
-
-    def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing the descriptor releases the flock
-            self._lock_fd = None
-
     def _open_for_writing(self, path: Path) -> ox.Store:
-        """The store for a writer: it needs the store alone (no reader, no other writer)."""
+        """The store for a writer: one at a time (RocksDB's lock); readers meanwhile still open read-only."""
         try:
             path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create store {self.location}: {exc.strerror or exc}") from exc
-        self._take_lock(path, exclusive=True)
-        try:
             return ox.Store(str(path))
         except OSError as exc:
-            self._release_lock()
             busy = "lock" in str(exc).lower()
-            hint = " (another process is writing to it)" if busy else ""
+            hint = " (another mirage-kg process is writing to it; readers may still open it)" if busy else ""
             raise StoreError(f"cannot open store {self.location} for writing: {exc}{hint}") from exc
 
     def _open_for_reading(self, path: Path) -> ox.Store:
-        """A read-only handle under a shared lock: any number of readers at once, and a store on a read-only file
-        system (or chmod a-w) is readable. A killed load's leftovers are dropped first when this reader is alone
-        (the lock then upgrades to exclusive for the repair)."""
+        """A read-only handle: takes no lock, so any number of readers share the store (beside a writer, too:
+        they see it as it was when they opened), and a store on a read-only file system (or chmod a-w) is
+        readable. A killed load's leftovers are dropped first when no writer holds the store."""
         if not self.is_store(path):
             what = f"no store at {path}" if not path.exists() else \
                 f"{path} is not a mirage-kg store (no store files in it; only `load` makes one)"
             raise StoreError(f"{what}; create one with `mirage-kg load FILE --store {path}`")
-        self._take_lock(path, exclusive=False)
         try:
             raw = ox.Store.read_only(str(path))
-            if self._has_leftovers(raw) and self._lock_fd is not None and self._try_exclusive():
-                del raw
-                repair = OxigraphStore.__new__(OxigraphStore)
-                repair.path, repair.location, repair.read_only, repair._lock = path, self.location, False, self._lock
-                repair.raw = ox.Store(str(path))
-                repair.remove_orphans()
-                repair.recover()
-                repair.close()
-                del repair
-                fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
-                raw = ox.Store.read_only(str(path))
         except OSError as exc:
-            self._release_lock()
             raise StoreError(f"cannot open store {self.location} for reading: {exc}") from exc
+        if self._has_leftovers(raw):
+            try:
+                writer = ox.Store(str(path))
+            except OSError:
+                return raw  # a writer holds it, or the folder is read-only: read what is there
+            del raw
+            repair = OxigraphStore.__new__(OxigraphStore)
+            repair.path, repair.location, repair.read_only, repair._lock = path, self.location, False, self._lock
+            repair.raw = writer
+            del writer
+            repair.remove_orphans()
+            repair.recover()
+            repair.close()
+            del repair
+            raw = ox.Store.read_only(str(path))
         return raw
-
-    def _try_exclusive(self) -> bool:
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # type: ignore[arg-type]
-            return True
-        except OSError:
-            return False  # other readers: they read what is there, the next writer repairs it
 
     @staticmethod
     def _has_leftovers(raw: ox.Store) -> bool:
@@ -609,5 +567,4 @@ class OxigraphStore(Store):
                 raw.flush()
             except (OSError, RuntimeError):  # RuntimeError: a read-only instance has nothing to flush
                 pass
-        del raw  # the last reference, before another process may take the lock
-        self._release_lock()
+        del raw  # the last reference: the native store closes now, not when a traceback is freed
