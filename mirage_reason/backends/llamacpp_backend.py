@@ -127,20 +127,43 @@ class LlamaCppBackend(BackendBase):
                                f"{self.n_ctx}", hint="build the backend with a larger n_ctx= or shorten the prompt")
         if params.max_new_tokens < 1:
             raise BackendError(f"max_new_tokens must be at least 1, not {params.max_new_tokens}")
+        limit = min(params.max_new_tokens, room)
+        cap = _TokenCap(len(tokens), limit)
         out: Any = self.llm.create_completion(
             tokens,
-            max_tokens=min(params.max_new_tokens, room),
+            max_tokens=limit,
             temperature=params.temperature if not params.greedy else 0.0,
             top_p=params.top_p,
             top_k=params.top_k,
             repeat_penalty=params.repetition_penalty,
             stop=list(request.stop) or None,
             seed=params.seed,
+            stopping_criteria=llama_cpp.StoppingCriteriaList([cap]),
         )
         choice, usage = out["choices"][0], out["usage"]
         text = str(choice["text"])
         if self.think == "strip":
             text = strip_think(text)
-        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        finish = "length" if choice.get("finish_reason") == "length" or cap.fired else "stop"
         return [Completion(text, int(usage["prompt_tokens"]), int(usage["completion_tokens"]), finish, None,
                            stop_unknown=bool(request.stop) and finish == "stop")]
+
+
+class _TokenCap:
+    """A stopping criterion that holds ``max_tokens`` exactly.
+
+    Kept because the engine does not: llama-cpp-python's completion loop skips its own ``max_tokens`` check while a
+    UTF-8 character is split across tokens (``multibyte_fix``), so Chinese text overran a 48-token request by 1-2
+    tokens. llama.cpp asks this before it hands out each sampled token; ``input_ids`` then holds the prompt and the
+    tokens accepted so far.
+    """
+
+    def __init__(self, prompt_tokens: int, max_tokens: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.fired = False
+
+    def __call__(self, input_ids: Any, logits: Any) -> bool:
+        if len(input_ids) - self.prompt_tokens >= self.max_tokens:
+            self.fired = True
+        return self.fired
