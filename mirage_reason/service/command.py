@@ -10,6 +10,7 @@ import click
 
 from mirage_kg import MirageError, MissingExtraError, open_store
 
+from mirage_reason.backends.defaults import ENGINES
 from mirage_reason.config import PIPELINES
 
 __all__ = ["serve"]
@@ -28,8 +29,9 @@ TOKEN_ENV = "MIRAGE_KG_TOKEN"
               help="Require 'Authorization: Bearer T' on every request (the web app: open /?token=T once).")
 @click.option("--cors", "cors", multiple=True, metavar="ORIGIN",
               help="Allow cross-site requests from ORIGIN (repeatable) [default: CORS off].")
-@click.option("--backend", "backend_kind", type=click.Choice(["transformers", "openai"]), default="transformers",
-              show_default=True, help="Where the model for asks runs (as in `mirage-kg ask`).")
+@click.option("--backend", "backend_kind", type=click.Choice([*ENGINES, "openai"]), default="auto",
+              show_default=True, help="Where the model for asks runs (as in `mirage-kg ask`; auto: transformers "
+              "with a CUDA GPU, else llama.cpp).")
 @click.option("--model", metavar="ID", help="Model for asks (as in `mirage-kg ask`).")
 @click.option("--base-url", metavar="URL", envvar="MIRAGE_KG_BASE_URL", help="OpenAI-compatible root URL.")
 @click.option("--no-ask", is_flag=True, help="Serve the graph only: no model is loaded, asks answer 503.")
