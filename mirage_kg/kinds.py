@@ -19,19 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 from mirage_kg.errors import InputError
 from mirage_kg.model import Step
-from mirage_kg.namespaces import MKG, RDF_TYPE, RDFS, RDFS_SUBCLASS, ontologies_dir
+from mirage_kg.namespaces import FULLY_SPECIFIED_NAME, MKG, RDF_TYPE, RDFS, RDFS_SUBCLASS, ontologies_dir
 from mirage_kg.store.base import Store
 from mirage_kg.terms import iri_ref
 
 if TYPE_CHECKING:
-    from mirage_kg.graph import KnowledgeGraph
+    from mirage_kg.knowledge import KnowledgeGraph
 
 __all__ = ["CONCEPT", "KINDS", "ROLES", "ClinicalVocabulary", "RoleEnds", "clinical_vocabulary", "vocabulary"]
 
 ENTITY_KIND = MKG + "entityKind"
 CLINICAL_ROLE = MKG + "clinicalRole"
 FSN_TAG = MKG + "fsnTag"
-FULLY_SPECIFIED_NAME = MKG + "fullySpecifiedName"
 RDFS_DOMAIN = RDFS + "domain"
 RDFS_RANGE = RDFS + "range"
 

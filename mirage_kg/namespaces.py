@@ -38,6 +38,7 @@ SKOS_ALT = SKOS + "altLabel"
 SKOS_NOTATION = SKOS + "notation"
 SKOS_DEFINITION = SKOS + "definition"
 SKOS_EXACT = SKOS + "exactMatch"
+FULLY_SPECIFIED_NAME = MKG + "fullySpecifiedName"  # SNOMED CT FSNs (their semantic tag marks the hierarchy)
 SKOS_CLOSE = SKOS + "closeMatch"
 MKG_CONCEPT = MKG + "Concept"
 MKG_RELATION = MKG + "Relation"

@@ -36,7 +36,7 @@ from mirage_kg.loaders.nt_terms import (
     TYPE,
 )
 from mirage_kg.loaders.nt_terms import DEFINITION as DEFINITION_TERM
-from mirage_kg.namespaces import GRAPH, MKG, mint, prefixes
+from mirage_kg.namespaces import FULLY_SPECIFIED_NAME, GRAPH, MKG, mint, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref
@@ -75,7 +75,7 @@ PATTERNS = {
     "language": ("der2_cRefset_Language{kind}*.txt", "language", True),
 }
 
-_FSN = iri_ref(MKG + "fullySpecifiedName")
+_FSN = iri_ref(FULLY_SPECIFIED_NAME)
 _FALSE = '"false"^^<http://www.w3.org/2001/XMLSchema#boolean>'
 _ESCAPE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"})
 # Per-concept flags
