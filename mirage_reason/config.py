@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mirage_reason.backends.base import GenerationParams
+from mirage_reason.choices import parse_options
 
 __all__ = ["PIPELINES", "SMALL_MODEL_BUDGETS", "MirageConfig", "parse_settings"]
 
@@ -47,6 +48,9 @@ class MirageConfig:
     max_hops: int = 3  # bridge mode: path length h
     max_paths: int = 5  # bridge mode: paths shown per search
     samples: int = 1  # chains per sub-question (they vote in the synthesizer)
+    # chains per sub-question of a multiple-choice question (at least ``samples``): its letter is their majority
+    # vote (self-consistency), a discrete answer where one sampled chain is a coin toss; 1 turns it off
+    choice_samples: int = 5
     match_threshold: float = 0.7  # a mention links only to a candidate scoring at least this
     match_top: int = 3  # ... among this many candidates
     # -- chain sampling (the paper's QwQ-32B settings)
@@ -83,7 +87,7 @@ class MirageConfig:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("n_q", "samples", "k", "max_hops", "max_paths", "match_top", "max_new_tokens",
+        for name in ("n_q", "samples", "choice_samples", "k", "max_hops", "max_paths", "match_top", "max_new_tokens",
                      "max_chain_tokens", "max_turns", "decomposer_max_new_tokens", "synthesizer_max_new_tokens",
                      "max_result_lines", "max_query_chars", "max_citations", "max_claims"):
             if getattr(self, name) < 1:
@@ -120,6 +124,13 @@ class MirageConfig:
         if self.use_decomposer and self.use_synthesizer:
             return "mirage"
         return "custom"
+
+    def samples_for(self, question: str) -> int:
+        """Chains per sub-question for ``question``: ``choice_samples`` for a multiple-choice question answered by
+        the synthesizer's vote, else ``samples``."""
+        if self.use_synthesizer and not (self.single_chain or self.llm_only) and parse_options(question):
+            return max(self.samples, self.choice_samples)
+        return self.samples
 
     def replace(self, **changes: Any) -> MirageConfig:
         return dataclasses.replace(self, **changes)

@@ -326,8 +326,9 @@ class _Run:
             t = time.perf_counter()
             shares = self.mirage._seed_shares(ws, subs)
             ws.charge("retrieve", time.perf_counter() - t)
+        samples = cfg.samples_for(ws.question)
         for j, sub in enumerate(subs):
-            for s in range(cfg.samples):
+            for s in range(samples):
                 spec = ChainSpec(sub.text, ws.question, shares[j], tag=(ws.index, j, s), search=cfg.n_r > 0)
                 chain = self.mirage.runner.start(spec)
                 chain.listener = self._chain_listener(ws, len(ws.chains))

@@ -4,6 +4,7 @@ record (JSON and HTML), and the whole loop on the demo KG with a scripted model 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -313,3 +314,25 @@ def test_the_readme_question_gets_the_drugs_the_kg_links_to_the_diagnosis(demo_k
     assert {"Sertraline", "Fluoxetine"} <= drugs and all(d in answer.text for d in drugs)
     assert all(demo_kg.path_exists(p) for p in answer.cited_paths())  # type: ignore[attr-defined]
     assert any("leaves out" in f for f in answer.flags)
+
+
+def test_a_multiple_choice_question_votes_over_choice_samples_chains() -> None:
+    """A letter is a discrete answer: the question gets ``choice_samples`` sampled chains per sub-question and the
+    answer is their majority letter, not one sample's coin toss; a free-text question keeps ``samples``."""
+    question = "Which drug treats the flu?\n\nOptions:\nA. Salbutamol\nB. Oseltamivir\n"
+    picks = itertools.cycle(["Answer: A", "Answer: B", "Answer: B", "Answer: A", "Answer: B"])
+
+    def voter(prompt: str) -> str:
+        if "Write at most" in prompt:  # decomposer
+            return "1. Which drug treats the flu?"
+        if "Start with 'Answer" in prompt:  # the writer
+            return "Answer: A"
+        return next(picks)  # the chains
+
+    config = MirageConfig(rank_by_question=False, n_r=0, seed=0, choice_samples=5)
+    answer = Mirage(FakeKG(), ScriptedBackend(voter), config).answer(question)  # type: ignore[arg-type]
+    assert len(answer.chains) == 5 * len(answer.sub_questions)
+    assert answer.text.startswith("Answer: B. Oseltamivir")  # 3 of every 5 chains pick B; the writer's A loses
+    free = Mirage(FakeKG(), ScriptedBackend(model), config).answer(FLU)  # type: ignore[arg-type]
+    assert len(free.chains) == 1
+    assert MirageConfig(choice_samples=5).pipeline("single-chain").samples_for(question) == 1
