@@ -62,7 +62,7 @@ def build_indexes(store: Store, *, embeddings: bool = True, embedding_model: str
     timed("degrees", degree_index)
     timed("concepts", lambda: sum(len(m) for m in kg.groups.members.values()))
     linker = kg.linker
-    timed("labels", lambda: len(linker.index.labels), lambda: linker.index_from_cache)
+    timed("labels", lambda: linker.index.label_count, lambda: linker.index_from_cache)
     if not embeddings:
         steps.append(IndexStep("embeddings", "skipped", note="asked not to (--no-embeddings)"))
         echo("index embeddings: skipped (the first query that needs them builds them, with progress)")

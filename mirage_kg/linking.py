@@ -6,14 +6,16 @@ The label index and the label embeddings are built once per store and cached bes
 
 from __future__ import annotations
 
-import itertools
 import json
+import os
 import re
+import sqlite3
 import threading
 import unicodedata
 import warnings
+import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any
@@ -24,7 +26,6 @@ from mirage_kg.graph import Graph, pick_label
 from mirage_kg.model import Entity
 from mirage_kg.namespaces import RDFS_LABEL, SKOS_ALT, SKOS_PREF, compress, is_identifier
 from mirage_kg.store.base import Store
-from mirage_kg.terms import iri_ref
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,8 +40,11 @@ FUZZY_CUTOFF = 85  # rapidfuzz token_sort_ratio, 0-100
 # matches first, then fuzzy (0.9 x ratio) and embedding (the cosine, capped below the dictionary methods).
 _SCORES = {("exact", 0): 1.0, ("exact", 1): 0.98, ("normalised", 0): 0.96, ("normalised", 1): 0.94}
 _EMBEDDING_CAP = 0.93
-_RARE_BLOCK = 600  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels
-_INDEX_VERSION = 3
+_RARE_BLOCK = 600  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels ...
+_LARGE_BLOCK = 5000  # ... or, when all are larger, the smallest up to this size; beyond it, labels in two blocks
+_SHARED_CAP = 5000  # labels compared at most when intersecting blocks
+_FULL_SCAN = 500_000  # an index this small (the default KG: 0.25M) may be scanned whole when nothing else matched
+_INDEX_VERSION = 4
 _COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
@@ -450,75 +454,423 @@ def encode_resumable(embedder: Embedder, texts: Sequence[str], parts: FsPath | N
 
 # --- the label index ----------------------------------------------------------------------------------------------
 
-class LabelIndex:
-    """Every concept's labels: preferred (skos:prefLabel, rdfs:label; kind 0) and synonyms (skos:altLabel; kind 1),
-    with the lookup tables the linker needs."""
+class _Column:
+    """One column of the index's entity table, read by position (``index.iris[idx]``) without holding it all."""
 
-    def __init__(self, iris: list[str], names: list[str], labels: list[tuple[str, int, int]]) -> None:
-        self.iris = iris
-        self.names = names
-        self.labels = labels  # (text, entity index, kind)
-        self.exact: dict[str, list[tuple[int, int]]] = {}
-        self.norm: dict[str, list[tuple[int, int]]] = {}
-        self.folded: dict[str, list[tuple[int, int]]] = {}  # fuzzy matching compares folded text (no plurals)
-        for text, idx, kind in labels:
-            self.exact.setdefault(text, []).append((idx, kind))
-            key = normalise(text)
-            if key:
-                self.norm.setdefault(key, []).append((idx, kind))
-                self.folded.setdefault(fold(text), []).append((idx, kind))
-        self.choices = sorted(self.folded)
-        # token-sort ratio is the plain ratio of word-sorted strings: sort the labels once, not per query
-        self.sorted_choices = [" ".join(sorted(c.split())) for c in self.choices]
-        self.blocks: dict[str, list[int]] = {}
-        for i, choice in enumerate(self.choices):
-            for key in {k for w in choice.split() if len(w) >= 3 and w not in STOPWORDS for k in _block_keys(w)}:
-                self.blocks.setdefault(key, []).append(i)
-        self.max_tokens = max((len(c.split()) for c in self.choices), default=1)
-        self.texts = sorted({text for text, _, _ in labels})  # embedding rows
-        self.text_rows: dict[str, list[tuple[int, int]]] = {}
-        for text, idx, kind in labels:
-            self.text_rows.setdefault(text, []).append((idx, kind))
+    def __init__(self, index: LabelIndex, column: int) -> None:
+        self._index = index
+        self._column = column
+
+    def __getitem__(self, idx: int) -> str:
+        return self._index._entity_row(idx)[self._column]
 
     def __len__(self) -> int:
-        return len(self.iris)
+        return len(self._index)
+
+
+class LabelIndex:
+    """Every concept's labels: preferred (skos:prefLabel, rdfs:label; kind 0) and synonyms (skos:altLabel; kind 1),
+    with the lookup tables the linker needs, in one SQLite file (cached beside the store): a UMLS-size KG's 8M
+    names cost disk and a bounded page cache, not gigabytes of dictionaries.
+
+    Tables: ``entities`` (position in (CURIE, IRI) order, IRI, display name), ``labels`` (the label as written,
+    its entity, kind, normalised and folded forms; indexed on each form), ``choices`` (the distinct folded labels
+    in sorted order, each with its words sorted, which fuzzy matching compares), ``blocks`` (each word's first and
+    last four letters -> the choices holding such a word, their ids and word-sorted texts side by side, so a fuzzy
+    lookup reads one row per block)."""
+
+    def __init__(self, connection: sqlite3.Connection, path: str = ":memory:") -> None:
+        self._db = connection
+        self.path = path
+        self._lock = threading.Lock()
+        meta = dict(self._rows("SELECT key, value FROM meta"))
+        if meta.get("version") != str(_INDEX_VERSION):
+            raise ValueError("index version")
+        self._entities = int(meta["entities"])
+        self.label_count = int(meta["labels"])
+        self.choice_count = int(meta["choices"])
+        self.max_tokens = int(meta["max_tokens"])
+        self.iris = _Column(self, 0)
+        self.names = _Column(self, 1)
+        self._entity_cache: OrderedDict[int, tuple[str, str]] = OrderedDict()
+        self._texts: list[str] | None = None
+        self._all_sorted: tuple[list[int], list[str]] | None = None
+
+    # --- opening and building ------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: FsPath) -> LabelIndex:
+        """A cached index file; ValueError when it is not one of this version (then it is rebuilt)."""
+        try:
+            connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            _tune(connection)
+            return cls(connection, str(path))
+        except sqlite3.Error as exc:
+            raise ValueError(f"not a label index: {exc}") from exc
+
+    @classmethod
+    def build(cls, kg: Graph, path: FsPath | None = None) -> LabelIndex:
+        """Read every label from the store (streamed, one predicate at a time) into a new index at ``path``
+        (written beside it and moved in place when complete), or in memory without a path."""
+        target = ":memory:" if path is None else str(path.with_name(f".{path.name}.{os.getpid()}.tmp"))
+        if target != ":memory:":
+            FsPath(target).unlink(missing_ok=True)
+        db = sqlite3.connect(target, check_same_thread=False)
+        try:
+            _fill(db, kg)
+        except BaseException:
+            db.close()
+            if target != ":memory:":
+                FsPath(target).unlink(missing_ok=True)
+            raise
+        if path is None:
+            return cls(db)
+        db.close()
+        _replace_cached(path, "labels-", None, FsPath(target))
+        return cls.open(path)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- reading -------------------------------------------------------------------------------------------------
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except UnicodeEncodeError:
+                # a lone surrogate (a model's broken output) equals no stored label: NULL matches nothing
+                safe = [None if isinstance(p, str) and not _encodable(p) else p for p in params]
+                return self._db.execute(sql, safe).fetchall()
+
+    def __len__(self) -> int:
+        return self._entities
+
+    def _entity_row(self, idx: int) -> tuple[str, str]:
+        row = self._entity_cache.get(idx)
+        if row is None:
+            found = self._rows("SELECT iri, name FROM entities WHERE idx = ?", (idx,))
+            if not found:
+                raise IndexError(idx)
+            row = self._entity_cache[idx] = found[0]
+            if len(self._entity_cache) > 50_000:
+                self._entity_cache.popitem(last=False)
+        return row
 
     def entity(self, idx: int) -> Entity:
-        return Entity(self.iris[idx], self.names[idx])
+        iri, name = self._entity_row(idx)
+        return Entity(iri, name)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"version": _INDEX_VERSION, "iris": self.iris, "names": self.names, "labels": self.labels}
+    def exact(self, text: str) -> list[tuple[int, int]]:
+        """(entity, kind) of the labels written exactly ``text``."""
+        return self._rows("SELECT idx, kind FROM labels WHERE text = ?", (text,))
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LabelIndex:
-        if data.get("version") != _INDEX_VERSION:
-            raise ValueError("index version")
-        return cls(data["iris"], data["names"], [tuple(x) for x in data["labels"]])  # type: ignore[misc]
+    def dictionary(self, text: str, key: str) -> list[tuple[int, int, int]]:
+        """(entity, kind, 0) of labels written ``text`` and (entity, kind, 1) of labels normalised to ``key``."""
+        return self._rows("SELECT idx, kind, 0 FROM labels WHERE text = ?1 UNION ALL "
+                          "SELECT idx, kind, 1 FROM labels WHERE norm = ?2 AND ?2 != ''", (text, key))
 
-    @classmethod
-    def build(cls, kg: Graph) -> LabelIndex:
-        rows = kg.store.select_all(
-            f"SELECT DISTINCT ?e ?k ?l WHERE {{ VALUES ?k {{ {iri_ref(SKOS_PREF)} {iri_ref(RDFS_LABEL)} "
-            f"{iri_ref(SKOS_ALT)} }} GRAPH ?g {{ ?e ?k ?l }} FILTER(isIRI(?e) && isLiteral(?l)) }}")
+    def folded(self, choice: str) -> list[tuple[int, int]]:
+        """(entity, kind) of the labels folded to ``choice``."""
+        return self._rows("SELECT idx, kind FROM labels WHERE folded = ? ORDER BY seq", (choice,))
+
+    def original(self, idx: int, choice: str) -> str | None:
+        """How entity ``idx`` writes the label folded to ``choice`` (its last such label), if it has one."""
+        rows = self._rows("SELECT text FROM labels WHERE folded = ? AND idx = ? ORDER BY seq DESC LIMIT 1",
+                          (choice, idx))
+        return rows[0][0] if rows else None
+
+    def choices_from(self, key: str, limit: int) -> list[str]:
+        """Up to ``limit`` folded labels from ``key`` on, in order."""
+        return [r[0] for r in self._rows("SELECT folded FROM choices WHERE folded >= ? ORDER BY folded LIMIT ?",
+                                         (key, limit))]
+
+    def choices_containing(self, inner: str, limit: int) -> list[str]:
+        return [r[0] for r in self._rows("SELECT folded FROM choices WHERE instr(folded, ?) > 0 ORDER BY id LIMIT ?",
+                                         (inner, limit))]
+
+    def block(self, key: str) -> tuple[np.ndarray, list[str]] | None:
+        """The choices holding a word with this block key: their ids (sorted) and word-sorted texts."""
+        import numpy as np
+
+        rows = self._rows("SELECT ids, texts FROM blocks WHERE key = ?", (key,))
+        if not rows:
+            return None
+        return np.frombuffer(rows[0][0], dtype=np.int32), _unpack(rows[0][1])
+
+    def all_sorted(self) -> tuple[list[int], list[str]]:
+        """Every choice's id and word-sorted text, by id (kept: only small indexes scan everything)."""
+        if self._all_sorted is None:
+            rows = self._rows("SELECT id, sorted FROM choices ORDER BY id")
+            self._all_sorted = ([r[0] for r in rows], [r[1] for r in rows])
+        return self._all_sorted
+
+    def choice(self, choice_id: int) -> str:
+        return self._rows("SELECT folded FROM choices WHERE id = ?", (choice_id,))[0][0]
+
+    @property
+    def texts(self) -> list[str]:
+        """The distinct label texts, sorted: the rows of the label embeddings (read on first use)."""
+        if self._texts is None:
+            self._texts = [r[0] for r in self._rows("SELECT DISTINCT text FROM labels ORDER BY text")]
+        return self._texts
+
+    def labels(self, kind: int | None = None) -> Iterator[tuple[str, int, int]]:
+        """(text, entity, kind) of every label (of one kind), in index order, streamed."""
+        with self._lock:
+            cursor = self._db.cursor()
+            rows = cursor.execute("SELECT text, idx, kind FROM labels" + ("" if kind is None else " WHERE kind = ?")
+                                  + " ORDER BY seq", () if kind is None else (kind,))
+            batch = rows.fetchmany(10_000)
+        while batch:
+            yield from batch
+            with self._lock:
+                batch = rows.fetchmany(10_000)
+
+
+    # --- updating -------------------------------------------------------------------------------------------------
+    def update(self, kg: Graph, iris: Iterable[str]) -> int:
+        """Re-read the labels of these entities from ``kg`` (added, changed or gone: a release update's changed
+        concepts) and change only their rows, their choices and the blocks those touch; returns the number of
+        label rows written. The file is changed in place (copy it first to keep the old one). An entity new to
+        the index takes the next free position, so lookups find what a fresh build finds, though ties among
+        equal fuzzy scores may come in another order."""
+        import numpy as np
+
+        wanted = list(dict.fromkeys(iris))
         non = kg.non_concepts()
-        per: dict[str, dict[str, list[tuple[str, str | None]]]] = {}
-        for r in rows:
-            iri = r["e"].value
-            if iri in non or not r["l"].value.strip():
+        with self._lock:
+            db = self._db if self.path == ":memory:" else sqlite3.connect(self.path, check_same_thread=False)
+            try:
+                db.execute("CREATE INDEX IF NOT EXISTS entities_iri ON entities(iri)")
+                db.execute("CREATE INDEX IF NOT EXISTS labels_idx ON labels(idx)")
+                touched: set[str] = set()
+                written = 0
+                next_idx = (db.execute("SELECT MAX(idx) FROM entities").fetchone()[0] or -1) + 1
+                for iri in wanted:
+                    found = db.execute("SELECT idx FROM entities WHERE iri = ?", (iri,)).fetchone()
+                    rows = [] if iri in non else [
+                        (k, q.object.value, q.object.lang) for k, key in enumerate(_LABEL_KEYS)
+                        for q in kg.store.quads(iri, key, None)
+                        if q.object.kind == "literal" and q.object.value.strip()]
+                    if found is not None:
+                        idx = found[0]
+                        touched.update(r[0] for r in db.execute("SELECT folded FROM labels WHERE idx = ?", (idx,)))
+                        db.execute("DELETE FROM labels WHERE idx = ?", (idx,))
+                        db.execute("DELETE FROM entities WHERE idx = ?", (idx,))
+                    else:
+                        idx, next_idx = next_idx, next_idx + 1
+                    if not rows:
+                        continue
+                    name, labels = _entity_labels(iri, rows)
+                    db.execute("INSERT INTO entities VALUES (?, ?, ?)", (idx, iri, name))
+                    db.executemany("INSERT INTO labels(text, idx, kind, norm, folded) VALUES (?, ?, ?, ?, ?)",
+                                   [(text, idx, kind, norm, folded) for text, kind, norm, folded in labels])
+                    touched.update(folded for _, _, _, folded in labels)
+                    written += len(labels)
+                # choices: drop those no label folds to any more, add the new ones; then their blocks
+                changes: dict[str, dict[int, str | None]] = {}  # block key -> choice id -> text (None: drop)
+                next_choice = (db.execute("SELECT MAX(id) FROM choices").fetchone()[0] or -1) + 1
+                max_tokens = self.max_tokens
+                for folded in sorted(touched - {""}):
+                    used = db.execute("SELECT 1 FROM labels WHERE folded = ? LIMIT 1", (folded,)).fetchone()
+                    have = db.execute("SELECT id FROM choices WHERE folded = ?", (folded,)).fetchone()
+                    if used and not have:
+                        ordered = " ".join(sorted(folded.split()))
+                        db.execute("INSERT INTO choices VALUES (?, ?, ?)", (next_choice, folded, ordered))
+                        for key in _choice_keys(folded):
+                            changes.setdefault(key, {})[next_choice] = ordered
+                        next_choice += 1
+                        max_tokens = max(max_tokens, len(folded.split()))
+                    elif have and not used:
+                        db.execute("DELETE FROM choices WHERE id = ?", have)
+                        for key in _choice_keys(folded):
+                            changes.setdefault(key, {})[have[0]] = None
+                for key, change in changes.items():
+                    row = db.execute("SELECT ids, texts FROM blocks WHERE key = ?", (key,)).fetchone()
+                    merged = dict(zip(np.frombuffer(row[0], dtype=np.int32).tolist(), _unpack(row[1]))) \
+                        if row else {}
+                    for choice_id, text in change.items():
+                        if text is None:
+                            merged.pop(choice_id, None)
+                        else:
+                            merged[choice_id] = text
+                    if not merged:
+                        db.execute("DELETE FROM blocks WHERE key = ?", (key,))
+                        continue
+                    order = sorted(merged)
+                    db.execute("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?)",
+                               (key, np.asarray(order, dtype=np.int32).tobytes(), _pack([merged[i] for i in order])))
+                counts = {"entities": db.execute("SELECT COUNT(*) FROM entities").fetchone()[0],
+                          "labels": db.execute("SELECT COUNT(*) FROM labels").fetchone()[0],
+                          "choices": db.execute("SELECT COUNT(*) FROM choices").fetchone()[0],
+                          "max_tokens": max_tokens}
+                db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in counts.items()])
+                db.commit()
+            finally:
+                if db is not self._db:
+                    db.close()
+            self._entities, self.label_count = counts["entities"], counts["labels"]
+            self.choice_count, self.max_tokens = counts["choices"], max_tokens
+            self._entity_cache.clear()
+            self._texts = self._all_sorted = None
+        return written
+
+
+def _tune(db: sqlite3.Connection) -> None:
+    # a bounded page cache (64 MiB) plus the OS's file cache: resident memory stays flat as the KG grows
+    db.execute("PRAGMA cache_size = -65536")
+    db.execute("PRAGMA temp_store = FILE")
+
+
+_SCHEMA = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE raw(curie TEXT NOT NULL, iri TEXT NOT NULL, k INTEGER NOT NULL, text TEXT NOT NULL, lang TEXT);
+CREATE TABLE entities(idx INTEGER PRIMARY KEY, iri TEXT NOT NULL, name TEXT NOT NULL);
+CREATE TABLE labels(seq INTEGER PRIMARY KEY, text TEXT NOT NULL, idx INTEGER NOT NULL, kind INTEGER NOT NULL,
+                    norm TEXT NOT NULL, folded TEXT NOT NULL);
+CREATE TABLE choices(id INTEGER PRIMARY KEY, folded TEXT NOT NULL, sorted TEXT NOT NULL);
+CREATE TABLE blocks(key TEXT PRIMARY KEY, ids BLOB NOT NULL, texts BLOB NOT NULL) WITHOUT ROWID;
+"""
+_LABEL_KEYS = (SKOS_PREF, RDFS_LABEL, SKOS_ALT)
+
+
+def _fill(db: sqlite3.Connection, kg: Graph) -> None:
+    """Build the index's tables in ``db`` from the store, in passes that keep nothing per label in memory except
+    the block lists (ids and references to the choice texts)."""
+    from array import array
+
+    _tune(db)
+    db.execute("PRAGMA journal_mode = OFF")
+    db.execute("PRAGMA synchronous = OFF")
+    db.executescript(_SCHEMA)
+    non = kg.non_concepts()
+    for k, key in enumerate(_LABEL_KEYS):
+        batch: list[tuple[str, str, int, str, str | None]] = []
+        for quad in kg.store.quads(None, key, None):
+            subject, value = quad.subject, quad.object
+            if subject.kind != "uri" or value.kind != "literal" or subject.value in non or not value.value.strip():
                 continue
-            per.setdefault(iri, {}).setdefault(r["k"].value, []).append((r["l"].value, r["l"].lang))
-        iris = sorted(per, key=lambda i: (compress(i), i))
-        names, labels = [], []
-        for idx, iri in enumerate(iris):
-            kinds = per[iri]
-            names.append(pick_label(kinds.get(SKOS_PREF) or kinds.get(RDFS_LABEL) or []) or compress(iri))
-            seen: set[tuple[str, int]] = set()
-            for key, kind in ((SKOS_PREF, 0), (RDFS_LABEL, 0), (SKOS_ALT, 1)):
-                for text, _ in sorted(kinds.get(key, []), key=lambda t: (t[1] or "", t[0])):
-                    if (text, 0) not in seen and (text, kind) not in seen:
-                        seen.add((text, kind))
-                        labels.append((text, idx, kind))
-        return cls(iris, names, labels)
+            batch.append((compress(subject.value), subject.value, k, value.value, value.lang))
+            if len(batch) >= 50_000:
+                db.executemany("INSERT INTO raw VALUES (?, ?, ?, ?, ?)", batch)
+                batch.clear()
+        db.executemany("INSERT INTO raw VALUES (?, ?, ?, ?, ?)", batch)
+    # entities in (CURIE, IRI) order, each with its labels: preferred (by language, text), then synonyms
+    entities: list[tuple[int, str, str]] = []
+    labels: list[tuple[str, int, int, str, str]] = []
+    count = {"entities": 0, "labels": 0}
+
+    def flush() -> None:
+        db.executemany("INSERT INTO entities VALUES (?, ?, ?)", entities)
+        db.executemany("INSERT INTO labels(text, idx, kind, norm, folded) VALUES (?, ?, ?, ?, ?)", labels)
+        count["labels"] += len(labels)
+        entities.clear()
+        labels.clear()
+
+    def entity(iri: str, rows: list[tuple[int, str, str | None]]) -> None:
+        idx = count["entities"]
+        count["entities"] += 1
+        name, rows_out = _entity_labels(iri, rows)
+        entities.append((idx, iri, name))
+        labels.extend((text, idx, kind, norm, folded) for text, kind, norm, folded in rows_out)
+        if len(labels) >= 50_000:
+            flush()
+
+    current: str | None = None
+    rows: list[tuple[int, str, str | None]] = []
+    for iri, k, text, lang in _stream(db, "SELECT iri, k, text, lang FROM raw ORDER BY curie, iri"):
+        if iri != current:
+            if current is not None:
+                entity(current, rows)
+            current, rows = iri, []
+        rows.append((k, text, lang))
+    if current is not None:
+        entity(current, rows)
+    flush()
+    db.execute("DROP TABLE raw")
+    db.execute("CREATE INDEX labels_text ON labels(text, idx, kind)")
+    db.execute("CREATE INDEX labels_norm ON labels(norm, idx, kind)")
+    db.execute("CREATE INDEX labels_folded ON labels(folded, idx, kind)")
+    # choices: the distinct folded labels in order; blocks: each word's first and last four letters
+    ids: dict[str, array] = {}
+    texts: dict[str, list[str]] = {}
+    choices: list[tuple[int, str, str]] = []
+    max_tokens = 1
+    number = -1
+    for (folded,) in _stream(db, "SELECT DISTINCT folded FROM labels WHERE folded != '' ORDER BY folded"):
+        number += 1
+        words = folded.split()
+        max_tokens = max(max_tokens, len(words))
+        # token-sort ratio is the plain ratio of word-sorted strings: sort the labels once, not per query
+        ordered = " ".join(sorted(words))
+        choices.append((number, folded, ordered))
+        for key in _choice_keys(folded):
+            if key not in ids:
+                ids[key] = array("i")
+                texts[key] = []
+            ids[key].append(number)
+            texts[key].append(ordered)
+        if len(choices) >= 50_000:
+            db.executemany("INSERT INTO choices VALUES (?, ?, ?)", choices)
+            choices.clear()
+    db.executemany("INSERT INTO choices VALUES (?, ?, ?)", choices)
+    db.execute("CREATE UNIQUE INDEX choices_folded ON choices(folded)")
+    db.executemany("INSERT INTO blocks VALUES (?, ?, ?)",
+                   ((key, ids[key].tobytes(), _pack(texts[key])) for key in sorted(ids)))
+    meta = {"version": _INDEX_VERSION, "entities": count["entities"], "labels": count["labels"],
+            "choices": number + 1, "max_tokens": max_tokens}
+    db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
+    db.commit()
+
+
+def _entity_labels(iri: str, rows: Sequence[tuple[int, str, str | None]]
+                   ) -> tuple[str, list[tuple[str, int, str, str]]]:
+    """An entity's display name and its labels (text, kind, normalised, folded) from its label literals (0
+    skos:prefLabel, 1 rdfs:label, 2 skos:altLabel; text; language): preferred ones first (by language, then
+    text), each text once per kind, a synonym dropped when it is also a preferred label."""
+    kinds: dict[int, list[tuple[str, str | None]]] = {}
+    for k, text, lang in dict.fromkeys(rows):
+        kinds.setdefault(k, []).append((text, lang))
+    name = pick_label(kinds.get(0) or kinds.get(1) or []) or compress(iri)
+    out: list[tuple[str, int, str, str]] = []
+    seen: set[tuple[str, int]] = set()
+    for k, kind in ((0, 0), (1, 0), (2, 1)):
+        for text, _ in sorted(kinds.get(k, []), key=lambda t: (t[1] or "", t[0])):
+            if (text, 0) not in seen and (text, kind) not in seen:
+                seen.add((text, kind))
+                folded = fold(text)
+                out.append((text, kind, " ".join(singular(w) for w in folded.split()), folded))
+    return name, out
+
+
+def _choice_keys(folded: str) -> set[str]:
+    """The block keys of a folded label: each content word's first and last four letters."""
+    return {k for w in folded.split() if len(w) >= 3 and w not in STOPWORDS for k in _block_keys(w)}
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _pack(texts: list[str]) -> bytes:
+    # a block's texts share most of their letters: compressed, the blocks take a quarter of the room
+    return zlib.compress("\n".join(texts).encode("utf-8"), 1)
+
+
+def _unpack(data: bytes) -> list[str]:
+    return zlib.decompress(data).decode("utf-8").split("\n")
+
+
+def _stream(db: sqlite3.Connection, sql: str) -> Iterator[Any]:
+    """Rows of a query in batches (a second cursor may write meanwhile)."""
+    cursor = db.cursor()
+    cursor.execute(sql)
+    while batch := cursor.fetchmany(20_000):
+        yield from batch
 
 
 # --- the linker ---------------------------------------------------------------------------------------------------
@@ -555,7 +907,6 @@ class Linker:
         self._matrix: np.ndarray | None = None
         self._fingerprint: str | None = None
         self._lock = threading.RLock()
-        self._original_labels: dict[tuple[int, str], str] | None = None
         self.index_from_cache = False  # whether the label index came from the on-disk cache
         self.embeddings_from_cache = False
         self.embeddings_encoded = 0  # label texts encoded by the last build (the rest came from an earlier one)
@@ -582,18 +933,20 @@ class Linker:
 
     def _load_index(self) -> LabelIndex:
         folder = self._folder()
-        path = folder / f"labels-{self.fingerprint}.json" if folder else None
+        path = folder / f"labels-{self.fingerprint}.sqlite" if folder else None
         if path is not None and path.is_file():
             try:
-                index = LabelIndex.from_json(json.loads(path.read_text(encoding="utf-8")))
+                index = LabelIndex.open(path)
                 self.index_from_cache = True
                 return index
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError):
                 pass
-        index = LabelIndex.build(self.kg)
-        if path is not None:
-            _replace_cached(path, "labels-", json.dumps(index.to_json(), ensure_ascii=False))
-        return index
+        try:
+            return LabelIndex.build(self.kg, path)
+        except (OSError, sqlite3.OperationalError):
+            if path is None:
+                raise
+            return LabelIndex.build(self.kg)  # the cache folder cannot take it (read-only, full): in memory
 
     def _embeddings_ready(self) -> bool:
         if self.embedder is None:
@@ -670,38 +1023,26 @@ class Linker:
         if not key or limit < 1:
             return []
         index = self.index
-        originals = self._originals()
-        choices = index.choices
         hits: list[tuple[tuple[int, int, int, str], int, str]] = []
-        start = bisect.bisect_left(choices, key)
         # a short prefix can start thousands of labels: rank within a bounded window so a keystroke stays cheap
-        for choice in itertools.islice(choices, start, start + _COMPLETE_WINDOW):
+        for choice in index.choices_from(key, _COMPLETE_WINDOW):
             if not choice.startswith(key):
                 break
-            hits.extend(((0, kind, len(choice), choice), idx, choice) for idx, kind in index.folded[choice])
+            hits.extend(((0, kind, len(choice), choice), idx, choice) for idx, kind in index.folded(choice))
         if len({idx for _, idx, _ in hits}) < limit:
-            inner = " " + key
-            for choice in choices:
-                if inner in choice:
-                    hits.extend(((1, kind, len(choice), choice), idx, choice) for idx, kind in index.folded[choice])
-                    if len(hits) >= _COMPLETE_WINDOW:
-                        break
+            for choice in index.choices_containing(" " + key, _COMPLETE_WINDOW):
+                hits.extend(((1, kind, len(choice), choice), idx, choice) for idx, kind in index.folded(choice))
+                if len(hits) >= _COMPLETE_WINDOW:
+                    break
         found: dict[int, LabelMatch] = {}
         for rank, idx, choice in sorted(hits):
             if idx not in found:
                 synonym = rank[1] == 1
-                text = originals.get((idx, choice), choice) if synonym else index.names[idx]
+                text = (index.original(idx, choice) or choice) if synonym else index.names[idx]
                 found[idx] = LabelMatch(index.entity(idx), text, synonym)
                 if len(found) >= limit:
                     break
         return list(found.values())
-
-    def _originals(self) -> dict[tuple[int, str], str]:
-        """(concept, folded label) -> the label as written, built on the first autocomplete."""
-        with self._lock:
-            if self._original_labels is None:
-                self._original_labels = {(idx, fold(text)): text for text, idx, _ in self.index.labels}
-            return self._original_labels
 
     # --- one mention ---------------------------------------------------------------------------------------------
     def link_one(self, name: str, top: int = 5) -> list[Candidate]:
@@ -732,38 +1073,51 @@ class Linker:
             return []
 
     def _dictionary(self, text: str, scores: dict[int, tuple[float, str]]) -> None:
-        index = self.index
-        for idx, kind in index.exact.get(text, ()):
-            _offer(scores, idx, _SCORES[("exact", kind)], "exact" if kind == 0 else "synonym")
-        for idx, kind in index.norm.get(normalise(text), ()):
-            _offer(scores, idx, _SCORES[("normalised", kind)], "normalised" if kind == 0 else "synonym")
+        for idx, kind, normalised in self.index.dictionary(text, normalise(text)):
+            if normalised:
+                _offer(scores, idx, _SCORES[("normalised", kind)], "normalised" if kind == 0 else "synonym")
+            else:
+                _offer(scores, idx, _SCORES[("exact", kind)], "exact" if kind == 0 else "synonym")
 
     def _fuzzy(self, key: str, scores: dict[int, tuple[float, str]], full_scan: bool = False) -> None:
-        """rapidfuzz token-sort ratio against labels sharing a word beginning with the key: its rarer words'
-        blocks only (a common word such as "abnormal" would pull in thousands), all labels as a last resort."""
-        from rapidfuzz import fuzz, process
-
+        """rapidfuzz token-sort ratio against labels sharing a word beginning or ending like one of the key's: its
+        rarer words' blocks only (a common word such as "abnormal" would pull in thousands). When every block is
+        large, the smallest block (up to ``_LARGE_BLOCK`` in an index past ``_FULL_SCAN``), else the labels in
+        two of the key's blocks (two words, or both ends of one). When nothing matched and ``full_scan``: every
+        label of a small index, the labels in two blocks of a large one (so the work is bounded by the blocks,
+        not by the size of the KG)."""
         index = self.index
         if len(key) < 4:
             return
         words = [w for w in set(key.split()) if len(w) >= 3 and w not in STOPWORDS]
         # a word's blocks: its first and its last four letters (one typo rarely spoils both)
-        blocks = [b for w in words for k in _block_keys(w) if (b := index.blocks.get(k))]
-        rare = [b for b in blocks if len(b) <= _RARE_BLOCK] or sorted(blocks, key=len)[:1]
-        ids = sorted({i for b in rare for i in b})
+        blocks = [b for w in words for k in _block_keys(w) if (b := index.block(k)) is not None]
+        rare = [b for b in blocks if len(b[0]) <= _RARE_BLOCK]
+        if not rare and blocks:
+            smallest = min(blocks, key=lambda b: len(b[0]))
+            if len(smallest[0]) <= _LARGE_BLOCK or index.choice_count <= _FULL_SCAN:
+                rare = [smallest]
         query = " ".join(sorted(key.split()))
-        hits: list[tuple[int, float]] = []
-        if ids:
-            found = process.extract(query, [index.sorted_choices[i] for i in ids], scorer=fuzz.ratio,
-                                    score_cutoff=self.fuzzy_cutoff, limit=10, processor=None)
-            hits = [(ids[pos], ratio) for _, ratio, pos in found]
-        if not hits and full_scan:  # a typo in every rare word: look at everything
-            found = process.extract(query, index.sorted_choices, scorer=fuzz.ratio, score_cutoff=self.fuzzy_cutoff,
-                                    limit=10, processor=None)
-            hits = [(pos, ratio) for _, ratio, pos in found]
+        hits = self._extract(query, _union(rare) if rare else _shared(blocks))
+        if not hits and full_scan:  # a typo in every rare word: look further
+            if index.choice_count <= _FULL_SCAN:
+                hits = self._extract(query, index.all_sorted())
+            elif rare:
+                hits = self._extract(query, _shared(blocks))
         for pos, ratio in hits:
-            for idx, kind in index.folded[index.choices[pos]]:
+            for idx, kind in index.folded(index.choice(pos)):
                 _offer(scores, idx, 0.9 * ratio / 100.0, "fuzzy")
+
+    def _extract(self, query: str, candidates: tuple[list[int], list[str]]) -> list[tuple[int, float]]:
+        """The best (up to 10) of ``candidates`` (choice ids and their word-sorted texts) above the cut-off."""
+        from rapidfuzz import fuzz, process
+
+        ids, texts = candidates
+        if not ids:
+            return []
+        found = process.extract(query, texts, scorer=fuzz.ratio, score_cutoff=self.fuzzy_cutoff, limit=10,
+                                processor=None)
+        return [(ids[pos], ratio) for _, ratio, pos in found]
 
     def _embedding(self, vector: Any, scores: dict[int, tuple[float, str]]) -> None:
         import numpy as np
@@ -779,7 +1133,7 @@ class Linker:
             sim = float(sims[row])
             if sim < self.threshold:
                 break
-            for idx, _ in index.text_rows[index.texts[row]]:
+            for idx, _ in index.exact(index.texts[row]):
                 best[idx] = max(best.get(idx, 0.0), sim)
             if len(best) >= self.embedding_top:
                 break
@@ -906,6 +1260,37 @@ class Linker:
 
 def _block_keys(word: str) -> tuple[str, str]:
     return "^" + word[:4], word[-4:] + "$"
+
+
+def _union(blocks: Sequence[tuple[Any, list[str]]]) -> tuple[list[int], list[str]]:
+    """The choices of some blocks, once each, by id (ids with their word-sorted texts)."""
+    merged: dict[int, str] = {}
+    for ids, texts in blocks:
+        merged.update(zip(ids.tolist(), texts))
+    order = sorted(merged)
+    return order, [merged[i] for i in order]
+
+
+def _shared(blocks: Sequence[tuple[Any, list[str]]]) -> tuple[list[int], list[str]]:
+    """The choices in at least two of the blocks (two of the key's words, or both ends of one), those in most
+    first, at most ``_SHARED_CAP`` of them, by id."""
+    import numpy as np
+
+    if len(blocks) < 2:
+        return [], []
+    ids, counts = np.unique(np.concatenate([b[0] for b in blocks]), return_counts=True)
+    keep = counts >= 2
+    ids, counts = ids[keep], counts[keep]
+    if len(ids) > _SHARED_CAP:
+        ids = np.sort(ids[np.lexsort((ids, -counts))[:_SHARED_CAP]])
+    wanted = set(ids.tolist())
+    merged: dict[int, str] = {}
+    for block_ids, texts in blocks:
+        for i, text in zip(block_ids.tolist(), texts):
+            if i in wanted:
+                merged[i] = text
+    order = sorted(merged)
+    return order, [merged[i] for i in order]
 
 
 def _has_content(text: str) -> bool:

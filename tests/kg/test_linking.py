@@ -81,6 +81,71 @@ def test_fuzzy(linker: Linker) -> None:
     assert linker.link_one("zebra crossing") == []
 
 
+def test_fuzzy_on_a_large_index_reads_blocks_not_every_label(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``_FULL_SCAN`` labels a mention is compared with the labels of its words' blocks only, never with the
+    whole index; when every block is past ``_LARGE_BLOCK``, with the labels in two of them."""
+    import mirage_kg.linking as linking
+
+    store = OxigraphStore()
+    ensure_schema(store)
+    many = "".join(f'KG:Variant_{n} skos:prefLabel "zorbitine variant {n}"@en .\n' for n in range(40))
+    load(store, TTL.replace("KG:Allergy", many + "KG:Allergy"))
+    monkeypatch.setattr(linking, "_FULL_SCAN", 10)
+    monkeypatch.setattr(linking, "_LARGE_BLOCK", 20)
+    compared: list[int] = []
+    extract = Linker._extract
+    monkeypatch.setattr(Linker, "_extract", lambda self, q, c: compared.append(len(c[0])) or extract(self, q, c))
+    fresh = Linker(store, embedding_model="none", cache_dir=tmp_path)
+    assert fresh.index.choice_count > 10
+    # "hypretension": its first four letters miss, its last four find a small block
+    assert best(fresh.link_one("hypretension")) == ("KG:Hypertension", "fuzzy")
+    assert max(compared) <= 2  # a full scan would compare all 50 labels
+    compared.clear()
+    # every block of "zorbitine variamt 7" is large (40 labels): the labels in two of them
+    found = fresh.link_one("zorbitine variamt 7")
+    assert best(found) == ("KG:Variant_7", "fuzzy") and compared and max(compared) <= 40
+    compared.clear()
+    assert fresh.link_one("zebra crossing") == [] and not any(compared)  # no block: nothing to compare
+
+
+def test_an_updated_index_finds_what_a_fresh_build_finds(tmp_path: Path) -> None:
+    """``LabelIndex.update`` re-reads only the entities it is given (a release update's changed concepts): an
+    added entity, a changed label and a removed one, then the same answers as an index built from scratch."""
+    import shutil
+
+    from mirage_kg.graph import Graph
+    from mirage_kg.linking import LabelIndex
+
+    store = OxigraphStore(tmp_path / "store")
+    ensure_schema(store)
+    load(store, TTL)
+    before = Linker(store, embedding_model="none", cache_dir=tmp_path / "cache")
+    assert best(before.link_one("Allergy")) == ("KG:Allergy", "exact")
+    copy = tmp_path / "updated.sqlite"
+    shutil.copy(before.index.path, copy)
+    load(store, VERTIGO, graph="https://w3id.org/mirage-kg/graph/more")
+    kg = "https://w3id.org/mirage-kg/entity/"
+    store.update(f'DELETE WHERE {{ GRAPH ?g {{ <{kg}Allergy> ?p ?o }} }} ; INSERT DATA {{ GRAPH <{GRAPH}> {{ '
+                 f'<{kg}Headache> <http://www.w3.org/2004/02/skos/core#altLabel> "cephalalgia"@en }} }}')
+    updated = LabelIndex.open(copy)
+    assert updated.update(Graph(store), [kg + "Vertigo", kg + "Allergy", kg + "Headache"]) == 3
+    fresh = Linker(store, embedding_model="none", cache_dir=tmp_path / "cache")
+    patched = Linker(store, embedding_model="none", cache_dir=tmp_path / "cache")
+    patched._index = updated
+    assert len(updated) == len(fresh.index) and updated.label_count == fresh.index.label_count
+    assert updated.choice_count == fresh.index.choice_count
+    for mention in ("Vertigo", "vertgio", "cephalalgia", "cephalagia", "Allergy", "allergies", "Headache",
+                    "heart attack", "hypertensoin"):
+        assert patched.link_one(mention) == fresh.link_one(mention), mention
+    assert best(patched.link_one("cephalalgia")) == ("KG:Headache", "synonym")
+    assert patched.link_one("Allergy") == []
+    text = "vertigo and a cephalalgia, then my allergy"
+    assert patched.link(text) == fresh.link(text)
+    for prefix in ("v", "ce", "all", "he"):
+        assert patched.complete(prefix) == fresh.complete(prefix), prefix
+    store.close()
+
+
 def test_scores_order_methods(linker: Linker) -> None:
     candidates = linker.link_one("diabetes")
     assert [c.method for c in candidates][:1] == ["synonym"]
@@ -129,8 +194,8 @@ def test_index_is_cached_beside_an_on_disk_store_and_invalidated_by_a_load(tmp_p
     first = Linker(store, embedding_model="none")
     assert best(first.link_one("Headache")) == ("KG:Headache", "exact")
     assert not first.index_from_cache
-    cached = sorted(p.name for p in (folder / ".mirage-cache").glob("labels-*.json"))
-    assert cached == [f"labels-{first.fingerprint}.json"]
+    cached = sorted(p.name for p in (folder / ".mirage-cache").glob("labels-*.sqlite"))
+    assert cached == [f"labels-{first.fingerprint}.sqlite"]
 
     again = Linker(store, embedding_model="none")
     assert again.link_one("Headache")[0].entity.id == "KG:Headache" and again.index_from_cache
@@ -139,8 +204,8 @@ def test_index_is_cached_beside_an_on_disk_store_and_invalidated_by_a_load(tmp_p
     fresh = Linker(store, embedding_model="none")
     assert fresh.fingerprint != first.fingerprint
     assert best(fresh.link_one("Vertigo")) == ("KG:Vertigo", "exact") and not fresh.index_from_cache
-    assert sorted(p.name for p in (folder / ".mirage-cache").glob("labels-*.json")) == [
-        f"labels-{fresh.fingerprint}.json"]  # the stale index is gone
+    assert sorted(p.name for p in (folder / ".mirage-cache").glob("labels-*.sqlite")) == [
+        f"labels-{fresh.fingerprint}.sqlite"]  # the stale index is gone
     store.close()
 
 
@@ -150,7 +215,7 @@ def test_memory_store_caches_by_fingerprint_and_the_graph_relinks_after_a_load(t
     load(store, TTL)
     kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
     assert kg.linker.link_one("Vertigo") == []
-    assert (tmp_path / kg.linker.fingerprint / f"labels-{kg.linker.fingerprint}.json").is_file()
+    assert (tmp_path / kg.linker.fingerprint / f"labels-{kg.linker.fingerprint}.sqlite").is_file()
     load(store, VERTIGO, graph="https://w3id.org/mirage-kg/graph/more")
     assert best(kg.linker.link_one("Vertigo")) == ("KG:Vertigo", "exact")  # same KnowledgeGraph, new index
 
