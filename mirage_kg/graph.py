@@ -52,6 +52,11 @@ Direction = Literal["forward", "backward"]
 #: what ``anchor(direction=...)`` accepts (the older "out"/"in" spellings too) -> the one vocabulary
 DIRECTIONS = {"forward": "forward", "out": "forward", "backward": "backward", "in": "backward", "both": "both"}
 _VALUES_CHUNK = 400  # IRIs per VALUES block: keeps queries well under any endpoint's size limit
+#: A node with more fact edges than this (the degree index says) is a hub: anchor and the retriever read its edges
+#: relation by relation, at most ``HUB_EDGES_PER_RELATION`` each way (in the store's index order), so their cost
+#: stops growing with the hub's degree; bridge stays exact (its search starts from the other end).
+HUB_DEGREE = 20_000
+HUB_EDGES_PER_RELATION = 1_000
 _SPARQL_RECHECK_S = 2.0  # how often a remote store's manifest is re-read to notice loads
 
 _NOT_FACT = ", ".join(iri_ref(p) for p in sorted(NON_FACT_PREDICATES))
@@ -146,6 +151,7 @@ class _State:
     degree_cache: dict[str, int] = field(default_factory=dict)  # remote: degrees fetched so far
     groups: ConceptGroups | None = None  # concepts merged by exact match (mirage_kg.concepts)
     concept_count: int | None = None  # nodes with facts: the N of the specificity (IDF) ranking
+    hub_relations: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # hub -> (relation, direction)
 
 
 class Graph:
@@ -344,8 +350,12 @@ class Graph:
         return state.declared_relations
 
     # --- adjacency -----------------------------------------------------------------------------------------------
-    def neighbours(self, iri: str, relations: frozenset[str] | None = None) -> list[Neighbour]:
-        """The fact edges at ``iri``, each seen from it: distinct, sorted, a self-loop once (as forward)."""
+    def neighbours(self, iri: str, relations: frozenset[str] | None = None,
+                   per_relation: int | None = None) -> list[Neighbour]:
+        """The fact edges at ``iri``, each seen from it: distinct, sorted, a self-loop once (as forward). With
+        ``per_relation``, a hub (over ``HUB_DEGREE`` edges) gives at most that many per relation and direction."""
+        if per_relation is not None and self.degrees([iri])[iri] > HUB_DEGREE:
+            return self._hub_neighbours(iri, relations, per_relation)
         non = self._state().non_concepts
         seen: set[Neighbour] = set()
         for quad in self.store.quads(iri, None, None):
@@ -359,6 +369,39 @@ class Graph:
                 if relations is None or p in relations:
                     seen.add(Neighbour(p, "backward", s.value))
         return sorted(seen)
+
+    def _hub_neighbours(self, iri: str, relations: frozenset[str] | None, per_relation: int) -> list[Neighbour]:
+        """A hub's fact edges, at most ``per_relation`` per (relation, direction): the relations at the hub come
+        from one query the engine answers natively (no edge reaches Python), then each relation's edges are read
+        until the cap."""
+        non = self._state().non_concepts
+        found: set[Neighbour] = set()
+        for p, direction in self._hub_relations(iri):
+            if p in NON_FACT_PREDICATES or (relations is not None and p not in relations):
+                continue
+            taken: set[Neighbour] = set()
+            quads = self.store.quads(iri, p, None) if direction == "forward" else self.store.quads(None, p, iri)
+            for quad in quads:
+                other = quad.object if direction == "forward" else quad.subject
+                if other.kind != "uri" or other.value in non or (direction == "backward" and other.value == iri):
+                    continue
+                taken.add(Neighbour(p, direction, other.value))
+                if len(taken) >= per_relation:
+                    break
+            found |= taken
+        return sorted(found)
+
+    def _hub_relations(self, iri: str) -> list[tuple[str, str]]:
+        """(relation, direction) pairs at a hub, cached per graph state."""
+        state = self._state()
+        if iri not in state.hub_relations:
+            node = iri_ref(iri)
+            rows = self.store.select(
+                f"SELECT DISTINCT ?p ?dir WHERE {{ {{ GRAPH ?g {{ {node} ?p ?x }} BIND(1 AS ?dir) }} UNION "
+                f"{{ GRAPH ?g {{ ?x ?p {node} }} BIND(2 AS ?dir) }} FILTER(isIRI(?x)) }}")
+            state.hub_relations[iri] = sorted({(r["p"].value, "forward" if r["dir"].value == "1" else "backward")
+                                               for r in rows})
+        return state.hub_relations[iri]
 
     def degrees(self, iris: Iterable[str]) -> dict[str, int]:
         """Fact degree of each entity: distinct fact triples it takes part in (a self-loop counts twice)."""
@@ -425,7 +468,8 @@ class Graph:
         names = self.labels(others)
         return [Entity(i, names[i]) for i in others]
 
-    def walk(self, iri: str, relations: frozenset[str] | None = None) -> list[tuple[str, str, str, str, str]]:
+    def walk(self, iri: str, relations: frozenset[str] | None = None,
+             per_relation: int | None = None) -> list[tuple[str, str, str, str, str]]:
         """Fact edges at ``iri``'s node, a merged concept taken as one: (relation, "forward"|"backward", the
         other node, stored subject, stored object). Edges inside a group (its exact matches) are identity, not
         facts; one stored edge per (relation, direction, other node); a fact stored both ways (as EMCKG often
@@ -434,7 +478,7 @@ class Graph:
         node = groups.rep(iri)
         found: dict[tuple[str, str, str], tuple[str, str]] = {}
         for member in groups.of(node):
-            for p, d, n in self.neighbours(member, relations):
+            for p, d, n in self.neighbours(member, relations, per_relation):
                 other = groups.rep(n)
                 if other == node:
                     continue
@@ -485,7 +529,9 @@ class Graph:
             raise InputError(f"rank must be one of {', '.join(RANKINGS)}, not {rank!r}")
         center = self.entity(entity)
         rels = self._resolve_relations(relations)
-        edges = [e for e in self.walk(center.iri, rels) if want == "both" or e[1] == want]
+        # a hub's edges are read up to a cap per relation (ranked among those): anchor costs the same at any degree
+        edges = [e for e in self.walk(center.iri, rels, max(k, HUB_EDGES_PER_RELATION))
+                 if want == "both" or e[1] == want]
         if not edges:
             return []
         others = sorted({n for _, _, n, _, _ in edges})
@@ -607,6 +653,12 @@ class Graph:
         adj = self._adjacency_of(rels, memo, real)
 
         left_depth = hops // 2
+        known = self._state().degrees
+        if known is not None:  # a hub at one end: search from the other (the same paths, without its edges)
+            if known.get(a, 0) > HUB_DEGREE >= known.get(b, 0):
+                left_depth = 0
+            elif known.get(b, 0) > HUB_DEGREE >= known.get(a, 0):
+                left_depth = hops - 1
         right_depth = hops - 1 - left_depth
         left = _partials(a, left_depth, adj, avoid=b)
         right = _partials(b, right_depth, adj, avoid=a)

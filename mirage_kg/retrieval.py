@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mirage_kg.graph import Graph, Neighbour
+from mirage_kg.graph import HUB_EDGES_PER_RELATION, Graph, Neighbour
 from mirage_kg.linking import Linker, Mention
 from mirage_kg.model import Entity, Evidence, Path, Step
 
@@ -116,7 +116,8 @@ class Retriever:
         linked = tuple(entities[i] for i in ranked_q)
         if budget < 1 or not weights:
             return RetrievalResult(question, mentions, linked, (), mention_of)
-        adjacency = {q: self.kg.neighbours(q) for q in ranked_q}
+        # a hub's edges up to a cap per relation (``HUB_DEGREE``): the expansion costs the same at any degree
+        adjacency = {q: self.kg.neighbours(q, per_relation=HUB_EDGES_PER_RELATION) for q in ranked_q}
         hubs = self.rank_hubs(weights, adjacency)
         evidence = self._collect(ranked_q, adjacency, hubs, budget)
         return RetrievalResult(question, mentions, linked, evidence, mention_of)
@@ -160,7 +161,7 @@ class Retriever:
         via: dict[str, tuple[str, str, str]] = {}  # entity -> (best hub, predicate, direction)
         for hub in hubs:
             if hub not in adjacency:
-                adjacency[hub] = kg.neighbours(hub)
+                adjacency[hub] = kg.neighbours(hub, per_relation=HUB_EDGES_PER_RELATION)
             one_edge: dict[str, tuple[str, str]] = {}  # outgoing edges first, then by relation id
             for p, d, n in sorted(adjacency[hub], key=lambda e: (e[1] != "forward", e[0])):
                 one_edge.setdefault(n, (p, d))

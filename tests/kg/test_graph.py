@@ -292,6 +292,47 @@ def test_bridge_equals_networkx_on_emckg(emckg_store: OxigraphStore) -> None:
     assert checked > 2000  # the pairs were not all disconnected
 
 
+def test_a_hub_is_read_up_to_a_cap_per_relation_and_bridge_from_it_stays_exact(
+        emckg_store: OxigraphStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``HUB_DEGREE`` edges, anchor and the retriever read a node's edges relation by relation up to a cap
+    (every relation still there), and bridge searches from the other end: the same paths as the enumeration."""
+    import mirage_kg.graph as graph_module
+    from mirage_kg.retrieval import Retriever
+
+    kg = KnowledgeGraph(emckg_store, embedding_model="none")
+    kg.degrees([])  # the whole degree index
+    degree = kg._state().degrees or {}
+    hubs = sorted(degree, key=lambda n: (-degree[n], n))[:3]
+    assert degree[hubs[2]] > 40  # three hubs once HUB_DEGREE is 40
+    monkeypatch.setattr(graph_module, "HUB_DEGREE", 40)
+    monkeypatch.setattr(graph_module, "HUB_EDGES_PER_RELATION", 5)
+    hub = hubs[0]
+    every = kg.neighbours(hub)
+    capped = kg.neighbours(hub, per_relation=5)
+    assert set(capped) < set(every)
+    groups = {(p, d) for p, d, _ in every}
+    assert {(p, d) for p, d, _ in capped} == groups  # no relation is lost
+    assert all(sum(1 for p, d, _ in capped if (p, d) == g) == min(5, sum(1 for e in every if e[:2] == g))
+               for g in groups)
+    steps = kg.anchor(hub, k=3)
+    assert steps and all(sum(1 for t in steps if (t.relation.iri, t.direction) == (s.relation.iri, s.direction)) <= 3
+                         for s in steps)
+    assert {(s.relation.iri, s.direction, (s.object if s.direction == "forward" else s.subject).iri)
+            for s in steps} <= set(every)
+    graph = fact_multigraph(emckg_store)
+    rng = random.Random(7)
+    others = rng.sample(sorted(n for n in graph.nodes if degree.get(n, 0) <= 40), 8)
+    for a in hubs:
+        for b in others:
+            for hops in (2, 3):
+                expected = reference_paths(graph, a, b, hops)
+                assert as_raw(kg.bridge(a, b, max_hops=hops, max_paths=10**6, rank="degree")) == expected
+                assert as_raw(kg.bridge(b, a, max_hops=hops, max_paths=10**6, rank="degree")) == \
+                    reference_paths(graph, b, a, hops)
+    found = Retriever(kg).retrieve(f"How is {kg.entity(hub).label} related to {kg.entity(others[0]).label}?")
+    assert found.evidence and all(kg.path_exists(ev.path) for ev in found.evidence)
+
+
 def test_bridge_and_anchor_equal_on_both_stores(store: Store, emckg_path: Path, tmp_path: Path) -> None:
     """The SPARQL patterns and the embedded search give the same answers (a slice of EMCKG, kept small)."""
     lines = emckg_path.read_text(encoding="utf-8").splitlines()[:700]
