@@ -5,7 +5,10 @@ process (wall time and peak RSS from ``wait4``), on generated releases of about 
   inactivated, half new IS-A rows) plus as many description rewordings; ``load --update DELTA`` against a fresh
   load of the later Snapshot (the Snapshot with the Delta applied);
 - ``triples``: a ``head<TAB>relation<TAB>tail`` file and its successor with ``--changed`` of its facts re-pointed:
-  ``load --update`` (the whole successor diffed against the graph) against a fresh load of the successor.
+  ``load --update`` (only the rows that differ from the previous file are parsed) against a fresh load of the
+  successor.
+
+Loads run with ``--no-index`` (the index step after a load is measured by its own benchmarks).
 
     python benchmarks/bench_update.py [--triples 5000000] [--changed 0.01] [--shapes snomed,triples]
 
@@ -106,16 +109,21 @@ def measure(shape: str, work: Path, triples: int, changed: float, seed: int) -> 
     make = snomed_pair if shape == "snomed" else triples_pair
     old, update_with, fresh_release = make(work / shape, triples, changed, seed)
     updated, fresh = work / shape / "store-updated", work / shape / "store-fresh"
-    load_s, load_mb, _ = timed(cli("load", str(old), "--store", str(updated)))
+    # the loads alone: the index step after a load (labels, embeddings) is measured by bench_index/bench_scale
+    load_s, load_mb, _ = timed(cli("load", str(old), "--store", str(updated), "--no-index"))
     stats = json.loads(timed(cli("stats", "--store", str(updated), "--json"))[2])
     (graph,) = [g["name"] for g in stats["graphs"] if g.get("release")]
-    update_s, update_mb, output = timed(cli("load", "--update", str(update_with), "--store", str(updated)))
-    fresh_s, fresh_mb, _ = timed(cli("load", str(fresh_release), "--store", str(fresh), "--graph", graph))
+    update_s, update_mb, output = timed(cli("load", "--update", str(update_with), "--store", str(updated),
+                                            "--no-index"))
+    fresh_s, fresh_mb, _ = timed(cli("load", str(fresh_release), "--store", str(fresh), "--graph", graph,
+                                     "--no-index"))
     counts = [int(timed([sys.executable, "-c", COUNT, str(s), _expand(graph)])[2]) for s in (updated, fresh)]
     summary = next((line.strip() for line in output.splitlines() if line.strip().startswith("triples:")), "")
+    compared = next((line.strip() for line in output.splitlines() if line.strip().startswith("compared:")), "")
     return {"shape": shape, "triples": counts[1], "load_v1_s": load_s, "update_s": update_s, "fresh_s": fresh_s,
             "ratio": update_s / fresh_s, "update_peak_mb": update_mb, "fresh_peak_mb": fresh_mb,
-            "load_peak_mb": load_mb, "same_count": counts[0] == counts[1], "diff": summary}
+            "load_peak_mb": load_mb, "same_count": counts[0] == counts[1], "diff": summary,
+            "compared": compared}
 
 
 def _expand(curie: str) -> str:
@@ -147,6 +155,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['shape']:8} {r['triples']:>11,} {r['update_s']:>9.1f} {r['fresh_s']:>8.1f} {r['ratio']:>6.2f} "
               f"{r['update_peak_mb']:>15.0f} {r['fresh_peak_mb']:>14.0f} {str(r['same_count']):>5}  {r['diff']}")
+        print(f"{'':8} {r['compared']}")
 
 
 if __name__ == "__main__":

@@ -123,20 +123,31 @@ def read_lines(path: Path, problem: RowProblem, *, keep_ends: bool = False, fina
                             "the file ends inside a row (no line break at the end): a cut-off download? "
                             "Add the line break if the row is whole")
                     return
-            bad = control(raw)
-            if bad is not None:
-                problem("control character", path, number,
-                        f"byte {raw[bad.start()]:#04x} at column {bad.start() + 1} (NUL and other control bytes "
-                        "are not text)")
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                problem("invalid UTF-8", path, number, f"byte {raw[exc.start]:#04x} at column {exc.start + 1}")
-                if not repair_utf8:
-                    continue
-                text = raw.decode("utf-8", "replace")
-            yield number, (text if keep_ends else text.rstrip("\r\n"))
+            if control(raw) is not None:
+                text = decoded_row(raw, number, path, problem, repair_utf8)  # says which byte
+            else:
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    text = decoded_row(raw, number, path, problem, repair_utf8)
+            if text is not None:
+                yield number, (text if keep_ends else text.rstrip("\r\n"))
+
+
+def decoded_row(raw: bytes, number: int, path: str | Path, problem: RowProblem,
+                repair_utf8: bool = False) -> str | None:
+    """One line's text, checked as ``read_lines`` checks it: a control byte or bad UTF-8 is a row problem (None
+    when the lenient problem lets the load go on without the row)."""
+    bad = _CONTROL.search(raw)
+    if bad is not None:
+        problem("control character", path, number,
+                f"byte {raw[bad.start()]:#04x} at column {bad.start() + 1} (NUL and other control bytes are not text)")
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem("invalid UTF-8", path, number, f"byte {raw[exc.start]:#04x} at column {exc.start + 1}")
+        return raw.decode("utf-8", "replace") if repair_utf8 else None
 
 
 def checked_bytes(path: Path, problem: RowProblem) -> bytes:

@@ -5,8 +5,10 @@ declared property with a label. Repeated facts collapse (RDF is a set)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import (
@@ -33,6 +35,29 @@ HEADER_WORDS = frozenset({"head", "relation", "tail", "subject", "predicate", "o
                           "entity1", "entity2", "head_entity", "tail_entity", "x", "y"})
 
 
+_DECLARING = frozenset({TYPE, PREF, LABEL})  # the predicates of an entity's or a relation's declaration
+
+
+@dataclass
+class RowTally:
+    """Rows and facts seen so far (the "no facts" check of a whole file)."""
+
+    rows: int = 0
+    facts: int = 0
+
+
+def _advancing(rows: Iterator[tuple[int, str]], advance: Callable[[int], None]) -> Iterator[tuple[int, str]]:
+    """The rows, telling the progress bar how many bytes went by every 65,536 lines."""
+    done = 0
+    for number, text in rows:
+        done += len(text) + 1
+        if number % 65536 == 0:
+            advance(done)
+            done = 0
+        yield number, text
+    advance(done)
+
+
 def readable(name: str) -> str:
     """``Panic_disorder`` -> ``Panic disorder``; a quoted, escaped name (``"Devil\\\\'S_Claw"``) is unquoted."""
     if len(name) > 1 and name[0] == name[-1] == '"':
@@ -55,22 +80,30 @@ class TriplesLoader(Loader):
               advance: "callable | None" = None) -> Iterator[str]:  # type: ignore[valid-type]
         """N-Triples lines for the file, declaring each entity and relation once."""
         problem = Problem(options, report)
+        rows: Iterator[tuple[int, str]] = read_lines(path, problem)
+        if advance is not None:
+            rows = _advancing(rows, advance)
+        tally = RowTally()
+        yield from self.row_triples(rows, path, options, problem, tally)
+        if not tally.facts:
+            what = "the file is empty" if not tally.rows else f"none of its {tally.rows:,} rows is a fact"
+            raise InputError(f"no facts to load: {what}", path)
+
+    def row_triples(self, rows: Iterable[tuple[int, str]], path: Path, options: LoadOptions,
+                    problem: Problem, tally: RowTally | None = None, *, first_rows: bool = True) -> Iterator[str]:
+        """N-Triples text for numbered rows, one chunk a fact with the declarations of every entity and relation
+        it names first (so a graph is the union of its rows' triples, which ``load --update`` relies on to apply
+        changed rows only). ``first_rows``: the rows start the file (its first row may be a header)."""
+        tally = tally if tally is not None else RowTally()
         entities: dict[str, str] = {}
         relations: dict[str, str] = {}
         lang = checked_lang(options.lang)
-        done = 0
-        facts = rows = 0
-        for number, text in read_lines(path, problem):
-            if advance is not None:
-                done += len(text) + 1
-                if number % 65536 == 0:
-                    advance(done)
-                    done = 0
+        for number, text in rows:
             if not text.strip() or text.startswith("#"):
                 continue
             parts = text.split("\t")
-            rows += 1
-            if rows == 1 and looks_like_header(parts, HEADER_WORDS):
+            tally.rows += 1
+            if first_rows and tally.rows == 1 and self.is_header(text):
                 problem("header row", path, number, f"the first row {text!r} is column names, not a fact; "
                         "delete it (or load with --lenient to skip it)")
                 continue
@@ -98,13 +131,53 @@ class TriplesLoader(Loader):
                 out.append(f"{prop} {TYPE} {RELATION} .\n{prop} {TYPE} {OBJECT_PROPERTY} .\n"
                            f"{prop} {LABEL} {literal_nt(readable(rel))} .\n")
             out.append(f"{ids[0]} {prop} {ids[1]} .\n")
-            facts += 1
+            tally.facts += 1
             yield "".join(out)
-        if advance is not None:
-            advance(done)
-        if not facts:
-            what = "the file is empty" if not rows else f"none of its {rows:,} rows is a fact"
-            raise InputError(f"no facts to load: {what}", path)
+
+    @staticmethod
+    def is_header(text: str) -> bool:
+        """Whether a first row is column names (skipped or refused, never a fact)."""
+        return looks_like_header(text.split("\t"), HEADER_WORDS)
+
+    @staticmethod
+    def row_names(raw: bytes) -> list[bytes]:
+        """The names a raw row's triples can have as subject (head, tail, relation), as ``mint`` keys them (two
+        names with one key are one IRI), UTF-8 encoded. Cheap: ``load --update`` asks it of every unchanged row."""
+        if raw.isascii():  # bytes.strip strips what str.strip strips only for ASCII
+            return [part.strip().replace(b" ", b"_") for part in raw.split(b"\t")]
+        return [part.strip().replace(" ", "_").encode("utf-8")
+                for part in raw.decode("utf-8", "replace").split("\t")]
+
+    @staticmethod
+    def _keys(iri: str, options: LoadOptions) -> tuple[bytes, ...]:
+        """The row names (as ``row_names`` gives them) that mint ``iri`` in this load's namespaces."""
+        return tuple(unquote(iri[len(ns):]).encode("utf-8") for ns in {options.namespace, options.relation_namespace}
+                     if iri.startswith(ns))
+
+    def triple_keys(self, line: str, options: LoadOptions) -> list[bytes | tuple[bytes, bytes, bytes]]:
+        """What a row must name to make the N-Triples ``line``: a name for a declaration (an entity's type and
+        label, a relation's), ``(head, relation, tail)`` for a fact; names as ``row_names`` gives them."""
+        subject, predicate, rest = line.split(" ", 2)
+        names = self._keys(subject[1:-1], options)
+        keys: list[bytes | tuple[bytes, bytes, bytes]] = list(names) if predicate in _DECLARING else []
+        if rest.startswith("<"):
+            for head in names:
+                for rel in self._keys(predicate[1:-1], options):
+                    keys.extend((head, rel, tail) for tail in self._keys(rest[1:rest.index(">")], options))
+        return keys
+
+    def rows_naming(self, rows: Iterable[tuple[int, bytes]],
+                    keys: set[bytes | tuple[bytes, bytes, bytes]]) -> Iterator[tuple[int, bytes]]:
+        """The raw rows that name one of ``keys`` (read at each row: the caller shrinks the set). The scan of
+        every unchanged row of an update: one tight loop, a row without spaces or non-ASCII split as is."""
+        names = self.row_names
+        for number, raw in rows:
+            line = raw.rstrip(b"\r\n")
+            parts = line.split(b"\t") if b" " not in line and line.isascii() else names(line)
+            if len(parts) == 3:
+                head, rel, tail = parts
+                if head in keys or tail in keys or rel in keys or (head, rel, tail) in keys:
+                    yield number, raw
 
     def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
         graph = options.graph or default_graph_name(path, "triples")

@@ -139,7 +139,8 @@ class TripleDifference:
         return bool(self.removed or self.added)
 
 
-def _parse(lines: list[str]) -> list[ox.Triple]:
+def parse_lines(lines: list[str]) -> list[ox.Triple]:
+    """N-Triples lines (no newlines) as triples."""
     if not lines:
         return []
     return list(ox.parse("\n".join(lines).encode("utf-8") + b"\n", format=ox.RdfFormat.N_TRIPLES))
@@ -153,8 +154,8 @@ def triple_difference(old: Iterable[str], new: Iterable[str],
     added_lines: list[str] = []
     for sign, line in merge_difference(old, new):
         (removed_lines if sign == "-" else added_lines).append(line)
-    removed = _parse(removed_lines)
-    added = _parse(added_lines)
+    removed = parse_lines(removed_lines)
+    added = parse_lines(added_lines)
     removed_set, added_set = set(removed), set(added)
     result = TripleDifference(
         removed=[t for t in removed if t not in added_set],
@@ -207,10 +208,11 @@ class ReleaseDiff:
     declared: dict[str, _Bucket] = field(default_factory=lambda: defaultdict(_Bucket))  # "relations added"...
     with_concepts: Counter[str] = field(default_factory=Counter)  # triples of added/retired concepts, by sign
     versions: dict[str, list[str]] = field(default_factory=dict)
+    method: str = ""  #: how the difference was found (``load --update``: changed source rows, or the whole release)
 
     @classmethod
-    def of(cls, old: str, new: str, triples: TripleDifference, examples: int = 10) -> ReleaseDiff:
-        diff = cls(old, new, triples, examples)
+    def of(cls, old: str, new: str, triples: TripleDifference, examples: int = 10, method: str = "") -> ReleaseDiff:
+        diff = cls(old, new, triples, examples, method=method)
         diff._classify()
         return diff
 
@@ -276,6 +278,7 @@ class ReleaseDiff:
             "old": self.old,
             "new": self.new,
             "versions": self.versions,
+            **({"compared": self.method} if self.method else {}),
             "triples": {"removed": len(self.triples.removed), "added": len(self.triples.added)},
             "concepts": {"added": self.concepts_added.to_json(), "retired": self.concepts_retired.to_json(),
                          "relabelled": self.relabelled.to_json(),
@@ -295,6 +298,8 @@ class ReleaseDiff:
         if self.versions["old"] or self.versions["new"]:
             yield f"  release: {', '.join(self.versions['old']) or '-'} -> {', '.join(self.versions['new']) or '-'}"
         yield f"  triples: -{len(self.triples.removed):,} +{len(self.triples.added):,}"
+        if self.method:
+            yield f"  compared: {self.method}"
         if self.empty:
             yield "  no changes"
             return

@@ -17,6 +17,7 @@ from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport
 from mirage_kg.namespaces import XSD, compress
 from mirage_kg.releases.diff import CapturingStore, GraphDump, ReleaseDiff, graph_contains, graph_lines, triple_difference
+from mirage_kg.releases.line_scope import previous_file, row_difference, supports_rows
 from mirage_kg.releases.sorting import SortedLines
 from mirage_kg.releases.provenance import (
     ReleaseInfo,
@@ -75,9 +76,19 @@ def release_lines(loader: Loader, path: Path, options: LoadOptions, report: Load
 
 
 def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: LoadOptions,
-                 report: LoadReport, examples: int = 10) -> ReleaseDiff:
-    """The difference between what ``graph`` holds and the release at ``path``. A loader that can tell which
-    subjects a release may change (``update_scope``: a SNOMED CT Delta) has only those compared."""
+                 report: LoadReport, examples: int = 10, previous: ReleaseInfo | None = None) -> ReleaseDiff:
+    """The difference between what ``graph`` holds and the release at ``path``. With the previous release's file
+    at hand (``previous``, a line-based source), only the rows that changed are parsed (``line_scope``); a loader
+    that can tell which subjects a release may change (``update_scope``: a SNOMED CT Delta) has only those
+    compared; otherwise the whole release is regenerated and compared with the whole graph."""
+    fallback = ""
+    if previous is not None and supports_rows(loader):
+        old, fallback = previous_file(previous, path, options, options_record(options))
+        if old is not None:
+            triples, scope = row_difference(loader, old, path, options, report)
+            if triples is not None:
+                return ReleaseDiff.of(compress(graph), str(path), triples, examples, method=str(scope))
+            fallback = scope.detail
     scope_of = getattr(loader, "update_scope", None)
     subjects = scope_of(path, options, report) if scope_of is not None else None
     with tempfile.TemporaryDirectory(prefix="mirage-kg-diff-") as workdir:
@@ -87,10 +98,14 @@ def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: 
         finally:
             if dump is not None:
                 dump.thread.join()
-        old = graph_lines(store, graph, workdir=workdir, dump=dump) if dump is not None else \
+        old_lines = graph_lines(store, graph, workdir=workdir, dump=dump) if dump is not None else \
             subject_lines(store, graph, sorted(subjects | {graph}), workdir)
-        triples = triple_difference(old, new.lines, graph_contains(store, graph))
-    return ReleaseDiff.of(compress(graph), str(path), triples, examples)
+        triples = triple_difference(old_lines, new.lines, graph_contains(store, graph))
+    if subjects is not None:
+        method = f"the {len(subjects):,} concepts the Delta touches"
+    else:
+        method = "whole release regenerated and compared with the graph" + (f" ({fallback})" if fallback else "")
+    return ReleaseDiff.of(compress(graph), str(path), triples, examples, method=method)
 
 
 def subject_lines(store: Store, graph: str, subjects: list[str], workdir: str | Path | None = None) -> SortedLines:
@@ -109,7 +124,7 @@ def update_release(store: Store, path: Path, loader: Loader, options: LoadOption
     previous = releases(store).get(graph)
     if previous is not None and loader.name == "snomed":
         options.extra.setdefault("snomed_base", delta_base(previous))
-    diff = diff_release(store, graph, loader, path, options, report, examples)
+    diff = diff_release(store, graph, loader, path, options, report, examples, previous)
     history = (*previous.history, previous.release) if previous is not None else ()
     recorded = options_record(options)
     if loader.name == "snomed" and options.extra.get("snomed_delta_applied"):

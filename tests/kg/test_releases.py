@@ -181,6 +181,65 @@ def test_obo_update_equals_fresh_load(tmp_path: Path, obo_pair: tuple[Path, Path
     check_update_equals_fresh_load(tmp_path, *obo_pair)
 
 
+# --- triple files: only the changed rows ------------------------------------------------------------------------
+_TRIPLES_V1 = ("Panic_disorder\thas_symptom\tDizziness\n"
+               "# a comment row\n"
+               "Panic_disorder\thas_symptom\tPalpitations\n"
+               "Flu\thas_symptom\tFever\n"
+               "Flu\thas_symptom\tFever \n"          # the same fact spelled with a trailing space
+               "Gout\tpossible_drug\tColchicine\n"
+               "Old_thing\tonly_relation\tGone_too\n"
+               "Asthma\thas_symptom\tWheeze\n")
+
+
+def _triples_v2(text: str) -> str:
+    text = text.replace("Flu\thas_symptom\tFever\n", "")  # its other spelling keeps the fact
+    text = text.replace("Old_thing\tonly_relation\tGone_too\n", "")  # entities and relation used nowhere else
+    text = text.replace("Panic_disorder\thas_symptom\tPalpitations\n", "")  # Palpitations still named below
+    text = text.replace("Asthma\thas_symptom\tWheeze", "Asthma\thas_symptom\tDyspnoea")
+    return text + "Heart_attack\thas_symptom\tPalpitations\nGout\tnew_relation\tUric acid\n"
+
+
+def test_triple_file_update_parses_only_the_changed_rows(tmp_path: Path) -> None:
+    old, new = tmp_path / "v1" / "facts.tsv", tmp_path / "v2" / "facts.tsv"
+    old.parent.mkdir()
+    new.parent.mkdir()
+    old.write_text(_TRIPLES_V1, encoding="utf-8")
+    new.write_text(_triples_v2(_TRIPLES_V1), encoding="utf-8")
+    store = tmp_path / "updated"
+    run("load", str(old), "--store", str(store))
+    graph = graph_of(store)
+    output = run("load", "--update", str(new), "--store", str(store)).output
+    assert "compared: source lines: 4 rows removed and 3 added of 7" in output
+    run("load", str(new), "--store", str(tmp_path / "fresh"), "--graph", graph)
+    assert data_export(store) == data_export(tmp_path / "fresh")
+    # each update starts from the file recorded last; one edited since its load is compared whole
+    releases = [tmp_path / f"v{n}.tsv" for n in (3, 4, 5)]
+    releases[0].write_text(_TRIPLES_V1, encoding="utf-8")
+    releases[1].write_text(_TRIPLES_V1.replace("Gout", "Gouty arthritis"), encoding="utf-8")
+    releases[2].write_text(_TRIPLES_V1, encoding="utf-8")
+    for release in releases[:2]:
+        assert "compared: source lines" in run("load", "--update", str(release), "--store", str(store)).output
+    releases[1].write_text("changed after its load\tr\tx\n", encoding="utf-8")
+    output = run("load", "--update", str(releases[2]), "--store", str(store)).output
+    assert "whole release regenerated" in output and "changed since it was loaded" in output
+    run("load", str(releases[2]), "--store", str(tmp_path / "fresh5"), "--graph", graph)
+    assert data_export(store) == data_export(tmp_path / "fresh5")
+
+
+def test_triple_file_update_with_a_bad_new_row_names_its_line(tmp_path: Path) -> None:
+    old, new = tmp_path / "v1.tsv", tmp_path / "v2.tsv"
+    old.write_text(_TRIPLES_V1, encoding="utf-8")
+    new.write_text(_TRIPLES_V1 + "Flu\tonly two fields\n", encoding="utf-8")
+    store = tmp_path / "kg"
+    run("load", str(old), "--store", str(store))
+    before = data_export(store)
+    result = CliRunner().invoke(main, ["load", "--update", str(new), "--store", str(store)])
+    assert result.exit_code == 1 and "v2.tsv:9" in result.output
+    assert "wrong column count" in result.output
+    assert data_export(store) == before
+
+
 # --- atomicity ----------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_killed_update_leaves_the_previous_release(tmp_path: Path) -> None:
@@ -204,6 +263,8 @@ def test_killed_update_leaves_the_previous_release(tmp_path: Path) -> None:
     store = tmp_path / "kg"
     run("load", str(old), "--store", str(store))
     before = sorted(run("export", "--store", str(store), "--format", "nq").output.splitlines())
+    # without the previous file the whole release is regenerated: slow enough to be watched and killed
+    old.unlink()
     env = {**os.environ, "MIRAGE_KG_PROGRESS": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "mirage_kg.cli", "load", "--update", str(new), "--store",
                              str(store)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

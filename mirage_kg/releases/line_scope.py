@@ -1,0 +1,195 @@
+"""``load --update`` for line-based sources: only the rows that changed between the previous release's file and
+the new one are parsed and applied, instead of regenerating the whole release.
+
+One pass over each file hashes its lines (a 64-bit digest a line in memory, never the text); the lines of one file
+whose digest the other lacks are the changed rows. A loader opts in with ``row_triples`` (a graph is the union of
+its rows' triples), ``triple_keys`` and ``rows_naming``: the triples of the removed and added rows are the
+candidates, and since an unchanged row may make a candidate too (an entity still named elsewhere), the unchanged
+rows that may make one (a cheap test of names) run through the loader as well and cancel it. The result
+is the difference a whole-release compare finds, as long as the graph holds what the previous file loaded into it
+(checked by the file's recorded SHA-256 and load options); otherwise the caller compares the whole release."""
+
+from __future__ import annotations
+
+import operator
+from array import array
+from collections.abc import Iterable, Iterator
+from itertools import compress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mirage_kg.errors import InputError
+from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem
+from mirage_kg.loaders.hygiene import MAX_LINE_BYTES, UTF8_BOM, check_encoding, decoded_row
+from mirage_kg.releases.diff import TripleDifference, parse_lines
+from mirage_kg.releases.provenance import ReleaseInfo, file_hashes, options_record
+
+#: past this share of changed rows (and this many: the changed rows' triples are held in memory) the
+#: whole-release compare (bounded memory, sorted runs) is the better way
+MAX_CHANGED_SHARE = 0.2
+MAX_CHANGED_IN_MEMORY = 200_000
+
+
+@dataclass(frozen=True)
+class Scope:
+    """How an update's difference was found, for the user: ``source lines`` or ``whole release`` (and why)."""
+
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+def supports_rows(loader: Any) -> bool:
+    return all(hasattr(loader, name) for name in ("row_triples", "triple_keys", "rows_naming"))
+
+
+def previous_file(previous: ReleaseInfo | None, path: Path, options: LoadOptions,
+                  recorded: dict[str, Any]) -> tuple[Path | None, str]:
+    """The previous release's file when a row difference can stand for the graph's: still where it was loaded
+    from, unchanged since (its recorded SHA-256), loaded with the same options; else None and why not."""
+    if previous is None:
+        return None, "the graph has no release record"
+    old = Path(previous.path)
+    if not path.is_file():
+        return None, f"{path} is not a single file"
+    if not old.is_file():
+        return None, f"the previous release's file {old} is not there any more"
+    if previous.options != recorded:
+        return None, "the previous release was loaded with other options"
+    digest = previous.files.get(old.name)
+    if digest is None or file_hashes(old).get(old.name) != digest:
+        return None, f"the previous release's file {old} changed since it was loaded (SHA-256)"
+    return old, ""
+
+
+@dataclass
+class _RowChanges:
+    removed: list[tuple[int, bytes]]
+    added: list[tuple[int, bytes]]
+    kept: bytearray  #: one flag per line of the new file: 1 when the old file has the same line
+    lines: int
+
+
+def _row_changes(old: Path, new: Path) -> _RowChanges:
+    # every loop here runs in C (map, set, bytes, compress): a few seconds for millions of lines
+    with open(old, "rb") as handle:
+        old_digests = array("q", map(hash, handle))
+    with open(new, "rb") as handle:
+        new_digests = array("q", map(hash, handle))
+    in_old = set(old_digests)
+    kept = bytearray(map(in_old.__contains__, new_digests))
+    del in_old
+    in_new = set(new_digests)
+    old_kept = bytes(map(in_new.__contains__, old_digests))
+    del in_new
+    with open(new, "rb") as handle:
+        added = list(compress(enumerate(handle, 1), map(operator.not_, kept)))
+    with open(old, "rb") as handle:
+        removed = list(compress(enumerate(handle, 1), map(operator.not_, old_kept)))
+    return _RowChanges(removed, added, kept, len(kept))
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        if handle.seek(0, 2) == 0:
+            return True
+        handle.seek(-1, 2)
+        return handle.read(1) == b"\n"
+
+
+def _first_row(path: Path) -> tuple[int, bytes]:
+    """The first row that is not blank or a comment (a header, if the file has one), with its number."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            text = raw.removeprefix(UTF8_BOM) if number == 1 else raw
+            if text.strip() and not text.startswith(b"#"):
+                return number, text
+    return 0, b""
+
+
+def _decoded(rows: Iterable[tuple[int, bytes]], path: Path, problem: Problem) -> Iterator[tuple[int, str]]:
+    for number, raw in rows:
+        if len(raw) > MAX_LINE_BYTES:
+            raise InputError(f"line longer than {MAX_LINE_BYTES:,} bytes: not a text file of this format", path, number)
+        text = decoded_row(raw.removeprefix(UTF8_BOM) if number == 1 else raw, number, path, problem)
+        if text is not None:
+            yield number, text.rstrip("\r\n")
+
+
+def row_difference(loader: Any, old: Path, new: Path, options: LoadOptions,
+                   report: LoadReport) -> tuple[TripleDifference | None, Scope]:
+    """The triples removed and added from the old file's graph to the new file's, from the changed rows; None
+    (and why, in the scope) when this file pair needs the whole-release compare."""
+    with open(new, "rb") as handle:
+        check_encoding(new, handle.read(4096))
+    if not (_ends_with_newline(old) and _ends_with_newline(new)):
+        return None, Scope("whole release", "a file ends without a line break")
+    first, old_first = _first_row(new), _first_row(old)
+    header = first[0] if first[0] and _is_header(loader, first[1]) else 0
+    if old_first != first and (header or _is_header(loader, old_first[1])):
+        return None, Scope("whole release", "a header row came or went")
+    changes = _row_changes(old, new)
+    changed = len(changes.removed) + len(changes.added)
+    if changed > max(MAX_CHANGED_SHARE * changes.lines, MAX_CHANGED_IN_MEMORY):
+        return None, Scope("whole release", f"{changed:,} of {changes.lines:,} rows changed")
+    quiet = Problem(LoadOptions(lenient=True), LoadReport())  # rows the previous load kept made triples; others none
+    added = _triples(loader.row_triples(_decoded(changes.added, new, Problem(options, report)), new, options,
+                                        Problem(options, report), first_rows=False))
+    removed = _triples(loader.row_triples(_decoded(changes.removed, old, quiet), old, options, quiet,
+                                          first_rows=False))
+    candidates = added ^ removed
+    still = _made_by_unchanged_rows(loader, new, changes.kept, candidates, options, quiet, header)
+    difference = TripleDifference(removed=parse_lines(sorted(removed - added - still)),
+                                  added=parse_lines(sorted(added - removed - still)))
+    return difference, Scope("source lines", f"{len(changes.removed):,} rows removed and {len(changes.added):,} "
+                                             f"added of {changes.lines:,} (only those parsed)")
+
+
+def _made_by_unchanged_rows(loader: Any, new: Path, kept: bytearray, candidates: set[str], options: LoadOptions,
+                            quiet: Problem, header: int) -> set[str]:
+    """The candidates some unchanged row of the new file makes as well. Each candidate has keys (what a row must
+    name to make it: ``triple_keys``); one scan tests each unchanged row against the keys still open
+    (``rows_naming``), runs the rows that pass through the loader, and closes a key once its candidates are all
+    made, so an entity named by a thousand rows costs one."""
+    open_triples: dict[Any, set[str]] = {}
+    for line in candidates:
+        for key in loader.triple_keys(line, options):
+            open_triples.setdefault(key, set()).add(line)
+    keys = set(open_triples)
+    made: set[str] = set()
+    if not keys:
+        return made
+    with open(new, "rb") as handle:
+        unchanged = compress(enumerate(handle, 1), kept)
+        for number, raw in loader.rows_naming(unchanged, keys):  # reads ``keys`` as it shrinks
+            if number == header:
+                continue
+            for line in _triples(loader.row_triples(_decoded([(number, raw)], new, quiet), new, options, quiet,
+                                                    first_rows=False)) & candidates:
+                if line in made:
+                    continue
+                made.add(line)
+                for key in loader.triple_keys(line, options):
+                    waiting = open_triples.get(key)
+                    if waiting is not None:
+                        waiting.discard(line)
+                        if not waiting:
+                            keys.discard(key)
+            if not keys:
+                break
+    return made
+
+
+def _is_header(loader: Any, raw: bytes) -> bool:
+    check = getattr(loader, "is_header", None)
+    return bool(check and check(raw.decode("utf-8", "replace").rstrip("\r\n")))
+
+
+def _triples(chunks: Iterable[str]) -> set[str]:
+    out: set[str] = set()
+    for chunk in chunks:
+        out.update(chunk.splitlines())
+    return out
