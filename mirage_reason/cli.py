@@ -96,8 +96,9 @@ def _print_text(answer: Answer) -> None:
         click.echo("\nClaims and the knowledge-graph paths they rest on:")
         for i, claim in enumerate(answer.claims, start=1):
             click.echo(f"  [{i}] {claim.entity.label} ({claim.kind})")
-            for path in claim.citations:
-                click.echo(f"      - {path.text}")
+            sources = claim.sources if len(claim.sources) == len(claim.citations) else ((),) * len(claim.citations)
+            for path, held_by in zip(claim.citations, sources):
+                click.echo(f"      - {path.text}" + (f" [{', '.join(held_by)}]" if held_by else ""))
     for flag in answer.flags:
         click.echo(f"note: {flag}", err=True)
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in answer.timings.items() if v >= 0.05 and k != "total")

@@ -22,6 +22,7 @@ from mirage_kg import Entity, Evidence, MirageError, Path
 from mirage_reason import prompts
 from mirage_reason.backends.base import Backend, Completion, CompletionRequest, derive_seed, strip_think
 from mirage_reason.chain import Chain, ChainResult, ChainRunner, ChainSpec, path_json
+from mirage_reason.citing import cite_releases
 from mirage_reason.config import MirageConfig
 from mirage_reason.decomposer import Decomposer, Decomposition
 from mirage_reason.errors import ReasonerError
@@ -350,7 +351,10 @@ class _Run:
         cfg, mirage = self.config, self.mirage
         t = time.perf_counter()
         resolve = cfg.use_synthesizer and not cfg.single_chain
-        ws.synthesis = mirage.synthesizer.analyse(ws.question, ws.entities, ws.results, resolve=resolve)
+        ws.synthesis, failed = cite_releases(
+            mirage.synthesizer.analyse(ws.question, ws.entities, ws.results, resolve=resolve), mirage.kg)
+        if failed:
+            ws.notes.append(failed)
         ws.emit("claims", claims=[c.to_json(full=True) for c in ws.synthesis.claims])
         if cfg.single_chain:
             first = ws.results[0] if ws.results else None

@@ -105,9 +105,13 @@ class Claim:
     support: float  # sum of the vote weights of those chains
     status: Status = "kept"
     reason: str = ""
+    #: per citation, the source releases holding its facts (``UMLS 2024AA``), set by ``citing.cite_releases``
+    sources: tuple[tuple[str, ...], ...] = ()
 
     def to_json(self, full: bool = False) -> dict[str, Any]:
-        data: dict[str, Any] = {"text": self.text, "citations": [path_json(p) for p in self.citations]}
+        sources = self.sources if len(self.sources) == len(self.citations) else ((),) * len(self.citations)
+        data: dict[str, Any] = {"text": self.text, "citations": [
+            {**path_json(p), "sources": list(s)} for p, s in zip(self.citations, sources)]}
         if full:
             data.update(entity=self.entity.to_json(), kind=self.kind, chains=list(self.chains),
                         support=round(self.support, 4), status=self.status, reason=self.reason)

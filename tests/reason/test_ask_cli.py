@@ -51,7 +51,7 @@ def test_ask_json_shape_with_a_scripted_model(script: Path, tmp_path: Path) -> N
     for claim in data["claims"]:
         assert list(claim) == ["text", "citations"]
         for citation in claim["citations"]:
-            assert list(citation) == ["nodes", "steps", "text"]
+            assert list(citation) == ["nodes", "steps", "text", "sources"]
             assert all(list(s) == ["subject", "relation", "object", "direction"] for s in citation["steps"])
             assert all(n.startswith("KG:") for n in citation["nodes"])
     assert data["timings"]["total"] > 0 and data["tokens"]["chains"] > 0
@@ -135,3 +135,26 @@ def test_ask_with_smollm2(tmp_path: Path) -> None:
     assert list(data) == TOP_KEYS and data["answer"].strip()
     assert data["chains"] and data["chains"][0]["trace"]
     assert data["tokens"]["chains"] > 0
+
+
+@pytest.mark.filterwarnings("ignore:ranking by similarity without embeddings")
+def test_ask_citations_name_the_source_release(script: Path, tmp_path: Path) -> None:
+    """Every citation of ``ask --json`` names the release holding its facts, and the new one after an update."""
+    rows = "Asthma\tpossible_drug\tSalbutamol\nAsthma\thas_symptom\tWheezing\nAsthma\thas_symptom\tCough\n"
+    first, second = tmp_path / "kg-2025-01.tsv", tmp_path / "kg-2025-07.tsv"
+    first.write_text(rows, encoding="utf-8")
+    second.write_text(rows + "Asthma\tpossible_drug\tBudesonide\n", encoding="utf-8")
+    store = tmp_path / "store"
+    runner = CliRunner()
+
+    def ask_sources() -> set[str]:
+        result = runner.invoke(main, ["ask", QUESTION, "--store", str(store), "--script", str(script),
+                                      "--embedding-model", "none", "--json", "--n-r", "2"])
+        assert result.exit_code == 0, result.output
+        citations = [c for claim in json.loads(result.stdout)["claims"] for c in claim["citations"]]
+        assert citations
+        return {name for c in citations for name in c["sources"]}
+
+    for args in (["load", str(first)], ["load", "--update", str(second)]):
+        assert runner.invoke(main, [*args, "--store", str(store), "--no-index"]).exit_code == 0
+        assert ask_sources() == {f"triples {Path(args[-1]).name}"}

@@ -137,7 +137,7 @@ def test_answer_record_and_json_shape() -> None:
     assert list(data) == ["question", "answer", "abstained", "sub_questions", "claims", "chains", "timings", "tokens"]
     assert data["claims"] and all(set(c) == {"text", "citations"} for c in data["claims"])
     for citation in (c for claim in data["claims"] for c in claim["citations"]):
-        assert set(citation) == {"nodes", "steps", "text"}
+        assert set(citation) == {"nodes", "steps", "text", "sources"}
         assert all(set(s) == {"subject", "relation", "object", "direction"} for s in citation["steps"])
     for chain in data["chains"]:
         assert set(chain) == {"sub_question", "searches", "answer", "trace"}

@@ -43,7 +43,7 @@ def test_claims_cite_the_paths_that_contain_them() -> None:
     assert flu.citations[0].text in ("Influenza has symptom Cough", "Influenza has symptom Fever")
     # only paths that tie it to the question count ("Influenza has symptom Fatigue" does not)
     assert len(flu.citations) == 2 and all(ent("Influenza") in p.nodes for p in flu.citations)
-    assert flu.to_json()["citations"][0].keys() == {"nodes", "steps", "text"}
+    assert flu.to_json()["citations"][0].keys() == {"nodes", "steps", "text", "sources"}
     # canonical labels replace synonyms; a difference of case only is left as written
     assert s.normalised_answers == ("You probably have the Influenza; oseltamivir helps.",)
     assert not s.abstained and s.conflicts == ()
