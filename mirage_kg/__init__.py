@@ -36,12 +36,17 @@ _LAZY = {
     "sparql_json": "mirage_kg.json_output",
     "resolve_name": "mirage_kg.resolution",
     "Resolution": "mirage_kg.resolution",
+    "release_citations": "mirage_kg.releases.provenance",
 }
+
+
+# exported under another name than the module's own
+_RENAMED = {"release_citations": "citations"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
+        return getattr(import_module(_LAZY[name]), _RENAMED.get(name, name))
     raise AttributeError(f"module 'mirage_kg' has no attribute {name!r}")
 
 
@@ -52,5 +57,6 @@ __all__ = [
     "QueryError", "Relation", "RetrievalResult", "Retriever", "SparqlStore", "Step", "Store", "StoreError",
     "UnknownEntityError", "UpdateRefusedError", "anchor_json", "bridge_json", "check_read_only",
     "clinical_vocabulary", "compress", "compute_stats", "demo_store", "expand", "link_json", "open_store",
+    "release_citations",
     "sparql_json", "validate",
 ]

@@ -1,6 +1,6 @@
 """Which source release each cited path comes from, so an answer's citations name it (``UMLS 2024AA``, ``SNOMED
 CT INT_20240131``): the graphs that hold the path's facts (``KnowledgeGraph.sources``) read through the release
-records of the store's manifest (``mirage_kg.releases.citations``); a graph loaded without a record is named by
+records of the store's manifest (``mirage_kg.release_citations``); a graph loaded without a record is named by
 its CURIE."""
 
 from __future__ import annotations
@@ -8,9 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from mirage_kg import MirageError, Path
-from mirage_kg.namespaces import compress
-from mirage_kg.releases import citations
+from mirage_kg import MirageError, Path, compress, release_citations
 
 from mirage_reason.synthesizer import Claim, Synthesis
 
@@ -27,7 +25,7 @@ def path_sources(kg: Any, paths: list[Path]) -> dict[tuple[tuple[str, str, str],
     if lookup is None or store is None or not paths:
         return {}
     graphs = lookup({fact for path in paths for fact in _facts(path)})
-    names = citations(store)
+    names = release_citations(store)
     out = {}
     for path in paths:
         held = (names.get(graph) or compress(graph) for fact in _facts(path) for graph in graphs.get(fact, ()))
