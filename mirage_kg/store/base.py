@@ -7,8 +7,8 @@ access pattern from ``indexed`` (pattern lookups are cheap: walk the index) rath
 
 A load is atomic through a journal in the manifest graph: the target graph is marked pending, streamed in, then
 marked committed in one update. A load into a graph that already holds triples is staged in a scratch graph and
-merged with one transactional ``ADD``. Opening a store drops whatever a killed load left pending, so a reader
-never sees half a load."""
+merged with one transactional ``ADD`` (the embedded store on disk loads in place instead, guarded by a rollback
+checkpoint). Opening a store drops whatever a killed load left pending, so a reader never sees half a load."""
 
 from __future__ import annotations
 
@@ -244,7 +244,7 @@ class Store(abc.ABC):
         and triple formats always go to ``graph``."""
         before = self.triple_count(graph)
         replace = before > 0 and graph in self._replacing
-        staged = before > 0 or self.stages_every_load
+        staged = self._stages(before)
         target = f"{graph}/staging/{uuid.uuid4().hex}" if staged else graph
         token = uuid.uuid4().hex
         self.update(
@@ -252,6 +252,8 @@ class Store(abc.ABC):
         )
         reader: LineReader | None = None
         try:
+            if replace and not staged:
+                self._empty_graph(graph)
             if isinstance(data, (bytes, bytearray)) or hasattr(data, "read"):
                 stream = data  # type: ignore[assignment]
             else:
@@ -290,6 +292,15 @@ class Store(abc.ABC):
             yield
         finally:
             self._replacing = held
+
+    def _stages(self, before: int) -> bool:
+        """Whether a load into a graph holding ``before`` triples goes to a staging graph first. A store that can
+        undo a load in place by other means (the embedded store's checkpoints) loads every graph in place."""
+        return before > 0 or self.stages_every_load
+
+    def _empty_graph(self, graph: str) -> None:
+        """Remove every triple of ``graph`` (a replace loaded in place; the store undoes it if the load fails)."""
+        self.update(f"CLEAR SILENT GRAPH {iri_ref(graph)}")
 
     def _commit_staged(self, staging: str, graph: str, unmark: str, record: str, mode: str) -> None:
         """Bring a whole staged load into ``graph`` (``mode``: new, merge or replace) with its manifest record, in

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mirage_kg.errors import StoreError
 from mirage_kg.namespaces import GRAPH, SCHEMA_GRAPH, ontologies_dir
+from mirage_kg.store import checkpoints
 from mirage_kg.store.base import Store
 from mirage_kg.store.oxigraph import OxigraphStore
 from mirage_kg.store.sparql import SparqlStore
@@ -64,7 +65,8 @@ def open_store(store: str | Path | None = None, endpoint: str | None = None, *, 
     path = Path(store)
     if not create:
         return OxigraphStore(path, read_only=True)  # readers share; a folder that is not a store is an error
-    if path.exists() and (not path.is_dir() or any(path.iterdir()) and not OxigraphStore.is_store(path)):
+    if path.exists() and (not path.is_dir() or any(entry.name != checkpoints.LOCK_FILE for entry in path.iterdir())
+                          and not OxigraphStore.is_store(path)):
         raise StoreError(f"{path} is not a mirage-kg store and not empty; give a new or empty folder to create one")
     opened = OxigraphStore(path)
     ensure_schema(opened)

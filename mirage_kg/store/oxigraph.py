@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -16,6 +17,7 @@ import pyoxigraph as ox
 
 from mirage_kg.errors import QueryError, StoreError
 from mirage_kg.namespaces import MKG
+from mirage_kg.store import checkpoints
 from mirage_kg.store.base import MANIFEST_GRAPH, PENDING, LineReader, LoadReceipt, Quad, Store
 from mirage_kg.terms import Term, iri_ref, literal
 
@@ -34,6 +36,8 @@ COMMIT_MODE = MKG + "commitMode"
 STAGING = "/staging/"
 #: quads per transaction when a graph is emptied (a few tens of MB of pyoxigraph memory)
 CLEAR_CHUNK = 100_000
+#: a replace rebuilds the store from its other graphs when they hold at most this many quads per quad replaced
+REBUILD_SHARE = 1.5
 _QUAD_FORMATS = {"application/n-quads", "application/trig"}
 _XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 T = TypeVar("T")
@@ -150,14 +154,21 @@ class OxigraphStore(Store):
         self.location = str(self.path) if self.path else "memory"
         self.read_only = read_only and self.path is not None
         self._lock = threading.RLock()  # pyoxigraph is thread-safe for reads; serialise writes for the journal
+        self._writer_lock: checkpoints.WriterLock | None = None
+        self._checkpoint: checkpoints.Checkpoint | None = None
         if self.path is None:
             self.raw = ox.Store()
         elif self.read_only:
             self.raw = self._open_for_reading(self.path)
         else:
             self.raw = self._open_for_writing(self.path)
-            self.remove_orphans()
-            self.recover()
+            try:
+                self._settle_checkpoints()
+                self.remove_orphans()
+                self.recover()
+            except BaseException:
+                self.close()
+                raise
 
     # --- opening -------------------------------------------------------------------------------------------
     @staticmethod
@@ -166,43 +177,69 @@ class OxigraphStore(Store):
         return (path / "CURRENT").is_file()
 
     def _open_for_writing(self, path: Path) -> ox.Store:
-        """The store for a writer: one at a time (RocksDB's lock); readers meanwhile still open read-only."""
+        """The store for a writer: one at a time (our writer lock, then RocksDB's); readers meanwhile still open
+        read-only."""
+        busy = " (another mirage-kg process is writing to it; readers may still open it)"
         try:
             path.mkdir(parents=True, exist_ok=True)
+            if self._writer_lock is None:
+                lock = checkpoints.WriterLock(path)
+                if not lock.acquire():
+                    raise StoreError(f"cannot open store {self.location} for writing{busy}")
+                self._writer_lock = lock
+                for checkpoint in checkpoints.found(path):
+                    if checkpoint.restoring:  # a killed process was swapping files: finish before opening
+                        checkpoints.restore(path, checkpoint)
             return ox.Store(str(path))
         except OSError as exc:
-            busy = "lock" in str(exc).lower()
-            hint = " (another mirage-kg process is writing to it; readers may still open it)" if busy else ""
+            self._release_writer_lock()
+            hint = busy if "lock" in str(exc).lower() else ""
             raise StoreError(f"cannot open store {self.location} for writing: {exc}{hint}") from exc
+
+    def _release_writer_lock(self) -> None:
+        if self._writer_lock is not None:
+            self._writer_lock.release()
+            self._writer_lock = None
 
     def _open_for_reading(self, path: Path) -> ox.Store:
         """A read-only handle: takes no lock, so any number of readers share the store (beside a writer, too:
         they see it as it was when they opened), and a store on a read-only file system (or chmod a-w) is
         readable. A killed load's leftovers are dropped first when no writer holds the store."""
+        if path.is_dir() and checkpoints.any_found(path):  # a killed load's checkpoint, or a put-back under way
+            self._repair(path)
+            checkpoints.wait_for_restore(path)  # another process putting a checkpoint back: milliseconds
         if not self.is_store(path):
             what = f"no store at {path}" if not path.exists() else \
                 f"{path} is not a mirage-kg store (no store files in it; only `load` makes one)"
             raise StoreError(f"{what}; create one with `mirage-kg load FILE --store {path}`")
-        try:
-            raw = ox.Store.read_only(str(path))
-        except OSError as exc:
-            raise StoreError(f"cannot open store {self.location} for reading: {exc}") from exc
+        raw = self._read_only_handle(path)
         if self._has_leftovers(raw):
-            try:
-                writer = ox.Store(str(path))
-            except OSError:
-                return raw  # a writer holds it, or the folder is read-only: read what is there
             del raw
-            repair = OxigraphStore.__new__(OxigraphStore)
-            repair.path, repair.location, repair.read_only, repair._lock = path, self.location, False, self._lock
-            repair.raw = writer
-            del writer
-            repair.remove_orphans()
-            repair.recover()
-            repair.close()
-            del repair
-            raw = ox.Store.read_only(str(path))
+            self._repair(path)
+            raw = self._read_only_handle(path)
         return raw
+
+    @staticmethod
+    def _repair(path: Path) -> None:
+        """Do what the next writer would do to a killed load's leftovers, unless a writer holds the store (or
+        the folder is read-only): then the reader reads what is there."""
+        try:
+            OxigraphStore(path).close()
+        except StoreError:
+            pass
+
+    def _read_only_handle(self, path: Path, attempts: int = 5) -> ox.Store:
+        for attempt in range(attempts):
+            try:
+                return ox.Store.read_only(str(path))
+            except OSError as exc:
+                raise StoreError(f"cannot open store {self.location} for reading: {exc}") from exc
+            except RuntimeError as exc:  # a live writer's compaction removed a file the reader was opening
+                if attempt == attempts - 1:
+                    raise StoreError(f"cannot open store {self.location} for reading while it is being written: "
+                                     f"{exc}; try again when the load ends") from exc
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     @staticmethod
     def _has_leftovers(raw: ox.Store) -> bool:
@@ -337,13 +374,110 @@ class OxigraphStore(Store):
     def load(self, data: IO[bytes] | Iterable[str], **options: Any) -> LoadReceipt:  # type: ignore[override]
         """``Store.load``, with Ctrl-C made prompt and safe: while the native bulk loader runs, Python cannot
         raise KeyboardInterrupt in the main thread, so SIGINT only sets a flag; the line producer and the stream
-        reader stop at the next chunk, the parser is cut off, and the load is rolled back, in seconds."""
+        reader stop at the next chunk, the parser is cut off, and the load is rolled back. On disk every load
+        (new graph, merge, replace) goes in place under a rollback checkpoint (see ``checkpoints``), so the
+        rollback takes milliseconds whatever was loaded, and a merge costs what a fresh load does."""
         with _deferred_interrupt() as interrupted:
             self._interrupted = interrupted
             try:
-                return super().load(data, **options)
+                if self.path is None or self.read_only or self._checkpoint is not None:
+                    return super().load(data, **options)
+                self._take_checkpoint(str(options.get("graph", "")))
+                try:
+                    return super().load(data, **options)
+                finally:
+                    self._settle_checkpoint()
             finally:
                 self._interrupted = None
+
+    # --- rollback checkpoints (on disk) ----------------------------------------------------------------------
+    def _stages(self, before: int) -> bool:
+        return self._checkpoint is None and super()._stages(before)
+
+    def _empty_graph(self, graph: str) -> None:
+        """Empty a graph that a replace reloads. Deleting is slow in RocksDB (about 1.5x what loading the same
+        quads costs), so on disk, when the other graphs hold fewer quads than that, the store is rebuilt from
+        them instead (copied by the native loader into a new folder, swapped in like a checkpoint)."""
+        held = self.triple_count(graph)
+        if self._checkpoint is None or len(self.raw) - held > REBUILD_SHARE * held:
+            self._clear_graph(graph)
+        else:
+            self._rebuild_without(graph)
+
+    def _rebuild_without(self, graph: str) -> None:
+        assert self.path is not None
+        folder, marker = checkpoints.make_marker(self.path)
+        rebuilt = ox.Store(str(folder))
+        for name in list(self.raw.named_graphs()):
+            if isinstance(name, ox.NamedNode) and name.value != graph:
+                self._copy_graph(self.raw, name.value, name.value, into=rebuilt)
+        if next(iter(self.raw.quads_for_pattern(None, None, None, ox.DefaultGraph())), None) is not None:
+            rebuilt.bulk_extend(self.raw.quads_for_pattern(None, None, None, ox.DefaultGraph()))
+        rebuilt.flush()
+        del rebuilt
+        # marked as a restore under way: if killed from here on, the next open finishes swapping it in (and then
+        # puts the load's own checkpoint back, since the load had not committed)
+        self._restore(checkpoints.write_marker(marker.with_suffix(checkpoints.RESTORING), graph))
+
+    def _take_checkpoint(self, graph: str) -> None:
+        assert self.path is not None
+        self._writable()
+        folder, marker = checkpoints.make_marker(self.path)
+        with self._lock:
+            try:
+                self.raw.backup(str(folder))
+            except OSError as exc:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise StoreError(f"store {self.location}: cannot make the rollback checkpoint a load needs: {exc}"
+                                 " (nothing was changed; free some disk space?)") from exc
+            self._checkpoint = checkpoints.write_marker(marker, graph)
+
+    def _settle_checkpoint(self) -> None:
+        """End the running load's checkpoint: dropped if the load committed, put back if it did not."""
+        checkpoint, self._checkpoint = self._checkpoint, None
+        if checkpoint is None or "raw" not in self.__dict__:
+            return  # a swap of files failed midway and left the store closed: the next open finishes it
+        with self._lock:
+            if self._committed(checkpoint):
+                self.raw.flush()  # the commit is on disk before the way back is given up
+                checkpoints.drop(checkpoint)
+            else:
+                self._restore(checkpoint)
+
+    def _committed(self, checkpoint: checkpoints.Checkpoint) -> bool:
+        """Whether the load a checkpoint guards had committed: its graph's pending mark is gone. (A load killed
+        before it set the mark changed nothing, so taking it as committed is right too.)"""
+        if checkpoint.restoring:
+            return False  # a restore was under way: finish it
+        if not checkpoint.graph:
+            return True  # a marker never written whole: its load never began
+        manifest = ox.NamedNode(MANIFEST_GRAPH)
+        return next(iter(self.raw.quads_for_pattern(ox.NamedNode(checkpoint.graph), ox.NamedNode(PENDING), None,
+                                                    manifest)), None) is None
+
+    def _restore(self, checkpoint: checkpoints.Checkpoint) -> None:
+        """Put a checkpoint back in place of the store: close it, swap the files, open it again."""
+        assert self.path is not None
+        self._scratch = None
+        self.__dict__.pop("raw", None)  # the only reference: the native store closes here
+        try:
+            ox.Store(str(self.path))  # opens only if no handle is left that could still write under the swap
+        except OSError as exc:
+            raise StoreError(f"store {self.location}: cannot roll the load back now ({exc}); the next "
+                             "`mirage-kg load` or read of this store rolls it back") from exc
+        checkpoints.restore(self.path, checkpoint)
+        self.raw = self._open_for_writing(self.path)
+
+    def _settle_checkpoints(self) -> None:
+        """On a writer's open: finish what killed loads left (put back a checkpoint whose load had not committed,
+        drop the others), and delete unfinished checkpoint folders."""
+        assert self.path is not None
+        for checkpoint in checkpoints.found(self.path):
+            if self._committed(checkpoint):
+                checkpoints.drop(checkpoint)
+            else:
+                self._restore(checkpoint)
+        checkpoints.remove_unmarked(self.path)
 
     def _bulk_load(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
         self._writable()
@@ -487,9 +621,10 @@ class OxigraphStore(Store):
             if self.path is not None:
                 self.raw.flush()
 
-    def _copy_graph(self, source: ox.Store, name: str, graph: str) -> None:
-        """Stream one graph of another store into ``graph``: Rust writes N-Triples into a pipe that the native
-        bulk loader reads, so nothing is held in memory or passes through Python objects."""
+    def _copy_graph(self, source: ox.Store, name: str, graph: str, into: ox.Store | None = None) -> None:
+        """Stream graph ``name`` of ``source`` into ``graph`` of this store (or of ``into``): Rust writes
+        N-Triples into a pipe that the native bulk loader reads, so nothing is held in memory or passes through
+        Python objects."""
         read_fd, write_fd = os.pipe()
         failure: list[BaseException] = []
 
@@ -505,7 +640,8 @@ class OxigraphStore(Store):
         producer = threading.Thread(target=produce, name="mirage-kg-copy", daemon=True)
         producer.start()
         try:
-            self.raw.bulk_load(path=f"/dev/fd/{read_fd}", format=ox.RdfFormat.N_TRIPLES, to_graph=ox.NamedNode(graph))
+            (self.raw if into is None else into).bulk_load(path=f"/dev/fd/{read_fd}", format=ox.RdfFormat.N_TRIPLES,
+                                         to_graph=ox.NamedNode(graph))
         finally:
             os.close(read_fd)
             producer.join()
@@ -524,6 +660,8 @@ class OxigraphStore(Store):
 
     def _discard(self, target: str, token: str) -> None:
         self._writable()
+        if self._checkpoint is not None and STAGING not in target:
+            return  # the load's checkpoint is put back when it ends (``_settle_checkpoint``): milliseconds
         with self._lock:
             if STAGING in target:
                 self._drop_scratch(target)  # a staged load never touched the store: dropping it is instant
@@ -568,3 +706,4 @@ class OxigraphStore(Store):
             except (OSError, RuntimeError):  # RuntimeError: a read-only instance has nothing to flush
                 pass
         del raw  # the last reference: the native store closes now, not when a traceback is freed
+        self._release_writer_lock()
