@@ -55,8 +55,8 @@ _VALUES_CHUNK = 400  # IRIs per VALUES block: keeps queries well under any endpo
 #: A node with more fact edges than this (the degree index says) is a hub: anchor and the retriever read its edges
 #: relation by relation, at most ``HUB_EDGES_PER_RELATION`` each way (in the store's index order), so their cost
 #: stops growing with the hub's degree; bridge stays exact (its search starts from the other end).
-HUB_DEGREE = 20_000
-HUB_EDGES_PER_RELATION = 1_000
+HUB_DEGREE = 10_000  # the default KG's largest node has 4,199
+HUB_EDGES_PER_RELATION = 250
 _SPARQL_RECHECK_S = 2.0  # how often a remote store's manifest is re-read to notice loads
 
 _NOT_FACT = ", ".join(iri_ref(p) for p in sorted(NON_FACT_PREDICATES))

@@ -43,6 +43,7 @@ _EMBEDDING_CAP = 0.93
 _RARE_BLOCK = 600  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels ...
 _LARGE_BLOCK = 5000  # ... or, when all are larger, the smallest up to this size; beyond it, labels in two blocks
 _SHARED_CAP = 5000  # labels compared at most when intersecting blocks
+_BLOCK_CACHE = 64  # decoded blocks kept (the spans of one text share their words)
 _FULL_SCAN = 500_000  # an index this small (the default KG: 0.25M) may be scanned whole when nothing else matched
 _INDEX_VERSION = 4
 _COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
@@ -493,6 +494,7 @@ class LabelIndex:
         self.iris = _Column(self, 0)
         self.names = _Column(self, 1)
         self._entity_cache: OrderedDict[int, tuple[str, str]] = OrderedDict()
+        self._blocks: OrderedDict[str, tuple[np.ndarray, list[str]] | None] = OrderedDict()
         self._texts: list[str] | None = None
         self._all_sorted: tuple[list[int], list[str]] | None = None
 
@@ -592,10 +594,18 @@ class LabelIndex:
         """The choices holding a word with this block key: their ids (sorted) and word-sorted texts."""
         import numpy as np
 
+        with self._lock:
+            cached = self._blocks.get(key, False)
+            if cached is not False:  # the spans of one text share their words: read each block once
+                self._blocks.move_to_end(key)
+                return cached  # type: ignore[return-value]
         rows = self._rows("SELECT ids, texts FROM blocks WHERE key = ?", (key,))
-        if not rows:
-            return None
-        return np.frombuffer(rows[0][0], dtype=np.int32), _unpack(rows[0][1])
+        found = (np.frombuffer(rows[0][0], dtype=np.int32), _unpack(rows[0][1])) if rows else None
+        with self._lock:
+            self._blocks[key] = found
+            while len(self._blocks) > _BLOCK_CACHE:
+                self._blocks.popitem(last=False)
+        return found
 
     def all_sorted(self) -> tuple[list[int], list[str]]:
         """Every choice's id and word-sorted text, by id (kept: only small indexes scan everything)."""
@@ -712,6 +722,7 @@ class LabelIndex:
             self._entities, self.label_count = counts["entities"], counts["labels"]
             self.choice_count, self.max_tokens = counts["choices"], max_tokens
             self._entity_cache.clear()
+            self._blocks.clear()
             self._texts = self._all_sorted = None
         return written
 
@@ -1283,12 +1294,10 @@ def _shared(blocks: Sequence[tuple[Any, list[str]]]) -> tuple[list[int], list[st
     ids, counts = ids[keep], counts[keep]
     if len(ids) > _SHARED_CAP:
         ids = np.sort(ids[np.lexsort((ids, -counts))[:_SHARED_CAP]])
-    wanted = set(ids.tolist())
     merged: dict[int, str] = {}
     for block_ids, texts in blocks:
-        for i, text in zip(block_ids.tolist(), texts):
-            if i in wanted:
-                merged[i] = text
+        for pos in np.flatnonzero(np.isin(block_ids, ids, assume_unique=True)).tolist():
+            merged[int(block_ids[pos])] = texts[pos]
     order = sorted(merged)
     return order, [merged[i] for i in order]
 
