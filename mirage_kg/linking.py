@@ -469,6 +469,11 @@ class _Column:
         return len(self._index)
 
 
+def label_index_file(folder: FsPath, fingerprint: str) -> FsPath:
+    """Where the label index of a store with this fingerprint is cached (``load --update`` carries it over)."""
+    return folder / f"labels-{fingerprint}.sqlite"
+
+
 class LabelIndex:
     """Every concept's labels: preferred (skos:prefLabel, rdfs:label; kind 0) and synonyms (skos:altLabel; kind 1),
     with the lookup tables the linker needs, in one SQLite file (cached beside the store): a UMLS-size KG's 8M
@@ -944,7 +949,7 @@ class Linker:
 
     def _load_index(self) -> LabelIndex:
         folder = self._folder()
-        path = folder / f"labels-{self.fingerprint}.sqlite" if folder else None
+        path = label_index_file(folder, self.fingerprint) if folder else None
         if path is not None and path.is_file():
             try:
                 index = LabelIndex.open(path)

@@ -91,11 +91,13 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
                 for line in result.diff.lines():
                     click.echo(line)
                 click.echo(f"updated <{result.graph}> to {result.release.citation()}")
+                if result.labels_updated is not None:
+                    click.echo(f"label index: carried over, {result.labels_updated:,} label rows re-read for the "
+                               "changed entities (not rebuilt)")
                 continue
-            from mirage_kg.releases.provenance import new_release_info, options_record, record_release
+            from mirage_kg.releases.provenance import load_recorded
 
-            for receipt in loader.load(target, path, options, report):
-                record_release(target, new_release_info(loader.name, path, receipt.graph, options_record(options)))
+            for receipt in load_recorded(target, path=path, loader=loader, options=options, report=report):
                 click.echo(f"loaded {path} ({loader.name}): +{receipt.added:,} triples into <{receipt.graph}>")
         run_index_step(target, index, embeddings, lambda s: click.echo(s, err=True))
     finally:

@@ -140,6 +140,16 @@ def release_record_update(info: ReleaseInfo) -> str:
             f"INSERT DATA {{ GRAPH {manifest} {{ {graph} {iri_ref(RELEASE)} {literal(text)} }} }}")
 
 
+def load_recorded(store: Store, loader: Any, path: Path, options: Any, report: Any) -> list[Any]:
+    """``loader.load`` with each graph's release record committed in the same update as its data (``Store.
+    recording``): a load killed at any point leaves either no graph or a graph with its record."""
+    def record(graph: str) -> str:
+        return release_record_update(new_release_info(loader.name, path, graph, options_record(options)))
+
+    with store.recording(record):
+        return loader.load(store, path, options, report)
+
+
 def record_release(store: Store, info: ReleaseInfo) -> None:
     """Write (or replace) the release record of ``info.graph``."""
     store.update(release_record_update(info))

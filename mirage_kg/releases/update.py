@@ -9,10 +9,14 @@ SPARQL update. SNOMED CT Delta files are read over the previous release's files 
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyoxigraph as ox
+
+from mirage_kg.caching import store_fingerprint
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport
 from mirage_kg.namespaces import XSD, compress
@@ -40,6 +44,9 @@ class UpdateResult:
     graph: str
     diff: ReleaseDiff
     release: ReleaseInfo
+    #: label rows the carried label index re-read for the changed entities; None: no index to carry (the index
+    #: step builds one)
+    labels_updated: int | None = None
 
 
 def target_graph(store: Store, loader: Loader, explicit: str | None) -> str:
@@ -133,8 +140,43 @@ def update_release(store: Store, path: Path, loader: Loader, options: LoadOption
         recorded.pop(private, None)
     options.extra.pop("snomed_only", None)  # the next path of the same command is scoped afresh
     info = new_release_info(loader.name, path, graph, recorded, history)
+    before = store_fingerprint(store)
     apply_difference(store, graph, diff, info)
-    return UpdateResult(graph, diff, info)
+    subjects = {t.subject.value for t in (*diff.triples.removed, *diff.triples.added)
+                if isinstance(t.subject, ox.NamedNode)}
+    return UpdateResult(graph, diff, info, carry_label_index(store, before, subjects))
+
+
+def carry_label_index(store: Store, before: str, changed: set[str]) -> int | None:
+    """The linker's label index of the store as it was (fingerprint ``before``), copied to the updated store's
+    fingerprint with only the ``changed`` entities re-read (``LabelIndex.update``) instead of rebuilt by a scan;
+    the number of label rows written, or None when there was no index to carry or it could not be (then the
+    index step builds one, as after any load)."""
+    import shutil
+    import sqlite3
+
+    from mirage_kg.caching import cache_folder
+    from mirage_kg.graph import Graph
+    from mirage_kg.linking import LabelIndex, label_index_file
+
+    try:
+        old = label_index_file(cache_folder(store, before), before)
+        if not old.is_file():
+            return None
+        after = store_fingerprint(store)
+        new = label_index_file(cache_folder(store, after), after)
+        partial = new.with_name(f".{new.name}.{os.getpid()}.tmp")
+        try:
+            shutil.copyfile(old, partial)
+            written = LabelIndex.open(partial).update(Graph(store), sorted(changed))
+            os.replace(partial, new)
+        finally:
+            partial.unlink(missing_ok=True)
+    except (OSError, sqlite3.Error, ValueError):
+        return None  # a cache: the index step rebuilds it
+    if old != new:
+        old.unlink(missing_ok=True)
+    return written
 
 
 def apply_difference(store: Store, graph: str, diff: ReleaseDiff, info: ReleaseInfo) -> None:

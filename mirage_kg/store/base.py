@@ -273,6 +273,8 @@ class Store(abc.ABC):
         unmark = f"DELETE DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
         if replace:
             record = f"{forget_record(graph)} ;\n{record}"
+        if self._recording is not None:
+            record = f"{record} ;\n{self._recording(graph)}"
         if target == graph:
             self.update(f"{unmark} ;\n{record}")
         else:
@@ -281,6 +283,19 @@ class Store(abc.ABC):
 
     #: graphs whose next load replaces their content instead of adding to it (see ``replacing``)
     _replacing: frozenset[str] = frozenset()
+    #: what loads commit beside their manifest record (see ``recording``)
+    _recording: Callable[[str], str] | None = None
+
+    @contextlib.contextmanager
+    def recording(self, record: Callable[[str], str]) -> Iterator[None]:
+        """Loads inside the block commit ``record(graph)`` (SPARQL update operations: the release record) in the
+        same update as their data and manifest record, so a loaded graph never lacks it."""
+        held = self._recording
+        self._recording = record
+        try:
+            yield
+        finally:
+            self._recording = held
 
     @contextlib.contextmanager
     def replacing(self, *graphs: str) -> Iterator[None]:

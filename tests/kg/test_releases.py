@@ -500,6 +500,51 @@ def test_label_embeddings_are_encoded_again_only_for_changed_labels(
     assert (second.matrix == expected).all()
 
 
+def test_a_load_commits_its_release_record_with_its_data(tmp_path: Path) -> None:
+    """The release record goes in the update that commits the graph's manifest record (no second update)."""
+    from mirage_kg.loaders import LoadOptions, LoadReport
+    from mirage_kg.loaders.triples import TriplesLoader
+    from mirage_kg.releases import release_of
+    from mirage_kg.releases.provenance import RELEASE, load_recorded
+    from mirage_kg.store import OxigraphStore
+    from mirage_kg.store.base import LOADED_FROM
+
+    release = tmp_path / "facts-2025.tsv"
+    release.write_text(_TRIPLES_V1, encoding="utf-8")
+    store = OxigraphStore()
+    updates: list[str] = []
+    plain_update = store.update
+    store.update = lambda text: (updates.append(text), plain_update(text))[1]  # type: ignore[method-assign]
+    (receipt,) = load_recorded(store, TriplesLoader(), release, LoadOptions(), LoadReport())
+    assert release_of(store, receipt.graph).release == "facts-2025.tsv"
+    writes = [u for u in updates if RELEASE in u]
+    assert len(writes) == 1 and LOADED_FROM in writes[0]
+    assert store._recording is None  # only loads inside load_recorded carry a record
+
+
+def test_update_carries_the_label_index_over_for_the_changed_concepts(
+        tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
+    from mirage_kg.graph import Graph
+    from mirage_kg.linking import LabelIndex, Linker
+    from mirage_kg.store import open_store
+
+    old, new = umls_pair
+    store = tmp_path / "kg"
+    run("load", str(old), "--store", str(store), "--no-index")
+    run("index", "--store", str(store), "--no-embeddings")
+    output = run("load", "--update", str(new), "--store", str(store), "--no-index").output
+    assert "label index: carried over" in output
+    assert len(list((store / ".mirage-cache").glob("labels-*.sqlite"))) == 1  # the old one went
+    with open_store(store) as opened:
+        linker = Linker(opened)
+        carried = linker.index
+        assert linker.index_from_cache  # found under the updated store's fingerprint: nothing rebuilt
+        fresh = LabelIndex.build(Graph(opened))
+        assert sorted(carried.texts) == sorted(fresh.texts)
+        assert "Deltapain, sharp" in carried.texts and 'Deltapain "sharp"' not in carried.texts
+        assert [m.candidates[0].entity.id for m in linker.link("Deltapain, sharp")][:1] == ["UMLS:C0000004"]
+
+
 @pytest.mark.slow
 def test_update_benchmark_runs_and_its_updates_match_fresh_loads() -> None:
     """bench_update.py on tiny releases: only its bookkeeping is checked, never a time."""
