@@ -92,6 +92,15 @@ def _row_changes(old: Path, new: Path) -> _RowChanges:
     return _RowChanges(removed, added, kept, len(kept))
 
 
+def _plain(path: Path) -> bool:
+    """Whether the file is ASCII without spaces or carriage returns (its rows' fields need no normalising)."""
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            if not block.isascii() or b" " in block or b"\r" in block:
+                return False
+    return True
+
+
 def _ends_with_newline(path: Path) -> bool:
     with open(path, "rb") as handle:
         if handle.seek(0, 2) == 0:
@@ -164,7 +173,7 @@ def _made_by_unchanged_rows(loader: Any, new: Path, kept: bytearray, candidates:
         return made
     with open(new, "rb") as handle:
         unchanged = compress(enumerate(handle, 1), kept)
-        for number, raw in loader.rows_naming(unchanged, keys):  # reads ``keys`` as it shrinks
+        for number, raw in loader.rows_naming(unchanged, keys, _plain(new)):  # reads ``keys`` as it shrinks
             if number == header:
                 continue
             for line in _triples(loader.row_triples(_decoded([(number, raw)], new, quiet), new, options, quiet,

@@ -200,6 +200,21 @@ def _triples_v2(text: str) -> str:
     return text + "Heart_attack\thas_symptom\tPalpitations\nGout\tnew_relation\tUric acid\n"
 
 
+def test_plain_triple_file_update_equals_fresh_load(tmp_path: Path) -> None:
+    """ASCII without spaces: the scan of unchanged rows takes its fast way."""
+    plain = _TRIPLES_V1.replace("Fever \n", "Fever\n")
+    old, new = tmp_path / "v1" / "facts.tsv", tmp_path / "v2" / "facts.tsv"
+    old.parent.mkdir()
+    new.parent.mkdir()
+    old.write_text(plain + "Cough\thas_symptom\tPalpitations\n", encoding="utf-8")
+    new.write_text(_triples_v2(plain).replace(" ", "_"), encoding="utf-8")
+    run("load", str(old), "--store", str(tmp_path / "updated"))
+    graph = graph_of(tmp_path / "updated")
+    assert "compared: source lines" in run("load", "--update", str(new), "--store", str(tmp_path / "updated")).output
+    run("load", str(new), "--store", str(tmp_path / "fresh"), "--graph", graph)
+    assert data_export(tmp_path / "updated") == data_export(tmp_path / "fresh")
+
+
 def test_triple_file_update_parses_only_the_changed_rows(tmp_path: Path) -> None:
     old, new = tmp_path / "v1" / "facts.tsv", tmp_path / "v2" / "facts.tsv"
     old.parent.mkdir()
