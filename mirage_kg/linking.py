@@ -558,10 +558,15 @@ class LabelIndex:
             found = self._rows("SELECT iri, name FROM entities WHERE idx = ?", (idx,))
             if not found:
                 raise IndexError(idx)
-            row = self._entity_cache[idx] = found[0]
+            row = found[0]
+            self._remember(idx, row)
+        return row
+
+    def _remember(self, idx: int, row: tuple[str, str]) -> None:
+        with self._lock:
+            self._entity_cache[idx] = row
             if len(self._entity_cache) > 50_000:
                 self._entity_cache.popitem(last=False)
-        return row
 
     def entity(self, idx: int) -> Entity:
         iri, name = self._entity_row(idx)
@@ -573,8 +578,12 @@ class LabelIndex:
 
     def dictionary(self, text: str, key: str) -> list[tuple[int, int, int]]:
         """(entity, kind, 0) of labels written ``text`` and (entity, kind, 1) of labels normalised to ``key``."""
-        return self._rows("SELECT idx, kind, 0 FROM labels WHERE text = ?1 UNION ALL "
-                          "SELECT idx, kind, 1 FROM labels WHERE norm = ?2 AND ?2 != ''", (text, key))
+        rows = self._rows("SELECT l.idx, l.kind, 0, e.iri, e.name FROM labels l JOIN entities e ON e.idx = l.idx "
+                          "WHERE l.text = ?1 UNION ALL SELECT l.idx, l.kind, 1, e.iri, e.name FROM labels l "
+                          "JOIN entities e ON e.idx = l.idx WHERE l.norm = ?2 AND ?2 != ''", (text, key))
+        for idx, _, _, iri, name in rows:  # the ranking reads them next: one query, not one per candidate
+            self._remember(idx, (iri, name))
+        return [row[:3] for row in rows]
 
     def folded(self, choice: str) -> list[tuple[int, int]]:
         """(entity, kind) of the labels folded to ``choice``."""
@@ -923,6 +932,7 @@ class Linker:
         self._matrix: np.ndarray | None = None
         self._fingerprint: str | None = None
         self._lock = threading.RLock()
+        self._merged: Any = None  # the graph's ConceptGroups, taken on first use
         self.index_from_cache = False  # whether the label index came from the on-disk cache
         self.embeddings_from_cache = False
         self.embeddings_encoded = 0  # label texts encoded by the last build (the rest came from an earlier one)
@@ -1156,11 +1166,18 @@ class Linker:
         for idx, sim in sorted(best.items(), key=lambda kv: -kv[1])[: self.embedding_top]:
             _offer(scores, idx, min(sim, _EMBEDDING_CAP), "embedding")
 
+    def _groups(self) -> Any:
+        """The graph's merged concepts, taken once like the index (after a load the graph makes a new linker):
+        asking the graph each time re-reads the store's manifest, which cost most of an exact lookup."""
+        if self._merged is None:
+            self._merged = self.kg.groups
+        return self._merged
+
     def _ranked(self, scores: dict[int, tuple[float, str]], top: int) -> list[Candidate]:
         """Best first; members of one merged concept (``KnowledgeGraph.groups``) count once, as the best-scored
         member, listing the others in ``same_as``."""
         index = self.index
-        groups = self.kg.groups
+        groups = self._groups()
         # ties: a merged concept's representative (MONDO before OMIM before ...) first, then by IRI
         order = sorted(scores.items(), key=lambda kv: (-kv[1][0], METHODS.index(kv[1][1]),
                                                        groups.rep(index.iris[kv[0]]) != index.iris[kv[0]],
