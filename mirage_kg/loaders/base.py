@@ -81,6 +81,11 @@ class Problem:
         self.report.skip(reason, path, line, detail)
 
 
+class RowsNeedWholeRelease(Exception):
+    """A changed row that a row difference cannot stand for (an N-Triples blank node: its label belongs to its
+    file); ``load --update`` compares the whole release instead."""
+
+
 class Loader:
     """Base class: subclasses set ``name`` and implement ``can_load`` and ``load``."""
 

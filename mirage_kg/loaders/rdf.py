@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, default_graph_name
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, RowsNeedWholeRelease, default_graph_name
 from mirage_kg.loaders.hygiene import UTF8_BOM, check_encoding, open_input
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import RDF_FORMATS, LoadReceipt, Store
@@ -64,3 +66,51 @@ class RdfLoader(Loader):
             except SyntaxError as exc:
                 raise InputError(f"invalid {media} syntax: {exc}", path) from exc
         return [receipt]
+
+    # --- ``load --update`` of an N-Triples file: only the changed rows (see ``releases.line_scope``) ------------
+    def rows_apply(self, path: Path, options: LoadOptions) -> bool:
+        """Rows stand for triples in N-Triples only (one triple a line, no prefixes, no graph names)."""
+        return media_type_for(path, options.extra.get("rdf_format")) == RDF_FORMATS["nt"][0]
+
+    def row_triples(self, rows: Iterable[tuple[int, str]], path: Path, options: LoadOptions, problem: Any,
+                    tally: Any = None, *, first_rows: bool = True) -> Iterator[str]:
+        """Each N-Triples row's triple, written canonically (so two spellings of one triple compare equal)."""
+        import pyoxigraph as ox
+
+        for number, text in rows:
+            if not text.strip() or text.lstrip().startswith("#"):
+                continue
+            try:
+                parsed = list(ox.parse(text.encode("utf-8"), format=ox.RdfFormat.N_TRIPLES))
+            except SyntaxError as exc:
+                raise InputError(f"invalid {RDF_FORMATS['nt'][0]} syntax: {exc}", path, number) from exc
+            for quad in parsed:
+                triple = quad.triple
+                if isinstance(triple.subject, ox.BlankNode) or isinstance(triple.object, ox.BlankNode):
+                    raise RowsNeedWholeRelease(f"{path}:{number} holds a blank node")
+                yield f"{triple} .\n"
+
+    @staticmethod
+    def triple_keys(line: str, options: LoadOptions) -> list[bytes]:
+        """A row must have the candidate's subject to make it: its canonical spelling."""
+        return [line.split(" ", 1)[0].encode("utf-8")]
+
+    @staticmethod
+    def rows_naming(rows: Iterable[tuple[int, bytes]], keys: set[bytes], plain: bool = False) -> Iterator[tuple[int, bytes]]:
+        """The raw rows whose subject is one of ``keys`` (an escaped IRI is parsed to its canonical spelling)."""
+        import pyoxigraph as ox
+
+        for number, raw in rows:
+            parts = raw.split(None, 1)
+            if not parts:
+                continue
+            token = parts[0]
+            if token.startswith(b"<") and b">" in token:
+                token = token[:token.index(b">") + 1]
+            if b"\\" in token:
+                try:
+                    token = str(next(iter(ox.parse(raw, format=ox.RdfFormat.N_TRIPLES))).subject).encode("utf-8")
+                except (SyntaxError, StopIteration):
+                    continue
+            if token in keys:
+                yield number, raw

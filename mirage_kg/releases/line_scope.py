@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem
+from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem, RowsNeedWholeRelease
 from mirage_kg.loaders.hygiene import MAX_LINE_BYTES, UTF8_BOM, check_encoding, decoded_row
 from mirage_kg.releases.diff import TripleDifference, parse_lines
 from mirage_kg.releases.provenance import ReleaseInfo, file_hashes, options_record
@@ -42,12 +42,16 @@ class Scope:
         return f"{self.kind}: {self.detail}"
 
 
-def supports_rows(loader: Any) -> bool:
-    return all(hasattr(loader, name) for name in ("row_triples", "triple_keys", "rows_naming"))
+def supports_rows(loader: Any, path: Path | None = None, options: LoadOptions | None = None) -> bool:
+    """Whether ``loader`` can say what rows make (and, for ``path``, whether its rows stand for triples)."""
+    if not all(hasattr(loader, name) for name in ("row_triples", "triple_keys", "rows_naming")):
+        return False
+    applies = getattr(loader, "rows_apply", None)
+    return applies is None or path is None or options is None or applies(path, options)
 
 
 def previous_file(previous: ReleaseInfo | None, path: Path, options: LoadOptions,
-                  recorded: dict[str, Any]) -> tuple[Path | None, str]:
+                  recorded: dict[str, Any], loader: Any = None) -> tuple[Path | None, str]:
     """The previous release's file when a row difference can stand for the graph's: still where it was loaded
     from, unchanged since (its recorded SHA-256), loaded with the same options; else None and why not."""
     if previous is None:
@@ -57,6 +61,9 @@ def previous_file(previous: ReleaseInfo | None, path: Path, options: LoadOptions
         return None, f"{path} is not a single file"
     if not old.is_file():
         return None, f"the previous release's file {old} is not there any more"
+    applies = getattr(loader, "rows_apply", None) if loader is not None else None
+    if applies is not None and not applies(old, options):
+        return None, f"the previous release's file {old} is not line-based"
     if previous.options != recorded:
         return None, "the previous release was loaded with other options"
     digest = previous.files.get(old.name)
@@ -134,6 +141,8 @@ def row_difference(loader: Any, old: Path, new: Path, options: LoadOptions,
     (and why, in the scope) when this file pair needs the whole-release compare."""
     with open(new, "rb") as handle:
         check_encoding(new, handle.read(4096))
+    if new.stat().st_size == 0:
+        return None, Scope("whole release", "the new file is empty")
     if not (_ends_with_newline(old) and _ends_with_newline(new)):
         return None, Scope("whole release", "a file ends without a line break")
     first, old_first = _first_row(new), _first_row(old)
@@ -145,10 +154,13 @@ def row_difference(loader: Any, old: Path, new: Path, options: LoadOptions,
     if changed > max(MAX_CHANGED_SHARE * changes.lines, MAX_CHANGED_IN_MEMORY):
         return None, Scope("whole release", f"{changed:,} of {changes.lines:,} rows changed")
     quiet = Problem(LoadOptions(lenient=True), LoadReport())  # rows the previous load kept made triples; others none
-    added = _triples(loader.row_triples(_decoded(changes.added, new, Problem(options, report)), new, options,
-                                        Problem(options, report), first_rows=False))
-    removed = _triples(loader.row_triples(_decoded(changes.removed, old, quiet), old, options, quiet,
-                                          first_rows=False))
+    try:
+        added = _triples(loader.row_triples(_decoded(changes.added, new, Problem(options, report)), new, options,
+                                            Problem(options, report), first_rows=False))
+        removed = _triples(loader.row_triples(_decoded(changes.removed, old, quiet), old, options, quiet,
+                                              first_rows=False))
+    except RowsNeedWholeRelease as exc:
+        return None, Scope("whole release", str(exc))
     candidates = added ^ removed
     still = _made_by_unchanged_rows(loader, new, changes.kept, candidates, options, quiet, header)
     difference = TripleDifference(removed=parse_lines(sorted(removed - added - still)),
@@ -176,8 +188,12 @@ def _made_by_unchanged_rows(loader: Any, new: Path, kept: bytearray, candidates:
         for number, raw in loader.rows_naming(unchanged, keys, _plain(new)):  # reads ``keys`` as it shrinks
             if number == header:
                 continue
-            for line in _triples(loader.row_triples(_decoded([(number, raw)], new, quiet), new, options, quiet,
-                                                    first_rows=False)) & candidates:
+            try:
+                made_here = _triples(loader.row_triples(_decoded([(number, raw)], new, quiet), new, options, quiet,
+                                                        first_rows=False)) & candidates
+            except RowsNeedWholeRelease:
+                continue  # a blank node's triple is no candidate (changed rows hold none)
+            for line in made_here:
                 if line in made:
                     continue
                 made.add(line)

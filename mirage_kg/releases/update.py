@@ -89,8 +89,8 @@ def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: 
     that can tell which subjects a release may change (``update_scope``: a SNOMED CT Delta) has only those
     compared; otherwise the whole release is regenerated and compared with the whole graph."""
     fallback = ""
-    if previous is not None and supports_rows(loader):
-        old, fallback = previous_file(previous, path, options, options_record(options))
+    if previous is not None and supports_rows(loader, path, options):
+        old, fallback = previous_file(previous, path, options, options_record(options), loader)
         if old is not None:
             triples, scope = row_difference(loader, old, path, options, report)
             if triples is not None:

@@ -242,6 +242,38 @@ def test_triple_file_update_parses_only_the_changed_rows(tmp_path: Path) -> None
     assert data_export(store) == data_export(tmp_path / "fresh5")
 
 
+_NT_V1 = """<http://example.org/Asthma> <http://example.org/has_symptom> <http://example.org/Wheeze> .
+<http://example.org/Asthma> <http://www.w3.org/2004/02/skos/core#prefLabel> "Asthma"@EN .
+<http://example.org/Flu> <http://example.org/has_symptom> <http://example.org/Fever> .
+<http://example.org/Caf\\u00E9> <http://example.org/near> <http://example.org/Flu> .
+# a comment row
+<http://example.org/Gout> <http://example.org/possible_drug> <http://example.org/Colchicine> .
+"""
+
+
+def test_n_triples_update_parses_only_the_changed_rows(tmp_path: Path) -> None:
+    old, new = tmp_path / "v1" / "kg.nt", tmp_path / "v2" / "kg.nt"
+    old.parent.mkdir()
+    new.parent.mkdir()
+    old.write_text(_NT_V1, encoding="utf-8")
+    changed = _NT_V1.replace("<http://example.org/Wheeze>", "<http://example.org/Dyspnoea>")
+    changed = changed.replace("<http://example.org/Caf\\u00E9>", "<http://example.org/Caf\u00e9>")  # same IRI
+    changed = changed.replace('"Asthma"@EN', '"Asthma"@en')  # the same literal
+    new.write_text(changed.replace("<http://example.org/Gout> <http://example.org/possible_drug> "
+                                   "<http://example.org/Colchicine> .\n", ""), encoding="utf-8")
+    store = tmp_path / "updated"
+    run("load", str(old), "--store", str(store))
+    graph = graph_of(store)
+    output = run("load", "--update", str(new), "--store", str(store)).output
+    assert "compared: source lines: 4 rows removed and 3 added of 5" in output and "triples: -2 +1" in output
+    run("load", str(new), "--store", str(tmp_path / "fresh"), "--graph", graph)
+    assert data_export(store) == data_export(tmp_path / "fresh")
+    # a changed row with a blank node: its label is the file's own, so the whole release is compared
+    newer = tmp_path / "v3.nt"
+    newer.write_text(changed + "_:b1 <http://example.org/near> <http://example.org/Flu> .\n", encoding="utf-8")
+    assert "blank node" in run("load", "--update", str(newer), "--store", str(store)).output
+
+
 def test_triple_file_update_with_a_bad_new_row_names_its_line(tmp_path: Path) -> None:
     old, new = tmp_path / "v1.tsv", tmp_path / "v2.tsv"
     old.write_text(_TRIPLES_V1, encoding="utf-8")
