@@ -269,24 +269,29 @@ class OxigraphStore(Store):
         except OSError as exc:
             raise StoreError(f"store {self.location}: {exc}") from exc
 
-    def _evaluate(self, work: Callable[[], T], timeout: float | None) -> T:
-        """``work()`` (a query run to its last row), bounded by ``timeout``. pyoxigraph checks no deadline and
-        evaluates without the GIL, so the work runs in a daemon thread and the caller stops waiting at the
-        deadline; the abandoned evaluation finishes on its own in the background (or dies with the process)."""
+    def _evaluate(self, work: Callable[[threading.Event], T], timeout: float | None) -> T:
+        """``work(cancelled)`` (a query run to its last row), bounded by ``timeout``. pyoxigraph checks no deadline
+        and evaluates without the GIL, so the work runs in a daemon thread and the caller stops waiting at the
+        deadline. The caller then sets ``cancelled``, which the work checks between rows: an abandoned query stops
+        at its next row instead of collecting rows until it ends (in a long-lived process such as `serve`, one
+        timed-out cross product used to grow memory without bound). A single row that takes long (an aggregate
+        over a huge join) still finishes in the background; its result is dropped."""
+        cancelled = threading.Event()
         if not timeout:
-            return work()
+            return work(cancelled)
         outcome: list[Any] = []
         done = threading.Event()
 
         def run() -> None:
             try:
-                outcome.append((True, work()))
+                outcome.append((True, work(cancelled)))
             except BaseException as exc:  # handed to the caller's thread
                 outcome.append((False, exc))
             done.set()
 
         threading.Thread(target=run, name="mirage-kg-query", daemon=True).start()
         if not done.wait(timeout):
+            cancelled.set()
             raise QueryError(f"query exceeded its timeout of {timeout} s; narrow it or raise --timeout")
         ok, value = outcome[0]
         if not ok:
@@ -294,13 +299,15 @@ class OxigraphStore(Store):
         return value  # type: ignore[no-any-return]
 
     def select(self, query: str, *, timeout: float | None = None) -> list[dict[str, Term]]:
-        def work() -> list[dict[str, Term]]:
+        def work(cancelled: threading.Event) -> list[dict[str, Term]]:
             result = self._run(query)
             if not isinstance(result, ox.QuerySolutions):
                 raise QueryError("expected a SELECT query")
             names = [v.value for v in result.variables]
             rows: list[dict[str, Term]] = []
             for solution in result:
+                if cancelled.is_set():
+                    return []  # nobody waits for these rows any more
                 row = {}
                 for name in names:
                     value = solution[name]
@@ -312,7 +319,7 @@ class OxigraphStore(Store):
         return self._evaluate(work, timeout)
 
     def ask(self, query: str, *, timeout: float | None = None) -> bool:
-        def work() -> bool:
+        def work(cancelled: threading.Event) -> bool:
             result = self._run(query)
             if not isinstance(result, ox.QueryBoolean):
                 raise QueryError("expected an ASK query")
@@ -321,11 +328,16 @@ class OxigraphStore(Store):
         return self._evaluate(work, timeout)
 
     def construct(self, query: str, *, timeout: float | None = None) -> list[tuple[Term, Term, Term]]:
-        def work() -> list[tuple[Term, Term, Term]]:
+        def work(cancelled: threading.Event) -> list[tuple[Term, Term, Term]]:
             result = self._run(query)
             if not isinstance(result, ox.QueryTriples):
                 raise QueryError("expected a CONSTRUCT or DESCRIBE query")
-            return [(to_term(t.subject), to_term(t.predicate), to_term(t.object)) for t in result]
+            triples: list[tuple[Term, Term, Term]] = []
+            for t in result:
+                if cancelled.is_set():
+                    return []  # nobody waits for these triples any more
+                triples.append((to_term(t.subject), to_term(t.predicate), to_term(t.object)))
+            return triples
 
         return self._evaluate(work, timeout)
 
