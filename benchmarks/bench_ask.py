@@ -1,7 +1,8 @@
 """``mirage-kg ask`` end to end: the README's first question on the demo KG with SmolLM2, on each CPU engine in the
-same run (llama.cpp, transformers as the baseline), cold and warm, with per-stage seconds and tokens/s.
+same run (llama.cpp's C++ server with parallel slots, the CPU default; llama.cpp in process as the baseline; or
+transformers), cold and warm, with per-stage seconds and tokens/s.
 
-    python benchmarks/bench_ask.py [--engines llamacpp,transformers] [--warm 2] [--json]
+    python benchmarks/bench_ask.py [--engines llamacpp-server,llamacpp] [--warm 2] [--json]
 
 Cold: building the engine (loading the model) plus the first answer; warm: each further answer of the same
 question with everything loaded (the mean of ``--warm`` runs). The KG and its embedding model are loaded once,
@@ -56,7 +57,8 @@ def bench(kg: Any, engine: str, question: str, warm: int, seed: int) -> dict[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default="llamacpp,transformers", help="comma-separated: llamacpp, transformers")
+    parser.add_argument("--engines", default="llamacpp-server,llamacpp",
+                        help="comma-separated: llamacpp-server, llamacpp, transformers; the last is the baseline")
     parser.add_argument("--question", default=QUESTION)
     parser.add_argument("--warm", type=int, default=2, help="warm answers to average")
     parser.add_argument("--seed", type=int, default=0)

@@ -1,13 +1,14 @@
 """Parallel chains on one engine: 8 samples of one question, and 8 different questions, against one chain alone,
 all measured in the same run on the same engine, KG and budgets.
 
-    python benchmarks/bench_chains.py [--engines llamacpp,transformers] [--chains 8] [--tokens 64] [--json]
+    python benchmarks/bench_chains.py [--engines llamacpp-server,llamacpp] [--chains 8] [--tokens 64] [--json]
 
 Every chain is its own request stream (the product's scheduling: a chain's next turn goes to the engine as soon as
 its search returns), sampled at the paper's settings, seeded with ``retrieve`` evidence from the demo KG. Without
 ``--seed`` the engine may batch the samples' requests together (transformers batches only requests with the same
 seed); with it, every sample has its own seed, as in a reproducible run. Prints wall time, generated tokens and tokens/s of each run and the ratios samples / one chain (target <= 1.5x)
-and distinct / one chain. Engines: ``llamacpp`` and ``transformers`` (SmolLM2), ``tiny`` (a random 2-layer model
+and distinct / one chain. Engines: ``llamacpp-server`` (llama.cpp's C++ server, parallel slots), ``llamacpp`` (in
+process, one sequence at a time) and ``transformers`` (SmolLM2), ``tiny`` (a random 2-layer model
 on transformers, for a quick check). Never gates CI.
 """
 
@@ -82,8 +83,8 @@ def bench(kg: Any, name: str, chains: int, tokens: int, seed: int | None = None)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default="llamacpp,transformers", help="comma-separated: llamacpp, "
-                        "transformers, tiny")
+    parser.add_argument("--engines", default="llamacpp-server,llamacpp", help="comma-separated: llamacpp-server, "
+                        "llamacpp, transformers, tiny")
     parser.add_argument("--chains", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64, help="most tokens each chain may generate")
     parser.add_argument("--seed", type=int, help="run seed: every request gets its own seed [default: none]")

@@ -114,7 +114,8 @@ def _print_text(answer: Answer) -> None:
 @click.option("--endpoint", metavar="URL", envvar="MIRAGE_KG_ENDPOINT", help="SPARQL 1.1 query endpoint.")
 @click.option("--backend", "backend_kind", type=click.Choice([*ENGINES, "openai"]), default="auto", show_default=True,
               help="Where the LLM runs: an in-process engine, or any OpenAI-compatible server (vLLM, SGLang, "
-              "llama.cpp's server). auto: transformers with a CUDA GPU, else llama.cpp.")
+              "llama.cpp's server). auto: transformers with a CUDA GPU, else llama.cpp in process, else llama.cpp's "
+              "own server (llamacpp-server) if only that is installed.")
 @click.option("--model", metavar="ID", help=f"Hub id or local folder (transformers, vllm), .gguf file (llamacpp), "
               f"'smollm2', or served model name (openai) [default: {DEFAULT_GPU_MODEL} with a CUDA GPU, else smollm2].")
 @click.option("--base-url", metavar="URL", envvar="MIRAGE_KG_BASE_URL",

@@ -26,6 +26,7 @@ from mirage_reason.backends.scripted import ScriptedBackend, ScriptedCall
 
 if TYPE_CHECKING:
     from mirage_reason.backends.llamacpp_backend import LlamaCppBackend
+    from mirage_reason.backends.llamacpp_server import LlamaServerBackend
     from mirage_reason.backends.openai_backend import OpenAIBackend
     from mirage_reason.backends.transformers_backend import TransformersBackend
     from mirage_reason.backends.vllm_backend import VLLMBackend
@@ -37,6 +38,7 @@ __all__ = [
     "CompletionRequest",
     "GenerationParams",
     "LlamaCppBackend",
+    "LlamaServerBackend",
     "OpenAIBackend",
     "ScriptedBackend",
     "ScriptedCall",
@@ -55,6 +57,7 @@ __all__ = [
 _REGISTRY: dict[str, tuple[str, str]] = {
     "transformers": ("mirage_reason.backends.transformers_backend", "TransformersBackend"),
     "llamacpp": ("mirage_reason.backends.llamacpp_backend", "LlamaCppBackend"),
+    "llamacpp-server": ("mirage_reason.backends.llamacpp_server", "LlamaServerBackend"),
     "openai": ("mirage_reason.backends.openai_backend", "OpenAIBackend"),
     "vllm": ("mirage_reason.backends.vllm_backend", "VLLMBackend"),
     "scripted": ("mirage_reason.backends.scripted", "ScriptedBackend"),
@@ -72,7 +75,8 @@ def _backend_class(name: str) -> type:
 
 
 def get_backend(name_or_instance: str | type | Backend, **kwargs: Any) -> Backend:
-    """Resolve a registry name (``"transformers"``, ``"llamacpp"``, ``"openai"``, ``"vllm"``, ``"scripted"``), a
+    """Resolve a registry name (``"transformers"``, ``"llamacpp"``, ``"llamacpp-server"``, ``"openai"``, ``"vllm"``,
+    ``"scripted"``), a
     class, or an instance.
 
     ``kwargs`` go to the constructor: ``get_backend("transformers", model="smollm2")``. An instance is returned as

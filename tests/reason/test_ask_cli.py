@@ -110,11 +110,18 @@ def _chain_texts(record: dict[str, object]) -> list[str]:
 
 @pytest.mark.llm
 @pytest.mark.slow
-def test_samples_on_llamacpp_differ_and_the_seed_repeats_them() -> None:
+@pytest.mark.parametrize("engine", ["llamacpp", pytest.param("llamacpp-server", marks=pytest.mark.server)])
+def test_samples_on_llamacpp_differ_and_the_seed_repeats_them(engine: str) -> None:
     """Must show (issue 18): three samples at temperature 0.7 are three different chains, and the same --seed gives
-    the same three again."""
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install 'mirage-kg[llamacpp]'")
-    args = ["ask", QUESTION, "--backend", "llamacpp", "--model", "smollm2", "--json", "--set", "samples=3",
+    the same three again: in process, and on llama.cpp's server, where the three decode together in its slots."""
+    if engine == "llamacpp":
+        pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install 'mirage-kg[llamacpp]'")
+    else:
+        from mirage_reason.backends.local_models import LLAMA_SERVER_HINT, find_llama_server
+
+        if find_llama_server() is None:
+            pytest.skip(LLAMA_SERVER_HINT)
+    args = ["ask", QUESTION, "--backend", engine, "--model", "smollm2", "--json", "--set", "samples=3",
             "--set", "temperature=0.7", "--seed", "7", "--n-q", "1", "--n-r", "1", "--max-new-tokens", "24"]
     runs = []
     for _ in range(2):

@@ -1,5 +1,6 @@
 """The contract every backend meets, run over each of them: the scripted double, transformers (a tiny random model
-and SmolLM2), llama.cpp in process (SmolLM2's own GGUF) and the OpenAI client against llama.cpp's server.
+and SmolLM2), llama.cpp in process (SmolLM2's own GGUF), the OpenAI client against llama-cpp-python's server, and llama.cpp's own
+C++ server (``llama-server``, parallel slots) managed by ``LlamaServerBackend``.
 
 Requests go in one by one and come back as futures; stop strings cut the text and are reported (or flagged as
 unknown, as llama.cpp does); no completion holds more tokens than it asked for, nor does any chain more than its
@@ -40,7 +41,8 @@ def _scripted() -> ScriptedBackend:
 
 @pytest.fixture(params=["scripted", "tiny", pytest.param("smollm2", marks=pytest.mark.llm),
                         pytest.param("llamacpp", marks=pytest.mark.llm),
-                        pytest.param("openai-llamacpp", marks=[pytest.mark.llm, pytest.mark.server])])  # fmt: skip
+                        pytest.param("openai-llamacpp", marks=[pytest.mark.llm, pytest.mark.server]),
+                        pytest.param("llamacpp-server", marks=[pytest.mark.llm, pytest.mark.server])])  # fmt: skip
 def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
     if request.param == "scripted":
         yield Subject(_scripted(), samples=False, context_limit=False)
@@ -50,6 +52,8 @@ def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
         yield Subject(request.getfixturevalue("smollm2_backend"))
     elif request.param == "llamacpp":
         yield Subject(request.getfixturevalue("llamacpp_backend"))
+    elif request.param == "llamacpp-server":
+        yield Subject(request.getfixturevalue("llama_server_backend"))
     else:
         from mirage_reason.backends.openai_backend import OpenAIBackend
 
@@ -107,7 +111,7 @@ def test_max_tokens_holds_when_a_character_spans_tokens(subject: Subject) -> Non
     # Chinese characters take several byte-level tokens; llama-cpp-python's own loop overran max_tokens by 1-2
     # tokens whenever the limit fell inside one (ExplainCPE chains failed on it).
     backend = subject.backend
-    if type(backend).__name__ == "OpenAIBackend":
+    if type(backend).__name__ == "OpenAIBackend":  # the C++ server (LlamaServerBackend) holds it: tested
         pytest.skip("llama-cpp-python's server has the same overrun in its own loop; the chain runner refuses such a "
                     "completion with an error that names the backend (test_chain)")
     prompt = _prompt(backend, "请用中文详细回答：感冒的症状有哪些？请写很多汉字。")

@@ -125,10 +125,10 @@ def test_public_api() -> None:
 
     assert set(backends.__all__) == {
         "Backend", "BackendBase", "Completion", "CompletionRequest", "GenerationParams", "LlamaCppBackend",
-        "OpenAIBackend", "ScriptedBackend", "ScriptedCall", "ThinkMode", "TransformersBackend", "VLLMBackend",
+        "LlamaServerBackend", "OpenAIBackend", "ScriptedBackend", "ScriptedCall", "ThinkMode", "TransformersBackend", "VLLMBackend",
         "apply_stop", "backend_names", "chatml", "derive_seed", "get_backend", "split_think", "strip_think",
     }  # fmt: skip
-    assert backend_names() == ["llamacpp", "openai", "scripted", "transformers", "vllm"]
+    assert backend_names() == ["llamacpp", "llamacpp-server", "openai", "scripted", "transformers", "vllm"]
 
 
 def test_importing_the_backends_pulls_in_no_llm_stack() -> None:
@@ -145,7 +145,8 @@ def test_get_backend_resolves_names_classes_and_instances() -> None:
     assert isinstance(scripted, ScriptedBackend) and isinstance(scripted, Backend)
     assert get_backend(scripted) is scripted
     assert isinstance(get_backend(ScriptedBackend, script=["x"]), ScriptedBackend)
-    with pytest.raises(ValueError, match="choose one of llamacpp, openai, scripted, transformers, vllm"):
+    names = "llamacpp, llamacpp-server, openai, scripted, transformers, vllm"
+    with pytest.raises(ValueError, match=f"choose one of {names}"):
         get_backend("nope")
     with pytest.raises(TypeError):
         get_backend(scripted, script=["y"])
@@ -491,3 +492,23 @@ def test_openai_base_url_gets_v1(stub_server: Callable[..., Any]) -> None:
     with _client(stub.base_url.removesuffix("/v1")) as client:
         assert client.generate(["p"], params=GREEDY)[0].text == "ok"
     assert stub.paths == ["/v1/completions"]
+
+
+def test_auto_on_the_cpu_takes_llama_cpp_in_process_else_its_server(tmp_path: Any, monkeypatch: Any) -> None:
+    import importlib.util
+
+    from mirage_reason.backends import defaults
+
+    monkeypatch.setattr(defaults, "cuda_available", lambda: False)
+    binary = tmp_path / "llama-server"
+    binary.write_text("")
+    monkeypatch.setenv("MIRAGE_KG_LLAMA_SERVER", str(binary))
+    in_process = importlib.util.find_spec("llama_cpp") is not None
+    assert defaults.choose_engine("auto", None) == ("llamacpp" if in_process else "llamacpp-server", "smollm2")
+    assert defaults.choose_engine("auto", "Qwen/QwQ-32B")[0] == "transformers"  # not a GGUF
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else
+                        real_find_spec(name, *a))
+    assert defaults.choose_engine("auto", "model.gguf") == ("llamacpp-server", "model.gguf")
+    monkeypatch.setenv("MIRAGE_KG_LLAMA_SERVER", str(tmp_path / "missing"))
+    assert defaults.choose_engine("auto", None)[0] == "transformers"
