@@ -200,3 +200,38 @@ def test_a_killed_merge_or_replace_keeps_the_old_graph(tmp_path: Path, replace: 
     assert content(reopened) == expected(0, 100) and reopened.loaded_graphs()[GRAPH] == "first"
     assert leftovers(folder) == []
     reopened.close()
+
+
+@pytest.mark.slow
+def test_ctrl_c_reaches_the_loader_inside_one_native_call(tmp_path: Path) -> None:
+    """Python runs a SIGINT handler only when the main thread is back in Python, which a native bulk load is not
+    until it ends: Ctrl-C used to wait for the segment being indexed (45 s at 64 MB on a busy machine). The
+    feeding thread now sees the signal through the wakeup pipe and cuts the parser off, so even a load that is one
+    native call (the segment size raised past the input) stops reading its input and is put back."""
+    folder = tmp_path / "kg"
+    script = textwrap.dedent(f"""
+        import sys
+        import mirage_kg.store.oxigraph as oxigraph
+        oxigraph.SEGMENT_BYTES = 1 << 40  # the whole load in one native call
+        store = oxigraph.OxigraphStore({str(folder)!r})
+        consumed = [0]
+        def lines():
+            for i in range(50_000_000):
+                consumed[0] = i
+                yield f"<urn:e:{{i}}> <urn:p> <urn:e:{{i + 1}}> .\\n"
+        print("loading", flush=True)
+        try:
+            store.load(lines(), media_type="application/n-triples", graph={GRAPH!r}, source="x")
+        except KeyboardInterrupt:
+            print("consumed", consumed[0], "graphs", store.graphs(), flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "MIRAGE_KG_PROGRESS": "0"},
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "loading"
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=600)
+    words = out.split()
+    assert words[0] == "consumed", out
+    assert int(words[1]) < 49_000_000  # stopped reading, not run to the end of the input
+    assert GRAPH not in out and leftovers(folder) == []
