@@ -37,8 +37,38 @@ print(store.triple_count(sys.argv[2]))
 """
 
 
+# The child's own peak: ru_maxrss (what ``timed`` reads) keeps the RSS the bench process had when it forked the
+# child, through exec, so it over-reports a child started by a bench holding a generated release in memory.
+# VmHWM is the peak of the child's own address space, written to stderr at exit.
+_PEAK = """
+import atexit, runpy, sys
+def peak():
+    with open("/proc/self/status") as status:
+        kb = next((line.split()[1] for line in status if line.startswith("VmHWM:")), "0")
+    sys.stderr.write(f"\\nchild-peak-kb {kb}\\n")
+atexit.register(peak)
+sys.argv = ["mirage-kg", *sys.argv[1:]]
+runpy.run_module("mirage_kg.cli", run_name="__main__")
+"""
+
+
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "mirage_kg.cli", *args]
+    return [sys.executable, "-c", _PEAK, *args]
+
+
+def timed_own_peak(cmd: list[str]) -> tuple[float, int, str]:
+    """Wall seconds, the child's own peak RSS in MiB (VmHWM) and its stdout."""
+    import subprocess
+    import time
+
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "MIRAGE_KG_PROGRESS": "0"},
+                          check=False)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{cmd[3:6]} failed: {done.stderr[-2000:]}")
+    peaks = [int(line.split()[1]) for line in done.stderr.splitlines() if line.startswith("child-peak-kb ")]
+    return wall, (peaks[-1] // 1024 if peaks else 0), done.stdout.strip()
 
 
 # --- SNOMED CT: a Snapshot, a Delta, and the later Snapshot ------------------------------------------------------
@@ -110,13 +140,13 @@ def measure(shape: str, work: Path, triples: int, changed: float, seed: int) -> 
     old, update_with, fresh_release = make(work / shape, triples, changed, seed)
     updated, fresh = work / shape / "store-updated", work / shape / "store-fresh"
     # the loads alone: the index step after a load (labels, embeddings) is measured by bench_index/bench_scale
-    load_s, load_mb, _ = timed(cli("load", str(old), "--store", str(updated), "--no-index"))
-    stats = json.loads(timed(cli("stats", "--store", str(updated), "--json"))[2])
+    load_s, load_mb, _ = timed_own_peak(cli("load", str(old), "--store", str(updated), "--no-index"))
+    stats = json.loads(timed_own_peak(cli("stats", "--store", str(updated), "--json"))[2])
     (graph,) = [g["name"] for g in stats["graphs"] if g.get("release")]
-    update_s, update_mb, output = timed(cli("load", "--update", str(update_with), "--store", str(updated),
-                                            "--no-index"))
-    fresh_s, fresh_mb, _ = timed(cli("load", str(fresh_release), "--store", str(fresh), "--graph", graph,
-                                     "--no-index"))
+    update_s, update_mb, output = timed_own_peak(cli("load", "--update", str(update_with), "--store", str(updated),
+                                                     "--no-index"))
+    fresh_s, fresh_mb, _ = timed_own_peak(cli("load", str(fresh_release), "--store", str(fresh), "--graph", graph,
+                                              "--no-index"))
     counts = [int(timed([sys.executable, "-c", COUNT, str(s), _expand(graph)])[2]) for s in (updated, fresh)]
     summary = next((line.strip() for line in output.splitlines() if line.strip().startswith("triples:")), "")
     compared = next((line.strip() for line in output.splitlines() if line.strip().startswith("compared:")), "")
