@@ -46,12 +46,21 @@ _LEADING = re.compile(r"^\s*[\*\(\[（【]*\s*([A-J])\s*(?:[\)\]）】\.。、:�
 _PARENTHESISED = re.compile(r"[\(（【\[]\s*([A-J])\s*[\)）】\]]")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9])([A-J])(?![A-Za-z0-9])")
 _ARTICLE = re.compile(r"A\s+[a-z]")
+_OPTION_MARKER = re.compile(r"(?<![A-Za-z0-9])([A-J])\s*[.)．、:：]")
+
+
+def _recites_options(text: str) -> bool:
+    """Whether the answer repeats the option list ("A. ... B. ..."): small models often echo the options, and the
+    echo's leading "A." is no pick (it made every echoing sample vote A)."""
+    markers = [m.group(1) for m in _OPTION_MARKER.finditer(text)]
+    return "A" in markers and "B" in markers[markers.index("A") + 1:]
 
 
 def extract_letter(text: str, options: Sequence[str] = (), n_options: int | None = None) -> str | None:
     """The option letter a model's answer picks, or ``None``.
 
-    In order: an explicit statement (the last one: "答案是D", "Answer: d", "the answer is (B)"), a letter that opens
+    In order: an explicit statement (the last one: "答案是D", "Answer: d", "the answer is (B)"); an answer that only
+    repeats the option list ("A. ... B. ...") picks nothing; then a letter that opens
     the answer ("D.", "(D)"), the first parenthesised letter, the first standalone capital letter (not the English
     article "A ..."), and finally the one option whose text the answer quotes. Letters beyond the options count
     as no answer. A finished ``<think>`` block is ignored."""
@@ -68,6 +77,8 @@ def extract_letter(text: str, options: Sequence[str] = (), n_options: int | None
         found = [f for f in found if f in allowed]
         if found:
             return found[-1]
+    if _recites_options(text):
+        return None  # an echo of the options with no explicit statement picks none of them
     match = _LEADING.match(text)
     if match and match.group(1) in allowed and not _ARTICLE.match(text):
         return match.group(1)

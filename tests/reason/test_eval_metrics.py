@@ -35,6 +35,10 @@ OPTIONS = ["口服液", "吸入制剂", "贴剂", "喷雾剂", "粉雾剂"]
     ("First I thought the answer is A, but the answer is E.", "E"),  # the last explicit statement wins
     ("<think>maybe A</think>Answer: C", "C"),
     ("喷雾剂", "D"),  # the one option the answer quotes
+    ("A. 口服液\nB. 吸入制剂\nC. 贴剂", None),  # repeating the options picks none of them
+    ("A. 口服液 B. 吸入制剂 C. 贴剂 D. 喷雾剂 E. 粉雾剂", None),
+    ("A. 口服液\nB. 吸入制剂\n答案是B", "B"),  # an explicit statement after the echo still counts
+    ("B. 吸入制剂。A. 口服液不对", "B"),  # naming options out of order is no echo
     ("答案：F", None),  # beyond the options
     ("I do not know.", None),
     ("", None),
