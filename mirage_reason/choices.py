@@ -12,7 +12,8 @@ from collections.abc import Sequence
 __all__ = ["LETTERS", "extract_letter", "parse_options"]
 
 LETTERS = "ABCDEFGHIJ"
-_OPTION_LINE = re.compile(r"^\s*([A-J])\s*[.)．、:：]\s*(.+?)\s*$")
+_OPTION_SEPARATOR = r"[.)．、:：]"  # "A." "A)" "A、" "A：" ...
+_OPTION_LINE = re.compile(rf"^\s*([A-J])\s*{_OPTION_SEPARATOR}\s*(.+?)\s*$")
 
 
 def parse_options(question: str) -> tuple[str, ...]:
@@ -46,7 +47,7 @@ _LEADING = re.compile(r"^\s*[\*\(\[（【]*\s*([A-J])\s*(?:[\)\]）】\.。、:�
 _PARENTHESISED = re.compile(r"[\(（【\[]\s*([A-J])\s*[\)）】\]]")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9])([A-J])(?![A-Za-z0-9])")
 _ARTICLE = re.compile(r"A\s+[a-z]")
-_OPTION_MARKER = re.compile(r"(?<![A-Za-z0-9])([A-J])\s*[.)．、:：]")
+_OPTION_MARKER = re.compile(rf"(?<![A-Za-z0-9])([A-J])\s*{_OPTION_SEPARATOR}")
 
 
 def _recites_options(text: str) -> bool:

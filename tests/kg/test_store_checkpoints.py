@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mirage_kg.errors import InputError
+from mirage_kg.store.base import MANIFEST_GRAPH
 from mirage_kg.store import OxigraphStore, checkpoints
 
 GRAPH = "https://w3id.org/mirage-kg/graph/test/checkpoint"
@@ -198,6 +199,7 @@ def test_a_killed_merge_or_replace_keeps_the_old_graph(tmp_path: Path, replace: 
     assert any(name.startswith("rollback-") for name in leftovers(folder))  # killed under its checkpoint
     reopened = OxigraphStore(folder)
     assert content(reopened) == expected(0, 100) and reopened.loaded_graphs()[GRAPH] == "first"
+    assert [g for g in reopened.graphs() if g != MANIFEST_GRAPH and "schema" not in g] == [GRAPH]
     assert leftovers(folder) == []
     reopened.close()
 

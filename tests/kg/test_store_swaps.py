@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,32 +124,6 @@ def test_build_default_force_that_fails_keeps_the_old_graph(tmp_path: Path, monk
     with pytest.raises(InputError):
         default_kg.build_default_kg(store, ["icd10cm"], force=True)
     assert content(store, graph) == before and graph in store.loaded_graphs()
-
-
-def test_a_killed_replace_keeps_the_old_graph(tmp_path: Path) -> None:
-    folder = tmp_path / "kg"
-    store = OxigraphStore(folder)
-    store.load(lines(0, 100), media_type="application/n-triples", graph=GRAPH, source="first")
-    before = content(store)
-    store.close()
-    del store
-    script = textwrap.dedent(f"""
-        from mirage_kg.store import OxigraphStore
-        store = OxigraphStore({str(folder)!r})
-        def lines():
-            for i in range(10**8):
-                yield f"<urn:e:{{i}}> <urn:q> <urn:e:{{i + 1}}> .\\n"
-        with store.replacing({GRAPH!r}):
-            store.load(lines(), media_type="application/n-triples", graph={GRAPH!r}, source="x")
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "MIRAGE_KG_PROGRESS": "0"})
-    time.sleep(4)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    reopened = OxigraphStore(folder)
-    assert content(reopened) == before and data_graphs(reopened) == [GRAPH]
-    assert not list(folder.glob("bulk-*.sst"))
 
 
 def _triples(start: int, stop: int) -> list[object]:
