@@ -512,3 +512,13 @@ def test_auto_on_the_cpu_takes_llama_cpp_in_process_else_its_server(tmp_path: An
     assert defaults.choose_engine("auto", "model.gguf") == ("llamacpp-server", "model.gguf")
     monkeypatch.setenv("MIRAGE_KG_LLAMA_SERVER", str(tmp_path / "missing"))
     assert defaults.choose_engine("auto", None)[0] == "transformers"
+
+
+@pytest.mark.parametrize(("load", "threads"), [(0.0, 4), (1.4, 3), (2.6, 1), (3.6, 1), (12.0, 1)])
+def test_free_cores_leaves_out_the_busy_ones(monkeypatch: pytest.MonkeyPatch, load: float, threads: int) -> None:
+    """llama.cpp's thread count: usable cores minus the 1-minute load, rounded, at least one."""
+    from mirage_reason.backends import base
+
+    monkeypatch.setattr(base, "usable_cores", lambda: 4)
+    monkeypatch.setattr(base.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert base.free_cores() == threads
