@@ -72,4 +72,18 @@ def build_indexes(store: Store, *, embeddings: bool = True, embedding_model: str
     else:
         timed("embeddings", lambda: int(linker.matrix.shape[0]) if linker.matrix is not None else 0,
               lambda: linker.embeddings_from_cache)
+        # right after the embeddings: after an update, the earlier index is carried from the labels that changed
+        from mirage_kg import vector_index
+
+        count = int(linker.matrix.shape[0]) if linker.matrix is not None else 0
+        if count < linker.ann_min_labels:
+            steps.append(IndexStep("vectors", "skipped", note=f"{count:,} label vectors: brute force is exact and "
+                                   f"fast below {linker.ann_min_labels:,}"))
+        elif not vector_index.installed():
+            steps.append(IndexStep("vectors", "skipped", note="usearch is not installed: brute force"))
+            echo("index vectors: skipped, usearch is not installed: embedding search is brute force "
+                 "(pip install 'mirage-kg[ann]')")
+        else:
+            timed("vectors", lambda: len(linker.vectors) if linker.vectors is not None else 0,
+                  lambda: linker.vectors_status == "cached")
     return steps

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any
 
+from mirage_kg import vector_index
 from mirage_kg.caching import cache_folder, store_fingerprint
 from mirage_kg.errors import MirageError, MissingExtraError
 from mirage_kg.graph import Graph, pick_label
@@ -936,6 +937,11 @@ class Linker:
         self.index_from_cache = False  # whether the label index came from the on-disk cache
         self.embeddings_from_cache = False
         self.embeddings_encoded = 0  # label texts encoded by the last build (the rest came from an earlier one)
+        #: label vectors from which on the embedding search uses the nearest-neighbour index (below: brute force)
+        self.ann_min_labels = vector_index.ANN_MIN_LABELS
+        self._vectors: vector_index.VectorIndex | None = None
+        self._earlier_texts: tuple[str, list[str]] | None = None  # (fingerprint, texts) the matrix was carried from
+        self.vectors_status = ""  # how the index came: "cached", "carried", "built" (empty: brute force)
 
     # --- indexes -------------------------------------------------------------------------------------------------
     @property
@@ -993,26 +999,33 @@ class Linker:
                 self._matrix = self._load_matrix()
             return self._matrix
 
-    def _load_matrix(self) -> np.ndarray:
+    def _model_key(self) -> str:
         import hashlib
 
+        assert self.embedder is not None
+        return hashlib.sha256(self.embedder.model_name.encode()).hexdigest()[:10]
+
+    def _load_matrix(self) -> np.ndarray:
         import numpy as np
 
         assert self.embedder is not None
         index = self.index
-        model_key = hashlib.sha256(self.embedder.model_name.encode()).hexdigest()[:10]
+        model_key = self._model_key()
         folder = self._folder()
         path = folder / f"embeddings-{model_key}-{self.fingerprint}.npy" if folder else None
         if path is not None and path.is_file():
-            try:
-                matrix = np.load(path, allow_pickle=False)
+            try:  # mapped, not read: with the nearest-neighbour index, searches never touch it
+                matrix = np.load(path, allow_pickle=False, mmap_mode="r")
                 if matrix.shape[0] == len(index.texts):
                     self.embeddings_from_cache = True
                     return matrix
             except (OSError, ValueError):
                 pass
         # After a release update only the labels that changed are encoded: a text keeps its vector.
-        previous = _previous_vectors(folder, model_key) if folder is not None else {}
+        earlier = _previous_vectors(folder, model_key) if folder is not None else None
+        previous: dict[str, Any] = dict(zip(earlier[1], earlier[2])) if earlier is not None else {}
+        # the nearest-neighbour index of that build is carried from these (``vectors``)
+        self._earlier_texts = (earlier[0], earlier[1]) if earlier is not None else None
         missing = [text for text in index.texts if text not in previous]
         self.embeddings_encoded = len(missing)
         parts = path.with_name(path.name[:-4] + ".parts") if path is not None else None
@@ -1038,6 +1051,59 @@ class Linker:
 
                 shutil.rmtree(parts, ignore_errors=True)
         return matrix
+
+    @property
+    def vectors(self) -> vector_index.VectorIndex | None:
+        """The nearest-neighbour index over ``matrix`` (built, carried after an update, or cached beside the
+        store); None where the embedding search is brute force: no embeddings, fewer than ``ann_min_labels``
+        label texts, or usearch not installed (said once)."""
+        matrix = self.matrix
+        if matrix is None or len(matrix) < self.ann_min_labels:
+            return None
+        if not vector_index.installed():
+            _warn_once("usearch", f"usearch is not installed: embedding search scans all {len(matrix):,} label "
+                                  "vectors by brute force (pip install 'mirage-kg[ann]')")
+            return None
+        with self._lock:
+            if self._vectors is None:
+                self._vectors = self._load_vectors(matrix)
+            return self._vectors
+
+    def _load_vectors(self, matrix: np.ndarray) -> vector_index.VectorIndex:
+        from mirage_kg.vector_index import VectorIndex, drop_files
+
+        folder = self._folder()
+        prefix = f"ann-{self._model_key()}-"
+        path = folder / f"{prefix}{self.fingerprint}.usearch" if folder is not None else None
+        if path is not None and path.is_file():
+            try:
+                found = VectorIndex.open(path)
+                if len(found) == len(matrix):
+                    self.vectors_status = "cached"
+                    return found
+            except (OSError, RuntimeError, ValueError):
+                pass
+        if path is not None and self._earlier_texts is not None:  # after an update: only the changed labels
+            before, texts = self._earlier_texts
+            earlier = path.with_name(f"{prefix}{before}.usearch")
+            try:
+                carried = VectorIndex.open(earlier).carry(texts, self.index.texts, matrix) \
+                    if earlier.is_file() else None
+            except (OSError, RuntimeError, ValueError):
+                carried = None
+            if carried is not None:
+                try:
+                    carried.save(path)
+                    drop_files(path.parent, prefix, path)
+                except OSError:
+                    pass
+                self.vectors_status = "carried"
+                return carried
+        built = VectorIndex.build(matrix, path, note=_note if len(matrix) >= LARGE_BUILD else None)
+        if path is not None:
+            drop_files(path.parent, prefix, path)
+        self.vectors_status = "built"
+        return built
 
     # --- autocomplete --------------------------------------------------------------------------------------------
     def complete(self, prefix: str, limit: int = 10) -> list[LabelMatch]:
@@ -1146,17 +1212,16 @@ class Linker:
         return [(ids[pos], ratio) for _, ratio, pos in found]
 
     def _embedding(self, vector: Any, scores: dict[int, tuple[float, str]]) -> None:
-        import numpy as np
-
         matrix = self.matrix
         if matrix is None or not len(matrix):
             return
-        sims = matrix @ vector
+        vectors = self.vectors
+        wanted = 8 * self.embedding_top  # label texts, several of which may name one entity
+        rows, sims = vectors.search(vector, wanted) if vectors is not None else \
+            vector_index.brute_force_top(matrix, vector, wanted)
         index = self.index
         best: dict[int, float] = {}
-        order = np.argsort(-sims)
-        for row in order[: 8 * self.embedding_top]:
-            sim = float(sims[row])
+        for row, sim in zip(rows.tolist(), sims.tolist()):
             if sim < self.threshold:
                 break
             for idx, _ in index.exact(index.texts[row]):
@@ -1334,21 +1399,22 @@ def _offer(scores: dict[int, tuple[float, str]], idx: int, score: float, method:
         scores[idx] = (score, method)
 
 
-def _previous_vectors(folder: FsPath, model_key: str) -> dict[str, Any]:
-    """Vectors of an earlier build of this model's label embeddings (another fingerprint: the store before an
-    update), by text; empty when there is none or it cannot be read."""
+def _previous_vectors(folder: FsPath, model_key: str) -> tuple[str, list[str], Any] | None:
+    """An earlier build of this model's label embeddings (another fingerprint: the store before an update): its
+    fingerprint, texts and matrix (rows in texts order); None when there is none or it cannot be read."""
     import numpy as np
 
     for texts_file in sorted(folder.glob(f"embedtexts-{model_key}-*.json")):
-        matrix_file = folder / f"embeddings-{model_key}-{texts_file.stem.rsplit('-', 1)[-1]}.npy"
+        fingerprint = texts_file.stem.rsplit('-', 1)[-1]
+        matrix_file = folder / f"embeddings-{model_key}-{fingerprint}.npy"
         try:
             texts = json.loads(texts_file.read_text(encoding="utf-8"))
             matrix = np.load(matrix_file, allow_pickle=False)
         except (OSError, ValueError):
             continue
         if isinstance(texts, list) and matrix.shape[0] == len(texts):
-            return dict(zip(texts, matrix))
-    return {}
+            return fingerprint, texts, matrix
+    return None
 
 
 def _replace_cached(path: FsPath, prefix: str, text: str | None, ready: FsPath | None = None) -> None:
