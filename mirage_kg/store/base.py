@@ -16,7 +16,7 @@ import abc
 import contextlib
 import datetime as _dt
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NamedTuple
@@ -157,6 +157,14 @@ class Store(abc.ABC):
         """Every row of a SELECT that may be large (no LIMIT/OFFSET of its own), streamed. A store with a
         result-size cap pages under it; the embedded store has none."""
         yield from self.select(query, timeout=timeout)
+
+    def iri_rows(self, query: str, variables: Sequence[str]) -> Iterator[tuple[str | None, ...]]:
+        """The rows of a SELECT whose values are IRIs, as tuples of strings in the order of ``variables`` (None
+        for an unbound value or one that is not an IRI), streamed: the whole-graph passes of validation and the
+        degree index read millions of rows, which a list of dicts of ``Term`` would hold in memory at once."""
+        for row in self.select_all(query):
+            yield tuple(term.value if (term := row.get(name)) is not None and term.kind == "uri" else None
+                        for name in variables)
 
     # --- reading -------------------------------------------------------------------------------------------
     @abc.abstractmethod

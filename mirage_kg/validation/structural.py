@@ -161,10 +161,28 @@ class Context:
         ``with_schema``), streamed through the store's pattern primitive (the embedded store's index, an
         endpoint's paged SELECT)."""
         skip = {MANIFEST_GRAPH} | (set() if with_schema else {SCHEMA_GRAPH})
+        if self.store.indexed:  # one native pass per graph: no Term per value, no filter evaluated per quad
+            graphs = self.data_graphs + ([SCHEMA_GRAPH] if with_schema and SCHEMA_GRAPH in self.graphs else [])
+            for graph in graphs if predicates else ():
+                rows = self.store.iri_rows(f"SELECT ?s ?o WHERE {{ {values('p', predicates)} "
+                                           f"GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}", ("s", "o"))
+                for subject, obj in rows:
+                    if subject is not None and obj is not None:
+                        yield subject, obj
+            return
         for predicate in predicates:
             for quad in self.store.quads(predicate=predicate):
                 if quad.graph not in skip and quad.subject.kind == "uri" and quad.object.kind == "uri":
                     yield quad.subject.value, quad.object.value
+
+    @cached_property
+    def graphs(self) -> list[str]:
+        return self.store.graphs()
+
+    @cached_property
+    def data_graphs(self) -> list[str]:
+        """The named graphs that hold data: all but the schema and manifest graphs."""
+        return [g for g in self.graphs if g not in (SCHEMA_GRAPH, MANIFEST_GRAPH)]
 
     @cached_property
     def concepts(self) -> set[str]:
@@ -177,7 +195,13 @@ class Context:
         concepts), while simple pattern pages work on every endpoint and read the embedded store's index."""
         skip = {SCHEMA_GRAPH, MANIFEST_GRAPH}
         found: set[str] = set()
-        for predicate in sorted(set(CONCEPT_PREDICATES) | set(self.concept_links)):
+        predicates = sorted(set(CONCEPT_PREDICATES) | set(self.concept_links))
+        if self.store.indexed:  # the embedded store dedupes natively: a row per concept, not per triple
+            for graph in self.data_graphs:
+                found.update(s for (s,) in self.store.iri_rows(
+                    f"SELECT DISTINCT ?s WHERE {{ {values('p', predicates)} GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}",
+                    ("s",)) if s is not None)
+        for predicate in predicates if not self.store.indexed else ():
             found.update(q.subject.value for q in self.store.quads(predicate=predicate)
                          if q.graph not in skip and q.subject.kind == "uri")
         vocabulary = {q.subject.value for meta in META_TYPES
@@ -191,6 +215,10 @@ class Context:
 
     def subjects(self, predicate: str) -> set[str]:
         """IRIs that have ``predicate`` in any graph (the store's pattern primitive)."""
+        if self.store.indexed:
+            rows = self.store.iri_rows(f"SELECT DISTINCT ?s WHERE {{ GRAPH ?g {{ ?s {iri_ref(predicate)} ?o }} }}",
+                                       ("s",))
+            return {s for (s,) in rows if s is not None}
         return {q.subject.value for q in self.store.quads(predicate=predicate) if q.subject.kind == "uri"}
 
     @cached_property

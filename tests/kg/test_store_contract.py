@@ -38,6 +38,19 @@ def test_select_ask_construct(store: Store) -> None:
     assert len(triples) == 2
 
 
+def test_streamed_rows_match_select(store: Store) -> None:
+    """``select_all`` and ``iri_rows`` (the whole-graph passes' readers) give ``select``'s rows, streamed; iri_rows
+    gives None for a value that is not an IRI and for an unbound one."""
+    load_file(store, "tiny.ttl", "rdf")
+    query = f"SELECT ?s ?o ?none WHERE {{ GRAPH ?g {{ ?s ?p ?o }} FILTER(?s = <{ENTITY}Asthma>) }}"
+    rows = store.select(query)
+    assert sorted(map(repr, store.select_all(query))) == sorted(map(repr, rows)) and len(rows) > 2
+    expected = [(r["s"].value, r["o"].value if r["o"].kind == "uri" else None, None) for r in rows]
+    got = sorted(store.iri_rows(query, ("s", "o", "none")), key=lambda r: (r[0], r[1] or ""))
+    assert got == sorted(expected, key=lambda r: (r[0], r[1] or ""))
+    assert any(o is None for _, o, _ in got) and any(o is not None for _, o, _ in got)
+
+
 def test_hostile_literal_round_trips(store: Store) -> None:
     load_file(store, "tiny.ttl", "rdf")
     alt = store.triples(f"{ENTITY}Asthma", SKOS_ALT)
