@@ -17,12 +17,17 @@ first the latest effectiveTime of every id, then only the rows that carry it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from itertools import compress, repeat
+from operator import itemgetter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
+from mirage_kg.loaders.hygiene import UTF8_BOM, check_encoding, decoded_row, open_input
+from mirage_kg.loaders.row_pick import Criteria, picked_lines
 from mirage_kg.loaders.nt_terms import (
     ACTIVE,
     ALT,
@@ -119,22 +124,22 @@ def locate_release(path: Path, kind: str | None = None) -> Rf2Release:
 
 
 def rf2_rows(path: Path, header: tuple[str, ...], problem: Problem,
-             advance: Callable[[float], None] | None = None, *, delta: bool = False) -> Iterator[list[str]]:
-    """Fields of each well-formed row after the header; the line number rides along as the last item.
+             advance: Callable[[float], None] | None = None, *, delta: bool = False,
+             pick: Criteria | None = None) -> Iterator[list[str]]:
+    """Fields of each well-formed row after the header; the line number rides along as the last item. With
+    ``pick`` only the rows it names (``row_pick``), the others skipped unread (an update's scope: the file was
+    checked whole when it was loaded).
 
     The header is checked whatever the leniency: a file without it would have its first row taken for column
     names, and a file with its columns in another order would load every field as the wrong one."""
+    if pick is not None:
+        yield from _picked_rf2_rows(path, header, problem, pick)
+        return
     width = len(header)
     done = 0
     lines = read_lines(path, problem)
     number, first = next(lines, (0, ""))
-    found = tuple(first.split("\t"))
-    if number != 1 or found != header:
-        if number == 0:
-            raise InputError(f"empty file: an RF2 file starts with the header {' '.join(header)}", path, 1)
-        hint = " (the header row is missing?)" if found and found[0].isdigit() else ""
-        raise InputError(f"unexpected header{hint}: expected {' '.join(header)}, found {' '.join(found)[:200]}",
-                         path, number)
+    _check_header(path, header, number, first)
     rows = 0
     for number, text in lines:
         rows += 1
@@ -157,6 +162,39 @@ def rf2_rows(path: Path, header: tuple[str, ...], problem: Problem,
         problem.report.warn(f"the file holds only its header: {HEADER_ONLY_MEANS[header]}", path)
 
 
+def _check_header(path: Path, header: tuple[str, ...], number: int, first: str) -> None:
+    found = tuple(first.split("\t"))
+    if number != 1 or found != header:
+        if number == 0:
+            raise InputError(f"empty file: an RF2 file starts with the header {' '.join(header)}", path, 1)
+        hint = " (the header row is missing?)" if found and found[0].isdigit() else ""
+        raise InputError(f"unexpected header{hint}: expected {' '.join(header)}, found {' '.join(found)[:200]}",
+                         path, number)
+
+
+def _picked_rf2_rows(path: Path, header: tuple[str, ...], problem: Problem, pick: Criteria) -> Iterator[list[str]]:
+    """``rf2_rows`` of the rows ``pick`` names; each of those is checked as ``read_lines`` checks a line."""
+    width = len(header)
+    with open_input(path) as handle:
+        check_encoding(path, handle.peek(4096)[:4096])
+        first = handle.readline().removeprefix(UTF8_BOM)
+        _check_header(path, header, 1 if first else 0, first.decode("utf-8", "replace").rstrip("\r\n"))
+        for number, raw in picked_lines(handle, pick, 2):
+            if raw[-1:] != b"\n":
+                problem("truncated last line", path, number, "the file ends inside a row (no line break at the end)")
+                return
+            text = decoded_row(raw, number, path, problem)
+            if text is None:
+                continue
+            fields = text.rstrip("\r\n").split("\t")
+            if len(fields) != width:
+                problem("wrong column count", path, number, f"expected {width} tab-separated columns, "
+                        f"found {len(fields)}")
+                continue
+            fields.append(number)  # type: ignore[arg-type]
+            yield fields
+
+
 def with_deltas(base: Rf2Release, deltas: list[Rf2Release], problem: Problem) -> Rf2Release:
     """``base`` with Delta releases read over it, in order: per id the row with the latest effectiveTime wins
     (a later Delta's on a tie). Only the Deltas' rows are held."""
@@ -175,11 +213,14 @@ def with_deltas(base: Rf2Release, deltas: list[Rf2Release], problem: Problem) ->
 
 
 def release_rows(release: Rf2Release, key: str, path: Path | None, header: tuple[str, ...], problem: Problem,
-                 advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
+                 advance: Callable[[float], None] | None = None, pick: Criteria | None = None) -> Iterator[list[str]]:
     """The rows of one file of ``release``, with its Deltas' rows in place of the rows they supersede, and
-    their new rows after the kind's last file."""
-    rows = latest_rows(path, header, problem, release.kind == "Full", advance) if path is not None else iter(())
+    their new rows after the kind's last file. With ``pick``: of the base file only the rows it names and those
+    a Delta row may supersede (the caller tests the rows it gets: a Delta row comes whatever it names)."""
     delta = release.deltas.get(key)
+    if pick is not None and delta:
+        pick = [*pick, (0, {ident.encode() for ident in delta})]
+    rows = latest_rows(path, header, problem, release.kind == "Full", advance, pick) if path is not None else iter(())
     if not delta:
         yield from rows
         return
@@ -202,10 +243,12 @@ def _release_files(release: Rf2Release, key: str) -> list[Path | None]:
 
 
 def latest_rows(path: Path, header: tuple[str, ...], problem: Problem, full: bool,
-                advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
-    """Snapshot: every row. Full: for each id only the row with the latest effectiveTime (the first of equals)."""
+                advance: Callable[[float], None] | None = None, pick: Criteria | None = None) -> Iterator[list[str]]:
+    """Snapshot: every row (``pick``: the rows it names). Full: for each id only the row with the latest
+    effectiveTime (the first of equals); ``pick`` is not applied (the latest row of an id may name other ids
+    than an earlier one), the caller tests the rows it gets."""
     if not full:
-        yield from rf2_rows(path, header, problem, advance)
+        yield from rf2_rows(path, header, problem, advance, pick=pick)
         return
     quiet = Problem(LoadOptions(lenient=True), LoadReport())  # the second pass reports bad rows
     latest: dict[str, str] = {}
@@ -304,10 +347,23 @@ class SnomedLoader(Loader):
         for name in release.version_names or release.names():
             yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(Path(name).stem)} .\n"
 
-        # 1. concepts. One id -> flags entry per concept is all the state.
+        # Scoped to a Delta's concepts over a Snapshot: base rows are picked by id at byte level (``row_pick``),
+        # and only the picked ones are parsed. (A Full base is read whole: its latest row of an id decides.)
+        scoped = only is not None and not full
+        only_ids = frozenset(c.encode() for c in only) if scoped and only is not None else frozenset()
+
+        # 1. concepts. One id -> flags entry per concept is all the state. Scoped: every base concept's flags at
+        # C speed (edges into any concept need its activity), then the scope's and the Deltas' rows parsed
         state: dict[str, int] = {}
+        concept_pick: Criteria | None = None
+        if scoped:
+            flags_of = _concept_flags(release.files.get("concepts", []))
+            if flags_of is not None:
+                state, concept_pick = flags_of, [(0, only_ids)]
+                for ident in (*(only or ()), *release.deltas.get("concepts", {})):
+                    state.pop(ident, None)
         for path in _release_files(release, "concepts"):
-            for fields in release_rows(release, "concepts", path, HEADERS["concept"], problem, advance):
+            for fields in release_rows(release, "concepts", path, HEADERS["concept"], problem, advance, concept_pick):
                 ident, active = fields[0], fields[2]
                 if not ident.isdigit():
                     problem("malformed SCTID", path, fields[-1], f"concept id {ident!r}")  # type: ignore[arg-type]
@@ -335,8 +391,12 @@ class SnomedLoader(Loader):
         paths = [(key, path) for key in ("relationships", "stated")[:1 + stated]
                  for path in _release_files(release, key)]
         get = state.get
+        # scoped: the rows from a scope concept, and those of a type in scope until the type is known to be one
+        types_open = set(only_ids) - {IS_A.encode()}
+        relationship_pick: Criteria | None = [(4, only_ids), (7, types_open)] if scoped else None
         for key, path in paths:
-            for fields in release_rows(release, key, path, HEADERS["relationship"], problem, advance):
+            for fields in release_rows(release, key, path, HEADERS["relationship"], problem, advance,
+                                       relationship_pick):
                 if only is not None and fields[4] not in only and fields[7] not in only:
                     continue  # neither the source's edges nor the type's declaration can change
                 if fields[2] != "1" or fields[8] not in wanted:
@@ -354,52 +414,65 @@ class SnomedLoader(Loader):
                 else:
                     if not kind_flags & _ATTRIBUTE:
                         state[kind] = kind_flags | _ATTRIBUTE
+                        types_open.discard(kind.encode())
                         yield f"<{ns}{kind}> {TYPE} {RELATION} .\n<{ns}{kind}> {TYPE} {OBJECT_PROPERTY} .\n"
                     yield f"<{ns}{source}> <{ns}{kind}> <{ns}{target}> .\n"
 
-        # 3. the language refset: which descriptions are preferred
-        preferred = self._preferred(release, options, problem, full, advance)
+        # 3. the language refset: which descriptions are preferred. Scoped: the scope's descriptions are picked
+        # first, and only the refset rows naming them are parsed
+        description_files = [(key, path) for key in ("descriptions", "definitions")
+                              for path in _release_files(release, key)]
+        if scoped:
+            picked = [(key, path, list(release_rows(release, key, path, HEADERS["description"], problem, advance,
+                                                    [(4, only_ids)])))
+                      for key, path in description_files]
+            wanted = {fields[0].encode() for _, _, rows in picked for fields in rows}
+            preferred = self._preferred(release, options, problem, full, advance, wanted)
+            described: Iterable[tuple[str, Path | None, Iterable[list[str]]]] = picked
+        else:
+            preferred = self._preferred(release, options, problem, full, advance)
+            described = ((key, path, release_rows(release, key, path, HEADERS["description"], problem, advance))
+                         for key, path in description_files)
 
         # 4. descriptions and text definitions (the hot loop: plain concatenation, one ending per language)
         langs = _langs(options.lang)
         endings: dict[str, str] = {}  # languageCode -> '"@en .\n', for the codes seen valid
         fallback: dict[str, str] = {}  # concept -> FSN, until a preferred synonym turns up
-        for key in ("descriptions", "definitions"):
-            for path in _release_files(release, key):
-                for fields in release_rows(release, key, path, HEADERS["description"], problem, advance):
-                    if fields[2] != "1" or only is not None and fields[4] not in only:
+        for key, path, rows in described:
+            for fields in rows:
+                if fields[2] != "1" or only is not None and fields[4] not in only:
+                    continue
+                concept, lang, kind, term = fields[4], fields[5], fields[6], fields[7]
+                if langs is not None and lang not in langs:
+                    continue
+                ending = endings.get(lang)
+                if ending is None:
+                    if not lang.isalpha() or not lang.isascii():
+                        problem("bad language code", path, fields[-1], f"{lang!r}")  # type: ignore[arg-type]
                         continue
-                    concept, lang, kind, term = fields[4], fields[5], fields[6], fields[7]
-                    if langs is not None and lang not in langs:
-                        continue
-                    ending = endings.get(lang)
-                    if ending is None:
-                        if not lang.isalpha() or not lang.isascii():
-                            problem("bad language code", path, fields[-1], f"{lang!r}")  # type: ignore[arg-type]
-                            continue
-                        ending = endings[lang] = f'"@{lang} .\n'
-                    flags = state.get(concept, 0)
-                    if not flags:
-                        problem("unknown id", path, fields[-1], f"{concept} is not a concept of the release")  # type: ignore[arg-type]
-                        continue
-                    if not flags & usable:
-                        continue
-                    text = term.translate(_ESCAPE)
-                    if kind == FSN:
-                        if not flags & _HAS_PREF:
-                            fallback[concept] = term
-                        yield f"<{ns}{concept}> {_FSN} \"{text}{ending}"
-                    elif kind == DEFINITION or key == "definitions":
-                        yield f"<{ns}{concept}> {DEFINITION_TERM} \"{text}{ending}"
-                    elif not flags & _HAS_PREF and fields[0].isdigit() and int(fields[0]) in preferred:
-                        state[concept] = flags | _HAS_PREF
-                        fallback.pop(concept, None)
-                        out = f"<{ns}{concept}> {PREF} \"{text}{ending}"
-                        if flags & _ATTRIBUTE:
-                            out += f"<{ns}{concept}> {LABEL} \"{text}\" .\n"
-                        yield out
-                    else:
-                        yield f"<{ns}{concept}> {ALT} \"{text}{ending}"
+                    ending = endings[lang] = f'"@{lang} .\n'
+                flags = state.get(concept, 0)
+                if not flags:
+                    problem("unknown id", path, fields[-1], f"{concept} is not a concept of the release")  # type: ignore[arg-type]
+                    continue
+                if not flags & usable:
+                    continue
+                text = term.translate(_ESCAPE)
+                if kind == FSN:
+                    if not flags & _HAS_PREF:
+                        fallback[concept] = term
+                    yield f"<{ns}{concept}> {_FSN} \"{text}{ending}"
+                elif kind == DEFINITION or key == "definitions":
+                    yield f"<{ns}{concept}> {DEFINITION_TERM} \"{text}{ending}"
+                elif not flags & _HAS_PREF and fields[0].isdigit() and int(fields[0]) in preferred:
+                    state[concept] = flags | _HAS_PREF
+                    fallback.pop(concept, None)
+                    out = f"<{ns}{concept}> {PREF} \"{text}{ending}"
+                    if flags & _ATTRIBUTE:
+                        out += f"<{ns}{concept}> {LABEL} \"{text}\" .\n"
+                    yield out
+                else:
+                    yield f"<{ns}{concept}> {ALT} \"{text}{ending}"
         for number, fsn in fallback.items():
             term = _SEMANTIC_TAG.sub("", fsn) or fsn
             out = f"<{ns}{number}> {PREF} {literal_nt(term, 'en')} .\n"
@@ -409,10 +482,24 @@ class SnomedLoader(Loader):
 
     @staticmethod
     def _preferred(release: Rf2Release, options: LoadOptions, problem: Problem, full: bool,
-                   advance: Callable[[float], None]) -> set[int]:
+                   advance: Callable[[float], None], wanted: set[bytes] | None = None) -> set[int]:
         """Description ids the chosen language refset marks preferred: ``language_refset`` if given, else US
-        English, else GB English, else the largest refset present."""
+        English, else GB English, else the largest refset present. With ``wanted`` (a Snapshot's description ids
+        an update needs) only those, when the refset the whole file chooses is plain from a C-speed count."""
         chosen = options.extra.get("language_refset")
+        if wanted is not None and not full:
+            refset = _refset_of(release, chosen)
+            if refset is not None:
+                out: set[int] = set()
+                for path in _release_files(release, "language"):
+                    for fields in release_rows(release, "language", path, HEADERS["language"], problem, advance,
+                                               [(5, wanted)]):
+                        if fields[2] == "1" and fields[6] == PREFERRED and fields[4] == refset:
+                            if not fields[5].isdigit():
+                                problem("malformed SCTID", path, fields[-1], f"description id {fields[5]!r}")  # type: ignore[arg-type]
+                                continue
+                            out.add(int(fields[5]))
+                return out
         by_refset: dict[str, set[int]] = {}
         seen: set[str] = set()
         for path in _release_files(release, "language"):
@@ -441,6 +528,63 @@ class SnomedLoader(Loader):
         return max(by_refset.values(), key=len) if by_refset else set()
 
 
+def _concept_flags(paths: list[Path]) -> dict[str, int] | None:
+    """Every concept's active/inactive flag from the base concept files at C speed (``bytes.split`` per block),
+    for a scoped read; None when a row is not plain (a duplicate or malformed id, a bad active flag, a short
+    row: the loader's own pass reports and decides those)."""
+    idents: list[bytes] = []
+    actives: list[bytes] = []
+    for path in paths:
+        with open_input(path) as handle:
+            handle.readline()  # the header, checked by the pass over the picked rows
+            for block in iter(lambda: handle.readlines(1 << 20), []):
+                rows = list(map(bytes.split, block, repeat(b"\t"), repeat(3)))
+                try:
+                    idents.extend(map(itemgetter(0), rows))
+                    actives.extend(map(itemgetter(2), rows))
+                except IndexError:
+                    return None
+    if not set(actives) <= {b"0", b"1"} or not all(map(bytes.isdigit, idents)):
+        return None
+    flags = dict(zip(map(bytes.decode, idents), map({b"1": _ACTIVE_CONCEPT, b"0": _INACTIVE_CONCEPT}.__getitem__,
+                                                    actives)))
+    return flags if len(flags) == len(idents) else None
+
+
+def _refset_of(release: Rf2Release, chosen: str | None) -> str | None:
+    """The language refset ``_preferred`` chooses from the whole (Snapshot) release, told from a C-speed count of
+    the base rows that are active, preferred and name a description id; None when the count cannot tell (the
+    Deltas' rows could tip it, or the largest refset would win): the caller reads the whole file. The count
+    stops once the refset that wins when present (``chosen``, else US English) is past the Deltas' reach."""
+    usable: Counter[bytes] = Counter()
+    seen: set[bytes] = set()
+    tails = {PREFERRED.encode() + b"\n", PREFERRED.encode() + b"\r\n"}
+    delta_rows = release.deltas.get("language", {})
+    margin = len(delta_rows)  # each Delta row supersedes at most one counted row
+    first = (chosen or US_ENGLISH).encode()
+    for path in release.files.get("language", []):
+        with open_input(path) as handle:
+            handle.readline()
+            for block in iter(lambda: handle.readlines(1 << 20), []):
+                if usable[first] > margin:
+                    break
+                rows = list(map(bytes.split, block, repeat(b"\t")))
+                rows = list(compress(rows, map(tails.__contains__, map(itemgetter(-1), rows))))
+                rows = list(compress(rows, map((7).__eq__, map(len, rows))))
+                rows = list(compress(rows, map(b"1".__eq__, map(itemgetter(2), rows))))
+                seen.update(map(itemgetter(4), rows))
+                usable.update(compress(map(itemgetter(4), rows), map(bytes.isdigit, map(itemgetter(5), rows))))
+    delta_refsets = {fields[4].encode() for fields in delta_rows.values()}
+    us, gb = US_ENGLISH.encode(), GB_ENGLISH.encode()
+    if chosen:
+        return chosen if usable[chosen.encode()] > margin else None
+    if usable[us] > margin:
+        return US_ENGLISH
+    if us not in seen and us not in delta_refsets and usable[gb] > margin:
+        return GB_ENGLISH
+    return None
+
+
 def delta_scope(release: Rf2Release) -> set[str]:
     """The concepts whose triples the Deltas read over ``release`` may change: each concept row's concept and
     the sources of edges into it or typed by it (its activity decides them), each relationship's source and
@@ -465,17 +609,20 @@ def delta_scope(release: Rf2Release) -> set[str]:
     scope.update(owner[ident] for ident in wanted if ident in owner)
     wanted |= owner.keys()
     if wanted:
+        wanted_ids = {ident.encode() for ident in wanted}
         for key in ("descriptions", "definitions"):
             for path in release.files.get(key, []):
-                for fields in latest_rows(path, HEADERS["description"], quiet, full):
+                for fields in latest_rows(path, HEADERS["description"], quiet, full, pick=[(0, wanted_ids)]):
                     if fields[0] in wanted:
                         scope.add(fields[4])
     # edges into, or typed by, a concept whose activity may change; the base source of a superseded relationship
     superseded = {ident for key in ("relationships", "stated") for ident in deltas.get(key, {})}
     if concepts or superseded:
+        concept_ids, superseded_ids = {c.encode() for c in concepts}, {i.encode() for i in superseded}
+        pick = [(5, concept_ids), (7, concept_ids), (0, superseded_ids)]
         for key in ("relationships", "stated"):
             for path in release.files.get(key, []):
-                for fields in latest_rows(path, HEADERS["relationship"], quiet, full):
+                for fields in latest_rows(path, HEADERS["relationship"], quiet, full, pick=pick):
                     if fields[5] in concepts or fields[7] in concepts or fields[0] in superseded:
                         scope.add(fields[4])
     return scope

@@ -339,7 +339,7 @@ _SNOMED_HEADERS = {
     "Refset/Language/der2_cRefset_Language{kind}-en_INT_20990228.txt": "id\teffectiveTime\tactive\tmoduleId\t"
                                                                        "refsetId\treferencedComponentId\tacceptabilityId",
 }
-_M, _US = "900000000000207008", "900000000000509007"
+_M, _US, _GB = "900000000000207008", "900000000000509007", "900000000000508004"
 # The Delta of 2099-02-28, file by file: Gamma finding inactivated; a new IS-A (Kidney place IS-A Clinical thing);
 # the description "Beta disorder" reworded; in the US refset "Alphaitis" becomes preferred and "Alpha disorder"
 # acceptable.
@@ -421,6 +421,54 @@ def test_a_delta_row_that_moves_a_component_updates_both_concepts(tmp_path: Path
             "900000000000451002"
     old, delta, snapshot = make_snomed_releases(tmp_path, [[], [], [moved], []])
     check_update_equals_fresh_load(tmp_path, old, delta, fresh_release=snapshot)
+
+
+@pytest.mark.parametrize("refsets", [(_US, _GB), (_GB, _GB), ("999000000000000011", "999000000000000021")],
+                         ids=["US", "GB only", "neither: largest wins"])
+def test_a_delta_update_parses_only_the_base_rows_of_the_concepts_it_touches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refsets: tuple[str, str]) -> None:
+    """The base Snapshot's rows are picked by id at byte level: none is read whole, and only the rows of the
+    concepts the Delta touches are decoded; the result equals a fresh load of the later Snapshot. When the
+    language refset the whole file chooses cannot be told from a count (the largest wins), that file is read
+    whole."""
+    import mirage_kg.loaders.snomed as snomed
+
+    old, delta, snapshot = make_snomed_releases(tmp_path, _DELTA_ROWS)
+    for release in (old, snapshot):  # concepts the Delta does not touch, in both Snapshots
+        _add_rows(release, "sct2_Concept", [f"30000{i:03d}\t20990131\t1\t{_M}\t900000000000074008" for i in range(100)])
+        _add_rows(release, "sct2_Description", [
+            f"50{i:03d}{n}\t20990131\t1\t{_M}\t30000{i:03d}\ten\t{kind}\tFiller {i} {n}\t900000000000448009"
+            for i in range(100) for n, kind in ((1, "900000000000003001"), (2, "900000000000013009"))])
+        _add_rows(release, "sct2_Relationship", [f"60{i:03d}1\t20990131\t1\t{_M}\t30000{i:03d}\t138875005\t0\t"
+                                                 "116680003\t900000000000011006\t900000000000451002"
+                                                 for i in range(100)])
+        _add_rows(release, "der2_cRefset", [f"00000000-0000-4000-9000-{i:012d}\t20990131\t1\t{_M}\t{_US}\t50{i:03d}2"
+                                            "\t900000000000548007" for i in range(100)])
+    for language in (*old.rglob("der2_*"), *delta.rglob("der2_*"), *snapshot.rglob("der2_*")):
+        text = language.read_bytes().decode("utf-8")
+        language.write_bytes(text.replace(f"\t{_US}\t", "\tUS\t").replace(f"\t{_GB}\t", f"\t{refsets[1]}\t")
+                             .replace("\tUS\t", f"\t{refsets[0]}\t").encode("utf-8"))
+    updated, fresh = tmp_path / "updated", tmp_path / "fresh"
+    run("load", str(old), "--store", str(updated))
+    whole, decoded = [], []
+    read_lines, decoded_row = snomed.read_lines, snomed.decoded_row
+    monkeypatch.setattr(snomed, "read_lines", lambda path, *a, **k: whole.append(path) or read_lines(path, *a, **k))
+    monkeypatch.setattr(snomed, "decoded_row", lambda raw, number, path, *a: decoded.append(path)
+                        or decoded_row(raw, number, path, *a))
+    output = run("load", "--update", str(delta), "--store", str(updated)).output
+    monkeypatch.undo()
+    assert "compared: the 5 concepts the Delta touches" in output
+    base_whole = [path.name for path in whole if old in path.parents]
+    assert base_whole == ([] if refsets[0] in (_US, _GB) else ["der2_cRefset_LanguageSnapshot-en_INT_20990131.txt"])
+    base_rows = sum(len(path.read_bytes().splitlines()) - 1 for path in old.rglob("*.txt"))
+    assert 0 < sum(1 for path in decoded if old in path.parents) < base_rows / 4
+    run("load", str(snapshot), "--store", str(fresh), "--graph", graph_of(updated))
+    assert data_export(updated) == data_export(fresh)
+
+
+def _add_rows(release: Path, prefix: str, rows: list[str]) -> None:
+    (path,) = release.rglob(f"{prefix}*.txt")
+    path.write_bytes(path.read_bytes() + ("\r\n".join(rows) + "\r\n").encode("utf-8"))
 
 
 def test_a_delta_without_a_base_release_is_refused(tmp_path: Path, snomed_releases: tuple[Path, ...]) -> None:
