@@ -6,11 +6,14 @@ process (wall time and peak RSS from ``wait4``), on generated releases of about 
   load of the later Snapshot (the Snapshot with the Delta applied);
 - ``triples``: a ``head<TAB>relation<TAB>tail`` file and its successor with ``--changed`` of its facts re-pointed:
   ``load --update`` (only the rows that differ from the previous file are parsed) against a fresh load of the
-  successor.
+  successor;
+- ``umls``: an RRF release and its successor with ``--changed`` of its MRREL rows re-pointed and half as many
+  MRCONSO atoms reworded: ``load --update`` (only the rows naming the changed CUIs are parsed) against a fresh load
+  of the successor.
 
 Loads run with ``--no-index`` (the index step after a load is measured by its own benchmarks).
 
-    python benchmarks/bench_update.py [--triples 5000000] [--changed 0.01] [--shapes snomed,triples]
+    python benchmarks/bench_update.py [--triples 5000000] [--changed 0.01] [--shapes snomed,triples,umls]
 
 Prints update and fresh-load seconds, their ratio (target <= 0.3), peak RSS (target < 2 GB), and checks that the
 updated graph holds as many triples as the fresh one. Never gates CI."""
@@ -27,7 +30,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_load import timed  # noqa: E402  (wall seconds, peak RSS in MiB and stdout of one child process)
-from bench_sources import SNOMED_TRIPLES_PER_CONCEPT, _phrase, write_snomed  # noqa: E402
+from bench_sources import (  # noqa: E402
+    SNOMED_TRIPLES_PER_CONCEPT,
+    UMLS_TRIPLES_PER_CONCEPT,
+    _phrase,
+    write_snomed,
+    write_umls,
+)
 
 COUNT = """
 import sys
@@ -135,8 +144,31 @@ def triples_pair(work: Path, triples: int, changed: float, seed: int) -> tuple[P
     return old, new, new
 
 
+# --- a UMLS release and its successor --------------------------------------------------------------------------
+def umls_pair(work: Path, triples: int, changed: float, seed: int) -> tuple[Path, Path, Path]:
+    old, new = work / "2099AA", work / "2099AB"
+    concepts = max(20, int(triples / UMLS_TRIPLES_PER_CONCEPT))
+    write_umls(old, concepts, seed)
+    rng = random.Random(seed + 1)
+    (new / "META").mkdir(parents=True)
+    (new / "release.dat").write_text("umls.release.name=2099AB\n")
+    for name in ("MRSTY.RRF", "MRSAB.RRF"):
+        (new / "META" / name).write_bytes((old / "META" / name).read_bytes())
+    for name, share in (("MRREL.RRF", changed), ("MRCONSO.RRF", changed / 2)):
+        rows = (old / "META" / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        for index in rng.sample(range(len(rows)), max(1, int(len(rows) * share))):
+            fields = rows[index].split("|")
+            if name == "MRREL.RRF":
+                fields[4] = f"C{rng.randint(1, concepts):07d}"  # re-pointed to another concept
+            else:
+                fields[14] = _phrase(rng)  # reworded
+            rows[index] = "|".join(fields)
+        (new / "META" / name).write_text("".join(rows), encoding="utf-8")
+    return old, new, new
+
+
 def measure(shape: str, work: Path, triples: int, changed: float, seed: int) -> dict[str, object]:
-    make = snomed_pair if shape == "snomed" else triples_pair
+    make = {"snomed": snomed_pair, "triples": triples_pair, "umls": umls_pair}[shape]
     old, update_with, fresh_release = make(work / shape, triples, changed, seed)
     updated, fresh = work / shape / "store-updated", work / shape / "store-fresh"
     # the loads alone: the index step after a load (labels, embeddings) is measured by bench_index/bench_scale
@@ -166,7 +198,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--triples", type=int, default=5_000_000, help="about this many triples per release")
     parser.add_argument("--changed", type=float, default=0.01, help="share of facts the successor changes")
-    parser.add_argument("--shapes", default="snomed,triples")
+    parser.add_argument("--shapes", default="snomed,triples,umls")
     parser.add_argument("--seed", type=int, default=20250818)
     parser.add_argument("--workdir", help="make the temporary folder here")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
-from mirage_kg.loaders.hygiene import readable_file
+from mirage_kg.loaders.hygiene import UTF8_BOM, check_encoding, decoded_row, open_input, readable_file
+from mirage_kg.loaders.row_pick import Criteria, picked_lines
 from mirage_kg.loaders.nt_terms import (
     ALT,
     CONCEPT,
@@ -167,13 +168,15 @@ def release_name(path: Path) -> str:
     return resolved.parent.name if resolved.name.upper() == "META" else resolved.name
 
 
-def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | None = None) -> Iterator[list[str]]:
-    """The fields of each well-formed line (the trailing ``|`` removed); a line's number is ``rows.line``."""
+def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | None = None,
+             pick: Criteria | None = None) -> Iterator[list[str]]:
+    """The fields of each well-formed line (the trailing ``|`` removed); the line number rides along as the last
+    item. With ``pick`` only the lines it names (``row_pick``), the others skipped unread (an update's scope)."""
     width = WIDTHS[path.name]
     expected = width + 1
     done = 0
     number = 0
-    for number, text in read_lines(path, problem):
+    for number, text in read_lines(path, problem) if pick is None else _picked_lines(path, problem, pick):
         done += len(text) + 1
         if number & 0x3FFF == 0 and advance is not None:
             advance(done)
@@ -189,10 +192,22 @@ def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | No
         fields.pop()
         fields.append(number)  # type: ignore[arg-type]  # the line number rides along as the last item
         yield fields
+    if pick is not None:
+        return
     if advance is not None:
         advance(done)
     if not number and path.name != "MRCONSO.RRF":  # an empty MRCONSO is an error, raised by its reader
         problem.report.warn(f"the file is empty: no {EMPTY_MEANS.get(path.name, 'rows')}", path)
+
+
+def _picked_lines(path: Path, problem: Problem, pick: Criteria) -> Iterator[tuple[int, str]]:
+    """(number, text) of the lines ``pick`` names, each checked as ``read_lines`` checks a line."""
+    with open_input(path) as handle:
+        check_encoding(path, handle.peek(4096)[:4096])
+        for number, raw in picked_lines(handle, pick, 1, b"|"):
+            text = decoded_row(raw.removeprefix(UTF8_BOM) if number == 1 else raw, number, path, problem)
+            if text is not None:
+                yield number, text.rstrip("\r\n")
 
 
 def read_sources(files: dict[str, Path], problem: Problem) -> dict[str, str]:
@@ -313,10 +328,44 @@ class UmlsLoader(Loader):
         else:
             report.skip("optional file absent: no relations", files["MRCONSO.RRF"].with_name("MRREL.RRF"), None)
 
+    def scoped_lines(self, files: dict[str, Path], options: LoadOptions, report: LoadReport, graph: str,
+                     cuis: set[bytes], kept_outside: Callable[[list[str]], set[str]]) -> Iterator[str]:
+        """What ``lines`` makes from the rows naming one of ``cuis`` (picked at byte level, the others unread):
+        every triple about them, as subject or as the object of an edge, and the declarations their rows
+        make. An edge's other end keeps the status ``kept_outside`` gives (the CUIs of those it says were kept:
+        its MRCONSO rows did not change, so neither did that)."""
+        problem = Problem(options, report)
+        filters = UmlsFilters.from_options(options)
+        for rsab, vsab in sorted(read_sources(files, problem).items()):
+            if filters.sabs is None or rsab in filters.sabs:
+                yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(vsab)} .\n"
+        state = bytearray(1 << 16)
+        ignore = lambda done: None  # noqa: E731  (no progress bar: the scope is small)
+        by_cui = [(0, cuis)]
+        yield from self._concepts(files["MRCONSO.RRF"], filters, problem, state, ignore,
+                                  list(rrf_rows(files["MRCONSO.RRF"], problem, pick=by_cui)))
+        if "MRSTY.RRF" in files:
+            yield from self._semantic_types(files["MRSTY.RRF"], problem, state, ignore,
+                                            list(rrf_rows(files["MRSTY.RRF"], problem, pick=by_cui)))
+        if "MRREL.RRF" in files:
+            rows = list(rrf_rows(files["MRREL.RRF"], problem, pick=[(0, cuis), (4, cuis)]))
+            outside = sorted({cui for fields in rows for cui in (fields[0], fields[4])
+                              if cui.encode() not in cuis})
+            kept = kept_outside(outside)
+            for cui in outside:
+                if len(cui) == 8 and cui[0] == "C" and cui[1:].isdigit():
+                    number = int(cui[1:])
+                    if number >= len(state):
+                        state.extend(bytes(max(number + 1 - len(state), len(state))))
+                    state[number] |= _SEEN | (_KEPT if cui in kept else 0)
+            relations = _Relations(options.relation_namespace, read_inverses(files, problem))
+            yield from self._relations(files["MRREL.RRF"], filters, problem, report, state, relations, ignore, rows)
+
     # --- MRCONSO ----------------------------------------------------------------------------------------------
     def _concepts(self, path: Path, filters: UmlsFilters, problem: Problem, state: bytearray,
-                  advance: Callable[[float], None]) -> Iterator[str]:
-        """Labels and codes, one CUI group at a time (MRCONSO is sorted by CUI; an unsorted file still loads)."""
+                  advance: Callable[[float], None], picked: Iterable[list[str]] | None = None) -> Iterator[str]:
+        """Labels and codes, one CUI group at a time (MRCONSO is sorted by CUI; an unsorted file still loads).
+        ``picked``: these rows instead of the file's (an update's scope)."""
         ns = prefixes()["UMLS"]
         sabs, lats, keep_suppressed = filters.sabs, filters.lats, filters.include_suppressed
         slots: dict[str, int] = {}
@@ -327,7 +376,7 @@ class UmlsLoader(Loader):
         group: list[list[str]] = []
         current = ""
         rows = 0
-        for fields in rrf_rows(path, problem, advance):
+        for fields in picked if picked is not None else rrf_rows(path, problem, advance):
             rows += 1
             cui = fields[0]
             if cui != current:
@@ -352,7 +401,7 @@ class UmlsLoader(Loader):
             group.append(fields)
         if group:
             yield self._emit(current, group, ns, state, slots, overflow, codes_by_sab, endings)
-        if not rows:
+        if not rows and picked is None:
             raise InputError("no concepts: MRCONSO.RRF holds no well-formed row", path)
 
     @staticmethod
@@ -415,12 +464,12 @@ class UmlsLoader(Loader):
 
     # --- MRSTY ------------------------------------------------------------------------------------------------
     def _semantic_types(self, path: Path, problem: Problem, state: bytearray,
-                        advance: Callable[[float], None]) -> Iterator[str]:
+                        advance: Callable[[float], None], picked: Iterable[list[str]] | None = None) -> Iterator[str]:
         ns = prefixes()["UMLS"]
         sty_ns = prefixes()["STY"]
         declared: set[str] = set()
         size = len(state)
-        for fields in rrf_rows(path, problem, advance):  # CUI|TUI|STN|STY|ATUI|CVF
+        for fields in picked if picked is not None else rrf_rows(path, problem, advance):  # CUI|TUI|STN|STY|ATUI|CVF
             cui, tui = fields[0], fields[1]
             flags = _flags(cui, state, size)
             if not flags & _SEEN:
@@ -439,10 +488,11 @@ class UmlsLoader(Loader):
 
     # --- MRREL ------------------------------------------------------------------------------------------------
     def _relations(self, path: Path, filters: UmlsFilters, problem: Problem, report: LoadReport, state: bytearray,
-                   relations: _Relations, advance: Callable[[float], None]) -> Iterator[str]:
+                   relations: _Relations, advance: Callable[[float], None],
+                   picked: Iterable[list[str]] | None = None) -> Iterator[str]:
         ns = prefixes()["UMLS"]
         sabs, wanted, keep_suppressed = filters.sabs, filters.relations, filters.include_suppressed
-        for fields in rrf_rows(path, problem, advance):
+        for fields in picked if picked is not None else rrf_rows(path, problem, advance):
             # CUI1|AUI1|STYPE1|REL|CUI2|AUI2|STYPE2|RELA|RUI|SRUI|SAB|SL|RG|DIR|SUPPRESS|CVF
             cui1, rel, cui2, rela = fields[0], fields[3], fields[4], fields[7]
             if sabs is not None and fields[10] not in sabs:

@@ -73,14 +73,16 @@ def previous_file(previous: ReleaseInfo | None, path: Path, options: LoadOptions
 
 
 @dataclass
-class _RowChanges:
+class RowChanges:
     removed: list[tuple[int, bytes]]
     added: list[tuple[int, bytes]]
     kept: bytearray  #: one flag per line of the new file: 1 when the old file has the same line
     lines: int
 
 
-def _row_changes(old: Path, new: Path) -> _RowChanges:
+def row_changes(old: Path, new: Path) -> RowChanges:
+    """The lines only in ``old`` (removed) and only in ``new`` (added), with their numbers, and which lines of
+    ``new`` the old file has too."""
     # every loop here runs in C (map, set, bytes, compress): a few seconds for millions of lines
     with open(old, "rb") as handle:
         old_digests = array("q", map(hash, handle))
@@ -96,7 +98,7 @@ def _row_changes(old: Path, new: Path) -> _RowChanges:
         added = list(compress(enumerate(handle, 1), map(operator.not_, kept)))
     with open(old, "rb") as handle:
         removed = list(compress(enumerate(handle, 1), map(operator.not_, old_kept)))
-    return _RowChanges(removed, added, kept, len(kept))
+    return RowChanges(removed, added, kept, len(kept))
 
 
 def _plain(path: Path) -> bool:
@@ -149,7 +151,7 @@ def row_difference(loader: Any, old: Path, new: Path, options: LoadOptions,
     header = first[0] if first[0] and _is_header(loader, first[1]) else 0
     if old_first != first and (header or _is_header(loader, old_first[1])):
         return None, Scope("whole release", "a header row came or went")
-    changes = _row_changes(old, new)
+    changes = row_changes(old, new)
     changed = len(changes.removed) + len(changes.added)
     if changed > max(MAX_CHANGED_SHARE * changes.lines, MAX_CHANGED_IN_MEMORY):
         return None, Scope("whole release", f"{changed:,} of {changes.lines:,} rows changed")

@@ -18,7 +18,7 @@ import pyoxigraph as ox
 
 from mirage_kg.caching import store_fingerprint
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, RowsNeedWholeRelease
 from mirage_kg.namespaces import XSD, compress
 from mirage_kg.releases.diff import CapturingStore, GraphDump, ReleaseDiff, graph_contains, graph_lines, triple_difference
 from mirage_kg.releases.line_scope import previous_file, row_difference, supports_rows
@@ -87,7 +87,8 @@ def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: 
     """The difference between what ``graph`` holds and the release at ``path``. With the previous release's file
     at hand (``previous``, a line-based source), only the rows that changed are parsed (``line_scope``); a loader
     that can tell which subjects a release may change (``update_scope``: a SNOMED CT Delta) has only those
-    compared; otherwise the whole release is regenerated and compared with the whole graph."""
+    compared; a UMLS release over its previous one on disk, only the CUIs whose rows changed (``umls_scope``);
+    otherwise the whole release is regenerated and compared with the whole graph."""
     fallback = ""
     if previous is not None and supports_rows(loader, path, options):
         old, fallback = previous_file(previous, path, options, options_record(options), loader)
@@ -96,6 +97,14 @@ def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: 
             if triples is not None:
                 return ReleaseDiff.of(compress(graph), str(path), triples, examples, method=str(scope))
             fallback = scope.detail
+    if hasattr(loader, "scoped_lines"):  # UMLS: the changed CUIs' rows (``umls_scope``)
+        from mirage_kg.releases.umls_scope import umls_difference
+
+        try:
+            triples, method = umls_difference(store, graph, loader, path, options, report, previous)
+            return ReleaseDiff.of(compress(graph), str(path), triples, examples, method=method)
+        except RowsNeedWholeRelease as exc:
+            fallback = str(exc)
     scope_of = getattr(loader, "update_scope", None)
     subjects = scope_of(path, options, report) if scope_of is not None else None
     with tempfile.TemporaryDirectory(prefix="mirage-kg-diff-") as workdir:

@@ -120,6 +120,66 @@ def test_umls_update_equals_fresh_load(tmp_path: Path, umls_pair: tuple[Path, Pa
     assert graph["release"]["details"]["sources"]["MSH"]
 
 
+def _whole_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the RRF files the UMLS loader reads whole from now on (``read_lines``)."""
+    import mirage_kg.loaders.umls as umls
+
+    names: list[str] = []
+    read_lines = umls.read_lines
+    monkeypatch.setattr(umls, "read_lines", lambda path, *a, **k: names.append(path.name) or read_lines(path, *a, **k))
+    return names
+
+
+def test_umls_update_parses_only_the_rows_of_the_changed_concepts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umls_pair: tuple[Path, Path]) -> None:
+    old, new = umls_pair
+    updated, fresh = tmp_path / "updated", tmp_path / "fresh"
+    run("load", str(old), "--store", str(updated), "--no-index")
+    whole = _whole_reads(monkeypatch)
+    output = run("load", "--update", str(new), "--store", str(updated), "--no-index").output
+    monkeypatch.undo()
+    assert "compared: the 3 concepts whose rows changed (9 of 27 rows changed" in output
+    assert not {"MRCONSO.RRF", "MRSTY.RRF", "MRREL.RRF"} & set(whole)  # only the rows naming C0000001/3/4
+    run("load", str(new), "--store", str(fresh), "--graph", graph_of(updated), "--no-index")
+    assert data_export(updated) == data_export(fresh)
+
+
+def test_umls_update_follows_concepts_kept_or_dropped_and_new_declarations(tmp_path: Path) -> None:
+    """C0000002 suppressed in every row (no longer kept: the unchanged edges of C0000001 and C0000004 into it go);
+    C0000007 added with a semantic type and a relation nobody used before (both declared)."""
+    old, new = tmp_path / "2099AA", tmp_path / "2099AB"
+    shutil.copytree(FIXTURES / "umls", old)
+    shutil.copytree(FIXTURES / "umls", new)
+    meta = new / "META"
+    conso = (meta / "MRCONSO.RRF").read_text(encoding="utf-8").splitlines()
+    conso = [line.replace("|0|N||", "|0|O||") if line.startswith("C0000002|") else line for line in conso]
+    (meta / "MRCONSO.RRF").write_text("\n".join(conso) + "\nC0000007|ENG|P|L0000090|PF|S0000090|Y|A0000090||||MSH|"
+                                      "MH|D000007|Etaemia|0|N||\n", encoding="utf-8")
+    edit(meta / "MRSTY.RRF", {}, add=["C0000007|T999|A9.9|Novel Type|AT0000007||"])
+    edit(meta / "MRREL.RRF", {}, add=["C0000001|A0000012|AUI|RO|C0000007|A0000090|AUI|has_novelty|R0000012||MSH|"
+                                      "MSH|||N||"])
+    updated, fresh = tmp_path / "updated", tmp_path / "fresh"
+    run("load", str(old), "--store", str(updated), "--no-index")
+    output = run("load", "--update", str(new), "--store", str(updated), "--no-index").output
+    assert "compared: the 3 concepts whose rows changed" in output
+    assert "concepts added: 1 (e.g. UMLS:C0000007)" in output and "concepts retired: 1 (e.g. UMLS:C0000002)" in output
+    run("load", str(new), "--store", str(fresh), "--graph", graph_of(updated), "--no-index")
+    assert data_export(updated) == data_export(fresh)
+
+
+def test_umls_update_with_an_edited_previous_release_compares_the_whole_release(
+        tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
+    old, new = umls_pair
+    updated, fresh = tmp_path / "updated", tmp_path / "fresh"
+    run("load", str(old), "--store", str(updated), "--no-index")
+    edit(old / "META" / "MRCONSO.RRF", {"C0000006|": None})  # the graph no longer matches these files
+    output = run("load", "--update", str(new), "--store", str(updated), "--no-index").output
+    assert "compared: whole release regenerated and compared with the graph (the previous release's " \
+           "META/MRCONSO.RRF changed since it was loaded (SHA-256))" in output
+    run("load", str(new), "--store", str(fresh), "--graph", graph_of(updated), "--no-index")
+    assert data_export(updated) == data_export(fresh)
+
+
 def test_citations_name_the_release(tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
     from mirage_kg.namespaces import expand
     from mirage_kg.releases import citations, release_of
@@ -651,7 +711,8 @@ def test_update_benchmark_runs_and_its_updates_match_fresh_loads() -> None:
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(done.stdout)
-    assert [r["shape"] for r in rows] == ["snomed", "triples"]
+    assert [r["shape"] for r in rows] == ["snomed", "triples", "umls"]
     for row in rows:
         assert row["same_count"] and row["triples"] > 1000 and row["update_s"] > 0 and row["fresh_s"] > 0
         assert row["diff"].startswith("triples: -")
+        assert "whole release" not in row["compared"]  # each shape's own scope ran
