@@ -185,3 +185,73 @@ def test_without_usearch_the_search_is_brute_force_with_a_note(tmp_path: Path, m
         "(pip install 'mirage-kg[ann]')"]
     assert "urn:e:7" in found[0]
     assert not list(tmp_path.rglob("ann-*"))
+
+
+def test_load_update_carries_the_index_for_the_changed_labels_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the CLI: ``load`` builds the index after the embeddings, ``load --update`` carries both, encoding
+    and indexing only the new labels; the carried index answers as a fresh build of the updated store does."""
+    from click.testing import CliRunner
+
+    from mirage_kg.cli.main import main
+    from mirage_kg.store import open_store
+
+    encoded: list[str] = []
+
+    def encode_many(self: Embedder, texts: list[str], batch_size: int = 256) -> Any:
+        encoded.extend(texts)
+        return HashEmbedder().encode_many(texts)
+
+    monkeypatch.setattr(Embedder, "installed", staticmethod(lambda: True))
+    monkeypatch.setattr(Embedder, "encode_many", encode_many)
+    monkeypatch.setattr(vector_index, "ANN_MIN_LABELS", 0)
+    monkeypatch.setenv("MIRAGE_KG_INDEX", "1")  # the test session turns the index step off
+    monkeypatch.setenv("MIRAGE_KG_INDEX_EMBEDDINGS", "1")
+    facts = tmp_path / "facts.tsv"
+    rows = [f"Disease_{i}\thas_symptom\tSymptom_{i % 40}" for i in range(120)]
+    facts.write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    store = tmp_path / "kg"
+    run("load", str(facts), "--store", str(store))
+    cache = store / ".mirage-cache"
+    assert len(list(cache.glob("ann-*.usearch"))) == 1
+    first = len(encoded)
+    facts.write_text("\n".join([*rows[5:], "Disease_900\thas_symptom\tSymptom_900"]) + "\n", encoding="utf-8")
+    run("load", "--update", str(facts), "--store", str(store))
+    assert sorted(encoded[first:]) == ["Disease 900", "Symptom 900"]  # only the new labels encoded
+    (ann,) = cache.glob("ann-*.usearch")
+    rows_of_keys = np.load(vector_index.VectorIndex.rows_file(ann))
+    assert len(rows_of_keys) == first + 2 and int((rows_of_keys < 0).sum()) == 5  # 5 keys removed, 2 added
+    with open_store(store) as opened:
+        updated = Linker(opened)
+        fresh = Linker(opened, cache_dir=tmp_path / "fresh")
+        for linker in (updated, fresh):
+            linker.threshold = -1.0
+        assert updated.vectors is not None and updated.vectors_status == "cached"
+        assert fresh.vectors is not None and fresh.vectors_status == "built"
+        queries = HashEmbedder().encode_many(["Disease 900", "Disease 3", "Symptom 7", "Disease 77", "fever"])
+        assert answers(updated, queries) == answers(fresh, queries)
+
+
+@pytest.mark.slow
+def test_bench_ann_runs_on_saved_vectors(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    vectors = tmp_path / "vectors.npy"
+    np.save(vectors, clustered_unit_vectors(1200, 24))
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_ann.py"), "--vectors", str(vectors),
+                          "--labels", "1000", "--queries", "100", "--grow", "1500", "--workdir", str(tmp_path / "w"),
+                          "--json", str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["rows"] == 1500 and report["real_labels"] == 1000
+    assert report["recall_at_5"] >= 0.9 and report["carried_recall_at_5"] >= 0.9
+    assert "recall@5" in out.stdout and "queries/s ANN" in out.stdout
