@@ -51,8 +51,8 @@ def make_backend(name: str) -> Any:
 def timed_run(kg: Any, backend: Any, config: Any, questions: list[str], tags: list[Any]) -> dict[str, Any]:
     from mirage_reason.chain import ChainRunner, ChainSpec
 
-    specs = [ChainSpec(q, q, tuple(kg.retrieve(q, budget=config.retrieve_budget).evidence), tag=tag)
-             for q, tag in zip(questions, tags)]
+    specs = [ChainSpec(q, q, tuple(kg.retrieve(q, budget=config.retrieve_budget).evidence), tag=tag, sample=sample)
+             for q, (tag, sample) in zip(questions, tags)]
     runner = ChainRunner(kg, backend, config)
     started = time.perf_counter()
     results = runner.run(specs)
@@ -70,10 +70,10 @@ def bench(kg: Any, name: str, chains: int, tokens: int, seed: int | None = None)
     config = MirageConfig(max_new_tokens=tokens, max_chain_tokens=tokens, max_turns=3, n_r=2, seed=seed,
                           seed_facts=10)
     try:
-        timed_run(kg, backend, config, QUESTIONS[:1], [("warm-up",)])  # load and first-call costs out of the way
-        one = timed_run(kg, backend, config, QUESTIONS[:1], [(0, 0, 0)])
-        samples = timed_run(kg, backend, config, QUESTIONS[:1] * chains, [(0, 0, s) for s in range(chains)])
-        distinct = timed_run(kg, backend, config, (QUESTIONS * chains)[:chains], [(q, 0, 0) for q in range(chains)])
+        timed_run(kg, backend, config, QUESTIONS[:1], [(("warm-up",), 0)])  # load and first-call costs out of the way
+        one = timed_run(kg, backend, config, QUESTIONS[:1], [((0, 0), 0)])
+        samples = timed_run(kg, backend, config, QUESTIONS[:1] * chains, [((0, 0), s) for s in range(chains)])
+        distinct = timed_run(kg, backend, config, (QUESTIONS * chains)[:chains], [((q, 0), 0) for q in range(chains)])
     finally:
         backend.close()
     return {"engine": name, "tokens_per_chain": tokens, "seed": seed, "one": one, "samples": samples, "distinct": distinct,

@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from mirage_kg import Entity, Evidence, MirageError, Path
 
 from mirage_reason import prompts
-from mirage_reason.backends.base import THINK_CLOSE, Backend, Completion, CompletionRequest, derive_seed, split_think
+from mirage_reason.backends.base import (
+    THINK_CLOSE,
+    Backend,
+    Completion,
+    CompletionRequest,
+    derive_seed,
+    sample_seed,
+    split_think,
+    submit_all,
+)
 from mirage_reason.config import MirageConfig
 from mirage_reason.errors import ReasonerError
 from mirage_reason.prompts import QUERY_BEGIN, QUERY_END, RESULT_BEGIN, RESULT_END
@@ -257,13 +266,17 @@ def _round_robin(steps: Sequence[Any], limit: int) -> list[Any]:
 
 @dataclass(frozen=True)
 class ChainSpec:
-    """What one chain works on. ``tag`` is the caller's (question index, sub-question index, sample)."""
+    """What one chain works on. ``tag`` is the caller's (question index, sub-question index); ``sample`` numbers
+    the chains of one tag and sub-question: sample ``i`` gets sample 0's seed plus ``i`` at every turn
+    (:func:`~mirage_reason.backends.base.sample_seed`), so an engine may run the samples' identical first turns as
+    one request that evaluates the prompt once (llama.cpp's server seeds n completions of one request that way)."""
 
     sub_question: str
     question: str = ""
     seed: tuple[Evidence, ...] = ()
     tag: Any = None
     search: bool = True  # False: the model is not told about search blocks (nor are blocks run)
+    sample: int = 0
 
 
 @dataclass(frozen=True)
@@ -283,6 +296,7 @@ class ChainResult:
     prompt_tokens: int
     search_seconds: float
     tag: Any = None
+    sample: int = 0
 
     @property
     def evidence_paths(self) -> tuple[Path, ...]:
@@ -346,11 +360,12 @@ class Chain:
     def next_request(self) -> CompletionRequest:
         """The chain's next turn: at most ``max_new_tokens`` and never more than what is left of its token budget,
         so no chain ever exceeds ``max_chain_tokens``; its seed comes from the run's seed, the chain's tag, its
-        sub-question and the turn (samples of one sub-question differ by their tag)."""
+        sub-question and the turn, plus its sample number (samples of one sub-question differ by it)."""
         if self.done:
             raise ReasonerError("a finished chain has no next turn")
         self._asked = min(self.config.max_new_tokens, self.remaining_tokens)
-        seed = derive_seed(self.config.seed, "chain", self.spec.tag, self.spec.sub_question, self.turns)
+        group = derive_seed(self.config.seed, "chain", self.spec.tag, self.spec.sub_question, self.turns)
+        seed = sample_seed(group, self.spec.sample)
         return CompletionRequest(self.prompt, STOP, self.config.chain_params(self._asked, seed))
 
     def _emit(self, kind: str, **data: Any) -> None:
@@ -481,6 +496,7 @@ class Chain:
             prompt_tokens=self.prompt_tokens,
             search_seconds=self.search_seconds,
             tag=self.spec.tag,
+            sample=self.spec.sample,
         )
 
 
@@ -515,7 +531,9 @@ class ChainRunner:
             for number, chain in enumerate(chains):
                 if listener is not None:
                     chain.listener = _numbered(listener, number)
-                pending[self.backend.submit(chain.next_request())] = chain
+            # all first turns at once: the engine may share the evaluation of identical prompts (samples)
+            first = submit_all(self.backend, [chain.next_request() for chain in chains])
+            pending.update(zip(first, chains, strict=True))
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in [f for f in pending if f in done]:  # in submission order: deterministic

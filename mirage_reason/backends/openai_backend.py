@@ -244,8 +244,11 @@ class OpenAIBackend(BackendBase):
             stop_unknown=bool(stop) and finish == "stop" and fired is None and not says,
         )
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        url = f"{self.base_url}{path}"
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                       url: str | None = None) -> Any:
+        """The JSON body of ``{base_url}{path}`` (or of ``url``), with retries; a JSON object, or a list where the
+        server answers one (llama.cpp's own API with several completions)."""
+        url = url or f"{self.base_url}{path}"
         error: BackendError | None = None
         retry_after: float | None = None
         for attempt in range(self.max_retries + 1):
@@ -275,8 +278,9 @@ class OpenAIBackend(BackendBase):
                 continue
             if response.status_code < 400:
                 try:
-                    return dict(response.json())
-                except ValueError as exc:
+                    data = response.json()
+                    return data if isinstance(data, list) else dict(data)
+                except (ValueError, TypeError) as exc:
                     raise BackendError(
                         f"{url} answered HTTP {response.status_code} with a body that is not JSON",
                         hint="check that base_url points at an OpenAI-compatible API (it usually ends in /v1)",

@@ -383,3 +383,14 @@ def test_seed_facts_of_one_entity_and_relation_share_a_line() -> None:
     assert "Influenza is treated with the medication Oseltamivir and Ibuprofen" in lines
     backward = [p for p in (Path((s,)) for s in kg._steps(ent("Cough")))]
     assert fact_lines(backward) == ["Cough is a symptom of Influenza, Common cold and Asthma"]
+
+
+def test_sample_seeds_count_up_from_the_first_sample_at_every_turn() -> None:
+    """Sample i of a sub-question has sample 0's seed plus i (llama.cpp's server seeds the n completions of one
+    request that way, so shared and separate requests sample the same), and its first turns are submitted at once."""
+    backend = scripted([f"{QB}Influenza{QE}", "done"])
+    run(FakeKG(), backend, [ChainSpec("q", tag=(0, 0), sample=s) for s in range(3)], seed=7)
+    first, second = [c.params.seed for c in backend.calls[:3]], [c.params.seed for c in backend.calls[3:]]
+    assert first == [first[0], first[0] + 1, first[0] + 2]
+    later = sorted(second)
+    assert later == [later[0], later[0] + 1, later[0] + 2] and not set(later) & set(first)

@@ -88,3 +88,52 @@ def test_close_stops_the_server() -> None:
         assert sock.connect_ex(("127.0.0.1", port)) != 0
     with pytest.raises(BackendError):
         backend.submit(CompletionRequest("Hello"))
+
+
+def test_samples_of_one_prompt_group_into_one_request_and_nothing_else_does() -> None:
+    from mirage_reason.backends.llamacpp_server import _sample_groups
+
+    def req(prompt: str, seed: int | None, temperature: float = 0.7) -> CompletionRequest:
+        return CompletionRequest(prompt, ("</q>",), GenerationParams(temperature=temperature, seed=seed))
+
+    samples = [req("p", 40 + s) for s in range(5)]
+    assert [len(g) for g in _sample_groups(samples, 8)] == [5]
+    assert [len(g) for g in _sample_groups(samples, 2)] == [2, 2, 1]  # at most one slot per completion
+    assert [len(g) for g in _sample_groups([req("p", None)] * 3, 8)] == [3]  # unseeded: the server's own seeds
+    mixed = [req("p", 1), req("p", 3), req("q", 4), req("q", 5), req("q", 6, temperature=0.2), req("q", 7)]
+    assert [[r.params.seed for r in g] for g in _sample_groups(mixed, 8)] == [[1], [3], [4, 5], [6], [7]]
+
+
+@pytest.mark.llm
+@pytest.mark.server
+def test_samples_share_one_request_and_give_what_separate_requests_give() -> None:
+    """Samples of one prompt submitted together go to the server as one request with n completions (the prompt is
+    evaluated once, its KV copied to the other slots); its completions are seeded seed, seed + 1, ..., so they are
+    exactly what separate requests with those seeds give, and they differ from each other."""
+    _require_smollm2()
+    from mirage_reason.backends.llamacpp_server import LlamaServerBackend
+    from mirage_reason.backends.local_models import LLAMA_SERVER_HINT, find_llama_server
+
+    if find_llama_server() is None:
+        pytest.skip(LLAMA_SERVER_HINT)
+    with LlamaServerBackend("smollm2", parallel=4, ctx=1024, startup_timeout=300) as backend:
+        prompt = backend.format_chat([{"role": "user", "content": "Tell me a one-line story about a cat."}])
+        requests = [CompletionRequest(prompt, ("\n",), GenerationParams(max_new_tokens=16, temperature=1.0,
+                                                                         top_p=1.0, top_k=0, seed=21 + s))
+                    for s in range(4)]
+        posted: list[Any] = []
+        send = backend._request
+
+        async def counting(method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+            posted.append(body)
+            return await send(method, path, body, **kwargs)
+
+        backend._request = counting  # type: ignore[method-assign]
+        shared = [f.result(timeout=300) for f in backend.submit_many(requests)]
+        assert len(posted) == 1 and posted[0]["n_cmpl"] == 4 and posted[0]["seed"] == 21
+        separate = [backend.submit(r).result(timeout=300) for r in requests]
+    assert [c.text for c in shared] == [c.text for c in separate]
+    assert len({c.text for c in shared}) >= 3
+    for completion in shared:
+        assert 0 < completion.completion_tokens <= 16 and completion.prompt_tokens > 0
+        assert completion.stop in ("\n", None) and not completion.stop_unknown
