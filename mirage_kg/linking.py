@@ -44,12 +44,12 @@ _SCORES = {("exact", 0): 1.0, ("exact", 1): 0.98, ("normalised", 0): 0.96, ("nor
 # LabelIndex.ranked's levels: (score, method), best first
 _LEVELS = ((1.0, "exact"), (0.98, "synonym"), (0.96, "normalised"), (0.94, "synonym"))
 _EMBEDDING_CAP = 0.93
-_RARE_BLOCK = 600  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels ...
-_LARGE_BLOCK = 5000  # ... or, when all are larger, the smallest up to this size; beyond it, labels in two blocks
-_SHARED_CAP = 5000  # labels compared at most when intersecting blocks
-_BLOCK_CACHE = 64  # decoded blocks kept (the spans of one text share their words)
-_FULL_SCAN = 500_000  # an index this small (the default KG: 0.25M) may be scanned whole when nothing else matched
-_INDEX_VERSION = 5
+_RARE_BLOCK = 600  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels
+_BLOCK_CACHE = 64  # decoded blocks (and word postings) kept: the spans of one text share their words
+_FULL_SCAN = 500_000  # an index this small (the default KG: 0.25M) may be scanned whole when nothing else matched;
+# past it, fuzzy matching compares the labels whose words are one edit from the mention's, at most this many:
+_FUZZY_CANDIDATES = 200
+_INDEX_VERSION = 6
 _COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
 _MMAP_BYTES = 2 << 30  # of an index file mapped into memory at most (see _reader)
 
@@ -511,6 +511,7 @@ class LabelIndex:
         self.names = _Column(self, 1)
         self._entity_cache: OrderedDict[int, tuple[str, str]] = OrderedDict()
         self._blocks: OrderedDict[str, tuple[np.ndarray, list[str]] | None] = OrderedDict()
+        self._postings: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._texts: list[str] | None = None
         self._all_sorted: tuple[list[int], list[str]] | None = None
 
@@ -642,6 +643,52 @@ class LabelIndex:
                 self._blocks.popitem(last=False)
         return found
 
+    def near_words(self, words: Iterable[str]) -> dict[str, set[str]]:
+        """For each of ``words``, the index's content words at most one edit from it (itself included), where any."""
+        by_variant: dict[str, list[str]] = {}
+        for word in words:
+            if _encodable(word):
+                for variant in _variants(word):
+                    by_variant.setdefault(variant, []).append(word)
+        near: dict[str, set[str]] = {}
+        if by_variant:
+            for variant, found in self._rows("SELECT variant, word FROM variants WHERE variant IN "
+                                             "(SELECT value FROM json_each(?))", (json.dumps(list(by_variant)),)):
+                for word in by_variant[variant]:
+                    near.setdefault(word, set()).add(found)
+        return near
+
+    def postings(self, words: Iterable[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The choices holding each of these content words (ids, sorted) and their lengths; absent words left out."""
+        import numpy as np
+
+        out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        missing = []
+        with self._lock:
+            for word in words:
+                if word in self._postings:
+                    self._postings.move_to_end(word)
+                    out[word] = self._postings[word]
+                else:
+                    missing.append(word)
+        if missing:
+            for word, ids, lens in self._rows("SELECT word, ids, lens FROM words WHERE word IN "
+                                              "(SELECT value FROM json_each(?))", (json.dumps(missing),)):
+                out[word] = (np.frombuffer(ids, dtype=np.int32), np.frombuffer(lens, dtype=np.uint16))
+            with self._lock:
+                for word in missing:
+                    if word in out:
+                        self._postings[word] = out[word]
+                while len(self._postings) > _BLOCK_CACHE:
+                    self._postings.popitem(last=False)
+        return out
+
+    def sorted_choices(self, ids: Sequence[int]) -> tuple[list[int], list[str]]:
+        """These choices' ids and word-sorted texts, by id."""
+        rows = self._rows("SELECT id, sorted FROM choices WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
+                          (json.dumps(list(ids)),))
+        return [r[0] for r in rows], [r[1] for r in rows]
+
     def all_sorted(self) -> tuple[list[int], list[str]]:
         """Every choice's id and word-sorted text, by id (kept: only small indexes scan everything)."""
         if self._all_sorted is None:
@@ -723,6 +770,7 @@ class LabelIndex:
                     written += len(labels)
                 # choices: drop those no label folds to any more, add the new ones; then their blocks
                 changes: dict[str, dict[int, str | None]] = {}  # block key -> choice id -> text (None: drop)
+                word_changes: dict[str, dict[int, int | None]] = {}  # word -> choice id -> length (None: drop)
                 next_choice = (db.execute("SELECT MAX(id) FROM choices").fetchone()[0] or -1) + 1
                 max_tokens = self.max_tokens
                 for folded in sorted(touched - {""}):
@@ -733,12 +781,16 @@ class LabelIndex:
                         db.execute("INSERT INTO choices VALUES (?, ?, ?)", (next_choice, folded, ordered))
                         for key in _choice_keys(folded):
                             changes.setdefault(key, {})[next_choice] = ordered
+                        for word in _content_words(folded):
+                            word_changes.setdefault(word, {})[next_choice] = min(len(folded), 65535)
                         next_choice += 1
                         max_tokens = max(max_tokens, len(folded.split()))
                     elif have and not used:
                         db.execute("DELETE FROM choices WHERE id = ?", have)
                         for key in _choice_keys(folded):
                             changes.setdefault(key, {})[have[0]] = None
+                        for word in _content_words(folded):
+                            word_changes.setdefault(word, {})[have[0]] = None
                 for key, change in changes.items():
                     row = db.execute("SELECT ids, texts FROM blocks WHERE key = ?", (key,)).fetchone()
                     merged = dict(zip(np.frombuffer(row[0], dtype=np.int32).tolist(), _unpack(row[1]))) \
@@ -754,6 +806,27 @@ class LabelIndex:
                     order = sorted(merged)
                     db.execute("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?)",
                                (key, np.asarray(order, dtype=np.int32).tobytes(), _pack([merged[i] for i in order])))
+                for word, change in word_changes.items():
+                    row = db.execute("SELECT ids, lens FROM words WHERE word = ?", (word,)).fetchone()
+                    lengths = dict(zip(np.frombuffer(row[0], dtype=np.int32).tolist(),
+                                       np.frombuffer(row[1], dtype=np.uint16).tolist())) if row else {}
+                    for choice_id, length in change.items():
+                        if length is None:
+                            lengths.pop(choice_id, None)
+                        else:
+                            lengths[choice_id] = length
+                    if not lengths:
+                        db.execute("DELETE FROM words WHERE word = ?", (word,))
+                        db.executemany("DELETE FROM variants WHERE variant = ? AND word = ?",
+                                       [(variant, word) for variant in _variants(word)])
+                        continue
+                    order = sorted(lengths)
+                    db.execute("INSERT OR REPLACE INTO words VALUES (?, ?, ?)",
+                               (word, np.asarray(order, dtype=np.int32).tobytes(),
+                                np.asarray([lengths[i] for i in order], dtype=np.uint16).tobytes()))
+                    if row is None:
+                        db.executemany("INSERT OR IGNORE INTO variants VALUES (?, ?)",
+                                       [(variant, word) for variant in _variants(word)])
                 counts = {"entities": db.execute("SELECT COUNT(*) FROM entities").fetchone()[0],
                           "labels": db.execute("SELECT COUNT(*) FROM labels").fetchone()[0],
                           "choices": db.execute("SELECT COUNT(*) FROM choices").fetchone()[0],
@@ -768,6 +841,7 @@ class LabelIndex:
             self.choice_count, self.max_tokens = counts["choices"], max_tokens
             self._entity_cache.clear()
             self._blocks.clear()
+            self._postings.clear()
             self._texts = self._all_sorted = None
         return written
 
@@ -815,6 +889,8 @@ CREATE TABLE forms(form TEXT NOT NULL, level INTEGER NOT NULL, iri TEXT NOT NULL
                    name TEXT NOT NULL, PRIMARY KEY (form, level, iri, idx)) WITHOUT ROWID;
 CREATE TABLE choices(id INTEGER PRIMARY KEY, folded TEXT NOT NULL, sorted TEXT NOT NULL);
 CREATE TABLE blocks(key TEXT PRIMARY KEY, ids BLOB NOT NULL, texts BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE words(word TEXT PRIMARY KEY, ids BLOB NOT NULL, lens BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE variants(variant TEXT NOT NULL, word TEXT NOT NULL, PRIMARY KEY (variant, word)) WITHOUT ROWID;
 """
 _LABEL_KEYS = (SKOS_PREF, RDFS_LABEL, SKOS_ALT)
 
@@ -882,6 +958,7 @@ def _fill(db: sqlite3.Connection, kg: Graph) -> None:
     # choices: the distinct folded labels in order; blocks: each word's first and last four letters
     ids: dict[str, array] = {}
     texts: dict[str, list[str]] = {}
+    postings: dict[str, tuple[array, array]] = {}  # content word -> the choices holding it and their lengths
     choices: list[tuple[int, str, str]] = []
     max_tokens = 1
     number = -1
@@ -898,6 +975,11 @@ def _fill(db: sqlite3.Connection, kg: Graph) -> None:
                 texts[key] = []
             ids[key].append(number)
             texts[key].append(ordered)
+        for word in _content_words(folded):
+            if word not in postings:
+                postings[word] = (array("i"), array("H"))
+            postings[word][0].append(number)
+            postings[word][1].append(min(len(folded), 65535))
         if len(choices) >= 50_000:
             db.executemany("INSERT INTO choices VALUES (?, ?, ?)", choices)
             choices.clear()
@@ -905,6 +987,18 @@ def _fill(db: sqlite3.Connection, kg: Graph) -> None:
     db.execute("CREATE UNIQUE INDEX choices_folded ON choices(folded)")
     db.executemany("INSERT INTO blocks VALUES (?, ?, ?)",
                    ((key, ids[key].tobytes(), _pack(texts[key])) for key in sorted(ids)))
+    del ids, texts
+    words = sorted(postings)
+    db.executemany("INSERT INTO words VALUES (?, ?, ?)",
+                   ((word, postings[word][0].tobytes(), postings[word][1].tobytes()) for word in words))
+    del postings
+    # each word's deletion neighbourhood, staged and sorted by SQLite (millions of rows at UMLS size)
+    db.execute("CREATE TEMP TABLE staged(variant TEXT NOT NULL, word TEXT NOT NULL)")
+    for start in range(0, len(words), 20_000):
+        db.executemany("INSERT INTO staged VALUES (?, ?)",
+                       [(variant, word) for word in words[start:start + 20_000] for variant in _variants(word)])
+    db.execute("INSERT INTO variants SELECT variant, word FROM staged ORDER BY variant, word")
+    db.execute("DROP TABLE staged")
     meta = {"version": _INDEX_VERSION, "entities": count["entities"], "labels": count["labels"],
             "choices": number + 1, "max_tokens": max_tokens}
     db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
@@ -933,7 +1027,18 @@ def _entity_labels(iri: str, rows: Sequence[tuple[int, str, str | None]]
 
 def _choice_keys(folded: str) -> set[str]:
     """The block keys of a folded label: each content word's first and last four letters."""
-    return {k for w in folded.split() if len(w) >= 3 and w not in STOPWORDS for k in _block_keys(w)}
+    return {k for w in _content_words(folded) for k in _block_keys(w)}
+
+
+def _content_words(folded: str) -> set[str]:
+    """The words of a folded text that fuzzy matching keys on: three letters or more, no function words."""
+    return {w for w in folded.split() if len(w) >= 3 and w not in STOPWORDS}
+
+
+def _variants(word: str) -> set[str]:
+    """A word and the word less any one letter: two words one edit apart (a letter inserted, deleted, replaced,
+    or two swapped) share one of these (SymSpell's deletion neighbourhood)."""
+    return {word, *(word[:i] + word[i + 1:] for i in range(len(word)))}
 
 
 def _encodable(text: str) -> bool:
@@ -1256,33 +1361,65 @@ class Linker:
                 _offer(scores, idx, _SCORES[("exact", kind)], "exact" if kind == 0 else "synonym")
 
     def _fuzzy(self, key: str, scores: dict[int, tuple[float, str]], full_scan: bool = False) -> None:
-        """rapidfuzz token-sort ratio against labels sharing a word beginning or ending like one of the key's: its
-        rarer words' blocks only (a common word such as "abnormal" would pull in thousands). When every block is
-        large, the smallest block (up to ``_LARGE_BLOCK`` in an index past ``_FULL_SCAN``), else the labels in
-        two of the key's blocks (two words, or both ends of one). When nothing matched and ``full_scan``: every
-        label of a small index, the labels in two blocks of a large one (so the work is bounded by the blocks,
-        not by the size of the KG)."""
+        """rapidfuzz token-sort ratio against some of the labels. In an index up to ``_FULL_SCAN``: those sharing a
+        word beginning or ending like one of the key's, its rarer words' blocks only (a common word such as
+        "abnormal" would pull in thousands), else the smallest block; when nothing matched and ``full_scan``,
+        every label. In a larger one: the labels ``_near`` finds (bounded, whatever the size of the KG)."""
         index = self.index
         if len(key) < 4:
             return
-        words = [w for w in set(key.split()) if len(w) >= 3 and w not in STOPWORDS]
-        # a word's blocks: its first and its last four letters (one typo rarely spoils both)
-        blocks = [b for w in words for k in _block_keys(w) if (b := index.block(k)) is not None]
-        rare = [b for b in blocks if len(b[0]) <= _RARE_BLOCK]
-        if not rare and blocks:
-            smallest = min(blocks, key=lambda b: len(b[0]))
-            if len(smallest[0]) <= _LARGE_BLOCK or index.choice_count <= _FULL_SCAN:
-                rare = [smallest]
         query = " ".join(sorted(key.split()))
-        hits = self._extract(query, _union(rare) if rare else _shared(blocks))
-        if not hits and full_scan:  # a typo in every rare word: look further
-            if index.choice_count <= _FULL_SCAN:
+        if index.choice_count > _FULL_SCAN:
+            hits = self._extract(query, self._near(key, query))
+        else:
+            words = [w for w in set(key.split()) if len(w) >= 3 and w not in STOPWORDS]
+            # a word's blocks: its first and its last four letters (one typo rarely spoils both)
+            blocks = [b for w in words for k in _block_keys(w) if (b := index.block(k)) is not None]
+            rare = [b for b in blocks if len(b[0]) <= _RARE_BLOCK]
+            if not rare and blocks:
+                rare = [min(blocks, key=lambda b: len(b[0]))]
+            hits = self._extract(query, _union(rare)) if rare else []
+            if not hits and full_scan:  # a typo in every rare word: look further
                 hits = self._extract(query, index.all_sorted())
-            elif rare:
-                hits = self._extract(query, _shared(blocks))
         for pos, ratio in hits:
             for idx, kind in index.folded(index.choice(pos)):
                 _offer(scores, idx, 0.9 * ratio / 100.0, "fuzzy")
+
+    def _near(self, key: str, query: str) -> tuple[list[int], list[str]]:
+        """A large index's fuzzy candidates for the folded ``key`` (``query``: its words sorted): the labels that
+        hold, for all of its content words but one (for one word, that word), a word at most one edit away
+        (``LabelIndex.near_words``), and whose length the cut-off allows; when more than ``_FUZZY_CANDIDATES``,
+        those matching the most words, then nearest in length. Ids and word-sorted texts, by id."""
+        import numpy as np
+
+        index = self.index
+        words = sorted(_content_words(key))
+        near = index.near_words(words)
+        if not near:
+            return [], []
+        postings = index.postings(set().union(*near.values()))
+        # a ratio of at least c needs the other length within [a c / (200 - c), a (200 - c) / c]
+        size, cutoff = len(query), self.fuzzy_cutoff
+        shortest, longest = size * cutoff / (200 - cutoff) - 1, size * (200 - cutoff) / cutoff + 1
+        ids_per_word, lens_per_word = [], []
+        for word in words:
+            parts = [postings[w] for w in sorted(near.get(word, ())) if w in postings]
+            if not parts:
+                continue
+            ids, lens = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+            fits = (lens >= shortest) & (lens <= longest)
+            ids, first = np.unique(ids[fits], return_index=True)
+            ids_per_word.append(ids)
+            lens_per_word.append(lens[fits][first])
+        if not ids_per_word:
+            return [], []
+        ids, first, counts = np.unique(np.concatenate(ids_per_word), return_index=True, return_counts=True)
+        lens = np.concatenate(lens_per_word)[first].astype(np.int64)
+        keep = counts >= max(1, len(words) - 1)
+        ids, lens, counts = ids[keep], lens[keep], counts[keep]
+        if len(ids) > _FUZZY_CANDIDATES:
+            ids = np.sort(ids[np.lexsort((ids, np.abs(lens - size), -counts))[:_FUZZY_CANDIDATES]])
+        return index.sorted_choices(ids.tolist()) if len(ids) else ([], [])
 
     def _extract(self, query: str, candidates: tuple[list[int], list[str]]) -> list[tuple[int, float]]:
         """The best (up to 10) of ``candidates`` (choice ids and their word-sorted texts) above the cut-off."""
@@ -1453,26 +1590,6 @@ def _union(blocks: Sequence[tuple[Any, list[str]]]) -> tuple[list[int], list[str
     merged: dict[int, str] = {}
     for ids, texts in blocks:
         merged.update(zip(ids.tolist(), texts))
-    order = sorted(merged)
-    return order, [merged[i] for i in order]
-
-
-def _shared(blocks: Sequence[tuple[Any, list[str]]]) -> tuple[list[int], list[str]]:
-    """The choices in at least two of the blocks (two of the key's words, or both ends of one), those in most
-    first, at most ``_SHARED_CAP`` of them, by id."""
-    import numpy as np
-
-    if len(blocks) < 2:
-        return [], []
-    ids, counts = np.unique(np.concatenate([b[0] for b in blocks]), return_counts=True)
-    keep = counts >= 2
-    ids, counts = ids[keep], counts[keep]
-    if len(ids) > _SHARED_CAP:
-        ids = np.sort(ids[np.lexsort((ids, -counts))[:_SHARED_CAP]])
-    merged: dict[int, str] = {}
-    for block_ids, texts in blocks:
-        for pos in np.flatnonzero(np.isin(block_ids, ids, assume_unique=True)).tolist():
-            merged[int(block_ids[pos])] = texts[pos]
     order = sorted(merged)
     return order, [merged[i] for i in order]
 

@@ -81,9 +81,10 @@ def test_fuzzy(linker: Linker) -> None:
     assert linker.link_one("zebra crossing") == []
 
 
-def test_fuzzy_on_a_large_index_reads_blocks_not_every_label(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past ``_FULL_SCAN`` labels a mention is compared with the labels of its words' blocks only, never with the
-    whole index; when every block is past ``_LARGE_BLOCK``, with the labels in two of them."""
+def test_fuzzy_on_a_large_index_compares_the_labels_of_near_words(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``_FULL_SCAN`` labels a mention is compared only with the labels holding words one edit from its own
+    (all of them but one), of a length the cut-off allows, at most ``_FUZZY_CANDIDATES``; never the whole index."""
     import mirage_kg.linking as linking
 
     store = OxigraphStore()
@@ -91,24 +92,29 @@ def test_fuzzy_on_a_large_index_reads_blocks_not_every_label(tmp_path: Path, mon
     many = "".join(f'KG:Variant_{n} skos:prefLabel "zorbitine variant {n}"@en .\n' for n in range(40))
     load(store, TTL.replace("KG:Allergy", many + "KG:Allergy"))
     monkeypatch.setattr(linking, "_FULL_SCAN", 10)
-    monkeypatch.setattr(linking, "_LARGE_BLOCK", 20)
     compared: list[int] = []
     extract = Linker._extract
     monkeypatch.setattr(Linker, "_extract", lambda self, q, c: compared.append(len(c[0])) or extract(self, q, c))
     fresh = Linker(store, embedding_model="none", cache_dir=tmp_path)
     assert fresh.index.choice_count > 10
-    # "hypretension": its first four letters miss, its last four find a small block
+    # "hypretension": two letters swapped; the one label with a word one edit away
     assert best(fresh.link_one("hypretension")) == ("KG:Hypertension", "fuzzy")
-    assert max(compared) <= 2  # a full scan would compare all 50 labels
+    assert compared == [1]  # a full scan would compare all 50 labels
     compared.clear()
-    # every block of "zorbitine variamt 7" is large (40 labels): the labels in two of them
-    found = fresh.link_one("zorbitine variamt 7")
-    assert best(found) == ("KG:Variant_7", "fuzzy") and compared and max(compared) <= 40
+    assert best(fresh.link_one("diabtes mellitus")) == ("KG:Diabetes_mellitus", "fuzzy")  # a letter dropped
+    assert best(fresh.link_one("hypertensiion")) == ("KG:Hypertension", "fuzzy")  # a letter added
     compared.clear()
-    assert fresh.link_one("zebra crossing") == [] and not any(compared)  # no block: nothing to compare
+    found = fresh.link_one("zorbitine variamt 7")  # both words near those of all 40 variants
+    assert best(found) == ("KG:Variant_7", "fuzzy") and compared == [40]
+    compared.clear()
+    monkeypatch.setattr(linking, "_FUZZY_CANDIDATES", 5)
+    fresh.link_one("zorbitine variamt 7")
+    assert compared == [5]
+    compared.clear()
+    assert fresh.link_one("zebra crossing") == [] and not any(compared)  # no near word: nothing to compare
 
 
-def test_an_updated_index_finds_what_a_fresh_build_finds(tmp_path: Path) -> None:
+def test_an_updated_index_finds_what_a_fresh_build_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``LabelIndex.update`` re-reads only the entities it is given (a release update's changed concepts): an
     added entity, a changed label and a removed one, then the same answers as an index built from scratch."""
     import shutil
@@ -134,9 +140,16 @@ def test_an_updated_index_finds_what_a_fresh_build_finds(tmp_path: Path) -> None
     patched._index = updated
     assert len(updated) == len(fresh.index) and updated.label_count == fresh.index.label_count
     assert updated.choice_count == fresh.index.choice_count
-    for mention in ("Vertigo", "vertgio", "cephalalgia", "cephalagia", "Allergy", "allergies", "Headache",
-                    "heart attack", "hypertensoin"):
-        assert patched.link_one(mention) == fresh.link_one(mention), mention
+    import mirage_kg.linking as linking
+
+    for full_scan in (linking._FULL_SCAN, 0):  # fuzzy matching by blocks, then by near words
+        monkeypatch.setattr(linking, "_FULL_SCAN", full_scan)
+        for mention in ("Vertigo", "vertgio", "cephalalgia", "cephalagia", "Allergy", "allergies", "Headache",
+                        "heart attack", "hypertensoin", "alergy"):
+            assert patched.link_one(mention) == fresh.link_one(mention), (mention, full_scan)
+        assert best(patched.link_one("vertgio")) == ("KG:Vertigo", "fuzzy")
+        assert best(patched.link_one("cephalagia")) == ("KG:Headache", "fuzzy")
+        assert patched.link_one("alergy") == []  # gone with Allergy's labels (its word's row too)
     assert best(patched.link_one("cephalalgia")) == ("KG:Headache", "synonym")
     assert patched.link_one("Allergy") == []
     text = "vertigo and a cephalalgia, then my allergy"
