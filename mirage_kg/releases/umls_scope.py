@@ -19,7 +19,7 @@ import pyoxigraph as ox
 from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem, RowsNeedWholeRelease
 from mirage_kg.loaders.umls import locate_release, read_inverses
 from mirage_kg.namespaces import MKG, OWL, RDF, prefixes
-from mirage_kg.releases.diff import TripleDifference, parse_lines, triple_difference
+from mirage_kg.releases.diff import TripleDifference, parse_lines, pattern_lines, triple_difference
 from mirage_kg.releases.line_scope import MAX_CHANGED_IN_MEMORY, MAX_CHANGED_SHARE, row_changes
 from mirage_kg.releases.provenance import ReleaseInfo, file_hashes, options_record
 from mirage_kg.store.base import Store
@@ -90,9 +90,9 @@ def umls_difference(store: Store, graph: str, loader: object, path: Path, option
     old_lines: set[str] = set()
     for cui in cuis:
         iri = ns + cui.decode("utf-8", "replace")
-        old_lines.update(map(_line, store.quads(iri, graph=graph)))
-        old_lines.update(map(_line, store.quads(None, None, iri, graph=graph)))  # edges into it
-    old_lines.update(map(_line, store.quads(graph, graph=graph)))
+        old_lines.update(pattern_lines(store, graph, iri))
+        old_lines.update(pattern_lines(store, graph, obj=iri))  # edges into it
+    old_lines.update(pattern_lines(store, graph, graph))
     facts = triple_difference(sorted(old_lines), sorted(new_lines))
     declarations = _declarations(store, graph, facts, declared)
     difference = TripleDifference(removed=facts.removed + declarations.removed, added=facts.added + declarations.added)
@@ -112,7 +112,7 @@ def _declarations(store: Store, graph: str, facts: TripleDifference, declared: d
     added_lines: list[str] = []
     removed_lines: list[str] = []
     for thing in sorted(used | set(declared)):
-        old = set(map(_line, store.quads(thing, graph=graph)))
+        old = set(pattern_lines(store, graph, thing))
         new = declared.get(thing)
         if new is not None and old and new != old:
             removed_lines.extend(old - new)
@@ -122,10 +122,10 @@ def _declarations(store: Store, graph: str, facts: TripleDifference, declared: d
     for thing in sorted(unused - used):
         if not _has(store, graph, thing, _TYPE, _RELATION) and not _has(store, graph, thing, _TYPE, _CLASS):
             continue
-        uses = store.quads(None, None, thing, graph) if _has(store, graph, thing, _TYPE, _CLASS) else \
-            store.quads(None, thing, None, graph)
-        if all(_triple(quad) in removed_facts for quad in uses):
-            removed_lines.extend(map(_line, store.quads(thing, graph=graph)))
+        uses = pattern_lines(store, graph, obj=thing) if _has(store, graph, thing, _TYPE, _CLASS) else \
+            pattern_lines(store, graph, predicate=thing)
+        if all(_triple(line) in removed_facts for line in uses):
+            removed_lines.extend(pattern_lines(store, graph, thing))
     return TripleDifference(removed=parse_lines(sorted(set(removed_lines))), added=parse_lines(sorted(set(added_lines))))
 
 
@@ -137,14 +137,10 @@ def _declaring(triple: ox.Triple) -> str:
 
 
 def _has(store: Store, graph: str, subject: str, predicate: str, obj: str) -> bool:
-    return next(iter(store.quads(subject, predicate, obj, graph)), None) is not None
+    return next(pattern_lines(store, graph, subject, predicate, obj), None) is not None
 
 
-def _line(quad: object) -> str:
-    return f"{quad.subject.sparql()} {quad.predicate.sparql()} {quad.object.sparql()} ."  # type: ignore[attr-defined]
-
-
-def _triple(quad: object) -> ox.Triple:
-    (triple,) = parse_lines([_line(quad)])
+def _triple(line: str) -> ox.Triple:
+    (triple,) = parse_lines([line])
     return triple
 

@@ -20,7 +20,15 @@ from mirage_kg.caching import store_fingerprint
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, RowsNeedWholeRelease
 from mirage_kg.namespaces import XSD, compress
-from mirage_kg.releases.diff import CapturingStore, GraphDump, ReleaseDiff, graph_contains, graph_lines, triple_difference
+from mirage_kg.releases.diff import (
+    CapturingStore,
+    GraphDump,
+    ReleaseDiff,
+    graph_contains,
+    graph_lines,
+    pattern_lines,
+    triple_difference,
+)
 from mirage_kg.releases.line_scope import previous_file, row_difference, supports_rows
 from mirage_kg.releases.sorting import SortedLines
 from mirage_kg.releases.provenance import (
@@ -128,8 +136,8 @@ def subject_lines(store: Store, graph: str, subjects: list[str], workdir: str | 
     """The triples of ``graph`` about ``subjects`` (index lookups), as sorted lines."""
     lines = SortedLines(workdir)
     for subject in subjects:
-        for quad in store.quads(subject, graph=graph):
-            lines.add(f"{quad.subject.sparql()} {quad.predicate.sparql()} {quad.object.sparql()} .\n")
+        for line in pattern_lines(store, graph, subject):
+            lines.add_line(line)
     return lines
 
 
