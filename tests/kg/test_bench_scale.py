@@ -57,6 +57,9 @@ def test_smoke_run_reports_every_stage(tmp_path: Path) -> None:
     assert result["load"]["triples"] > result["concepts"] * 5  # labels, types, edges: not an empty graph
     assert result["load"]["triples"] <= result["load"]["store_quads"] == result["validate"]["scan_quads"]
     assert by[("load", "peak RSS")]["ours"] > 0 and by[("load", "disk per triple")]["ours"] > 0
+    # CPU seconds of the whole child (its threads included): the interpreter start alone takes some
+    assert by[("load", "CPU (user + system)")]["ours"] > 0.1 and by[("load", "CPU (user + system)")]["baseline"] > 0.1
+    assert by[("validate", "CPU (user + system)")]["ours"] > 0.1
     for group in ("typical", "hub"):
         assert by[("query", f"anchor {group} p50")]["ours"] <= by[("query", f"anchor {group} p95")]["ours"]
         assert by[("query", f"bridge h=3 {group} p50")]["ours"] <= by[("query", f"bridge h=3 {group} p95")]["ours"]
