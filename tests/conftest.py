@@ -180,9 +180,17 @@ class VirtuosoServer:
         self.system_graphs = self._graphs()
 
     def _graphs(self) -> set[str]:
-        answer = httpx.post(self.query_url, data={"query": "SELECT DISTINCT ?g WHERE { GRAPH ?g { ?s ?p ?o } }"},
-                            headers={"Accept": "application/sparql-results+json"}, timeout=60)
-        return {b["g"]["value"] for b in answer.json()["results"]["bindings"]}
+        # On a loaded machine Virtuoso can stop answering for minutes (a checkpoint flushing to a busy disk): fresh-ci
+        # once saw six setups in a row time out at 60 s, then every later one pass. Wait for it, up to 5 minutes.
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                answer = httpx.post(self.query_url, headers={"Accept": "application/sparql-results+json"},
+                                    data={"query": "SELECT DISTINCT ?g WHERE { GRAPH ?g { ?s ?p ?o } }"}, timeout=60)
+                return {b["g"]["value"] for b in answer.json()["results"]["bindings"]}
+            except httpx.TimeoutException:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
 
     def clear(self) -> None:
         """Drop every graph but Virtuoso's own (DROP ALL would drop those too)."""
