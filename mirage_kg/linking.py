@@ -1386,40 +1386,49 @@ class Linker:
                 _offer(scores, idx, 0.9 * ratio / 100.0, "fuzzy")
 
     def _near(self, key: str, query: str) -> tuple[list[int], list[str]]:
-        """A large index's fuzzy candidates for the folded ``key`` (``query``: its words sorted): the labels that
-        hold, for all of its content words but one (for one word, that word), a word at most one edit away
-        (``LabelIndex.near_words``), and whose length the cut-off allows; when more than ``_FUZZY_CANDIDATES``,
-        those matching the most words, then nearest in length. Ids and word-sorted texts, by id."""
+        """A large index's fuzzy candidates for the folded ``key`` (``query``: its words sorted), among the labels
+        of a length the cut-off allows that hold a word at most one edit from the key's rarest content word (the
+        one whose near words, ``LabelIndex.near_words``, the fewest labels hold): those holding such a word for
+        each of its content words, at most ``_FUZZY_CANDIDATES``; when fewer than ten do, also some of those
+        that miss one word (at most a quarter as many: the more letters of the key their words cover, then the
+        nearer in length, the earlier). Only the rarest word's labels are sorted: the other words are looked up
+        in their own sorted lists. Ids and word-sorted texts, by id."""
         import numpy as np
 
         index = self.index
         words = sorted(_content_words(key))
         near = index.near_words(words)
-        if not near:
+        postings = index.postings(set().union(*near.values())) if near else {}
+        parts = {w: [postings[n] for n in sorted(near.get(w, ())) if n in postings] for w in words}
+        present = [w for w in words if parts[w]]
+        if not present:
             return [], []
-        postings = index.postings(set().union(*near.values()))
+        rarest = min(present, key=lambda w: (sum(len(p[0]) for p in parts[w]), w))
         # a ratio of at least c needs the other length within [a c / (200 - c), a (200 - c) / c]
         size, cutoff = len(query), self.fuzzy_cutoff
         shortest, longest = size * cutoff / (200 - cutoff) - 1, size * (200 - cutoff) / cutoff + 1
-        ids_per_word, lens_per_word = [], []
-        for word in words:
-            parts = [postings[w] for w in sorted(near.get(word, ())) if w in postings]
-            if not parts:
+        ids = np.concatenate([p[0] for p in parts[rarest]])
+        lens = np.concatenate([p[1] for p in parts[rarest]])
+        fits = (lens >= shortest) & (lens <= longest)
+        ids, first = np.unique(ids[fits], return_index=True)
+        lens = lens[fits][first].astype(np.int64)
+        counts = np.ones(len(ids), dtype=np.int64)
+        covered = np.full(len(ids), len(rarest), dtype=np.int64)
+        for word in present:
+            if word == rarest or not len(ids):
                 continue
-            ids, lens = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-            fits = (lens >= shortest) & (lens <= longest)
-            ids, first = np.unique(ids[fits], return_index=True)
-            ids_per_word.append(ids)
-            lens_per_word.append(lens[fits][first])
-        if not ids_per_word:
-            return [], []
-        ids, first, counts = np.unique(np.concatenate(ids_per_word), return_index=True, return_counts=True)
-        lens = np.concatenate(lens_per_word)[first].astype(np.int64)
-        keep = counts >= max(1, len(words) - 1)
-        ids, lens, counts = ids[keep], lens[keep], counts[keep]
-        if len(ids) > _FUZZY_CANDIDATES:
-            ids = np.sort(ids[np.lexsort((ids, np.abs(lens - size), -counts))[:_FUZZY_CANDIDATES]])
-        return index.sorted_choices(ids.tolist()) if len(ids) else ([], [])
+            held = np.zeros(len(ids), dtype=bool)
+            for near_ids, _ in parts[word]:
+                at = np.minimum(np.searchsorted(near_ids, ids), len(near_ids) - 1)
+                held |= near_ids[at] == ids
+            counts += held
+            covered += held * len(word)
+        order = np.lexsort((ids, np.abs(lens - size), -covered, -counts))
+        ids, counts = ids[order], counts[order]
+        chosen = ids[counts == len(words)][:_FUZZY_CANDIDATES]
+        if len(chosen) < 10 and len(words) > 1:  # ten: what _extract returns at most
+            chosen = np.concatenate([chosen, ids[counts == len(words) - 1][:_FUZZY_CANDIDATES // 4]])
+        return index.sorted_choices(np.sort(chosen).tolist()) if len(chosen) else ([], [])
 
     def _extract(self, query: str, candidates: tuple[list[int], list[str]]) -> list[tuple[int, float]]:
         """The best (up to 10) of ``candidates`` (choice ids and their word-sorted texts) above the cut-off."""

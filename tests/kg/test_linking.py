@@ -107,9 +107,14 @@ def test_fuzzy_on_a_large_index_compares_the_labels_of_near_words(tmp_path: Path
     found = fresh.link_one("zorbitine variamt 7")  # both words near those of all 40 variants
     assert best(found) == ("KG:Variant_7", "fuzzy") and compared == [40]
     compared.clear()
-    monkeypatch.setattr(linking, "_FUZZY_CANDIDATES", 5)
+    # "xqzvw" is near no word: the labels holding the other two (a quarter of the cap) are compared
+    fresh.link_one("zorbitine variamt xqzvw")
+    assert compared == [40]
+    compared.clear()
+    monkeypatch.setattr(linking, "_FUZZY_CANDIDATES", 8)
     fresh.link_one("zorbitine variamt 7")
-    assert compared == [5]
+    fresh.link_one("zorbitine variamt xqzvw")
+    assert compared == [8, 2]
     compared.clear()
     assert fresh.link_one("zebra crossing") == [] and not any(compared)  # no near word: nothing to compare
 
