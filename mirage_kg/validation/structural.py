@@ -7,6 +7,7 @@ Data means every named graph except the schema and manifest graphs, as in ``mira
 from __future__ import annotations
 
 import time
+from sys import intern
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,11 @@ _CASTS = {"boolean": "boolean", "decimal": "decimal", "double": "double", "float
 def values(var: str, iris: Iterable[str]) -> str:
     """A VALUES block binding ``?var`` to IRIs (safely escaped)."""
     return f"VALUES ?{var} {{ {' '.join(iri_ref(i) for i in iris)} }}"
+
+
+def values_terms(var: str, terms: Iterable[Term]) -> str:
+    """A VALUES block binding ``?var`` to terms (literals included), each written as SPARQL."""
+    return f"VALUES ?{var} {{ {' '.join(t.sparql() for t in terms)} }}"
 
 
 def _int(rows: list[dict], name: str = "n") -> int:
@@ -176,7 +182,8 @@ class Context:
                                            f"GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}", ("s", "o"))
                 for subject, obj in rows:
                     if subject is not None and obj is not None:
-                        yield subject, obj
+                        # one string per IRI, however many edges and sets name it (millions at UMLS size)
+                        yield intern(subject), intern(obj)
             return
         for predicate in predicates:
             for quad in self.store.quads(predicate=predicate):
@@ -206,7 +213,7 @@ class Context:
         predicates = sorted(set(CONCEPT_PREDICATES) | set(self.concept_links))
         if self.store.indexed:  # the embedded store dedupes natively: a row per concept, not per triple
             for graph in self.data_graphs:
-                found.update(s for (s,) in self.store.iri_rows(
+                found.update(intern(s) for (s,) in self.store.iri_rows(
                     f"SELECT DISTINCT ?s WHERE {{ {values('p', predicates)} GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}",
                     ("s",)) if s is not None)
         for predicate in predicates if not self.store.indexed else ():
@@ -289,10 +296,17 @@ def dangling_reference(ctx: Context) -> tuple[int, list[Example]]:
     preds = ctx.concept_links
     if not preds:
         return 0, []
-    inner = f"""SELECT ?o WHERE {{
-        {{ SELECT DISTINCT ?o WHERE {{ GRAPH ?g {{ ?s ?p ?o }} {DATA} {values('p', preds)} FILTER(isIRI(?o)) }} }}
-        MINUS {{ ?o skos:prefLabel|rdfs:label|skos:altLabel ?anyLabel }}
-        MINUS {{ ?o rdf:type ?anyType }} }}"""
+    if ctx.store.indexed:  # Oxigraph builds MINUS's right side whole (every label triple, GBs at UMLS size);
+        # NOT EXISTS is an index lookup per target instead, with the same answer (?o is shared)
+        inner = f"""SELECT ?o WHERE {{
+            {{ SELECT DISTINCT ?o WHERE {{ GRAPH ?g {{ ?s ?p ?o }} {DATA} {values('p', preds)} }} }} FILTER(isIRI(?o))
+            FILTER NOT EXISTS {{ ?o skos:prefLabel|rdfs:label|skos:altLabel ?anyLabel }}
+            FILTER NOT EXISTS {{ ?o rdf:type ?anyType }} }}"""
+    else:
+        inner = f"""SELECT ?o WHERE {{
+            {{ SELECT DISTINCT ?o WHERE {{ GRAPH ?g {{ ?s ?p ?o }} {DATA} {values('p', preds)} FILTER(isIRI(?o)) }} }}
+            MINUS {{ ?o skos:prefLabel|rdfs:label|skos:altLabel ?anyLabel }}
+            MINUS {{ ?o rdf:type ?anyType }} }}"""
     total, rows = ctx.count_and_examples(inner, ["o"])
     if not rows:
         return 0, []
@@ -310,31 +324,47 @@ def missing_preflabel(ctx: Context) -> tuple[int, list[Example]]:
 
 
 def multiple_preflabels(ctx: Context) -> tuple[int, list[Example]]:
-    inner = f"""SELECT ?x (SAMPLE(?lang) AS ?language) (MAX(?k) AS ?most) (SAMPLE(?all) AS ?labels) WHERE {{
-        {{ SELECT ?x ?lang (COUNT(DISTINCT ?l) AS ?k) (GROUP_CONCAT(DISTINCT STR(?l); separator=" | ") AS ?all)
-           WHERE {{ GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} BIND(LANG(?l) AS ?lang) }}
+    # as ambiguous_label: counted lean, the labels concatenated for the shown concepts only
+    where = f"GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} BIND(LANG(?l) AS ?lang)"
+    inner = f"""SELECT ?x (SAMPLE(?lang) AS ?language) (MAX(?k) AS ?most) WHERE {{
+        {{ SELECT ?x ?lang (COUNT(DISTINCT ?l) AS ?k) WHERE {{ {where} }}
            GROUP BY ?x ?lang HAVING (COUNT(DISTINCT ?l) > 1) }}
     }} GROUP BY ?x"""
     total, rows = ctx.count_and_examples(inner, ["x"])
+    if not rows:
+        return total, []
+    shown = " ".join(f"({r['x'].sparql()} {r['language'].sparql()})" for r in rows)
+    labels = {(d["x"].value, d["lang"].value): d["all"].value for d in ctx.select(
+        f"""SELECT ?x ?lang (GROUP_CONCAT(DISTINCT STR(?l); separator=" | ") AS ?all) WHERE {{ {where}
+        VALUES (?x ?lang) {{ {shown} }} }} GROUP BY ?x ?lang""")}
     out = []
     for r in rows:
         lang = r["language"].value or "no language"
-        out.append(_example(r["x"].value, f"{r['most'].value} prefLabels in {lang!r}: {r['labels'].value[:200]}"))
+        text = labels[(r["x"].value, r["language"].value)]
+        out.append(_example(r["x"].value, f"{r['most'].value} prefLabels in {lang!r}: {text[:200]}"))
     return total, out
 
 
 def ambiguous_label(ctx: Context) -> tuple[int, list[Example]]:
-    inner = f"""SELECT ?key ?lang (COUNT(DISTINCT ?x) AS ?k) (MIN(STR(?x)) AS ?first) (SAMPLE(STR(?l)) AS ?label)
-        (GROUP_CONCAT(DISTINCT STR(?x); separator=" ") AS ?all) WHERE {{
-        GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} FILTER(isIRI(?x))
-        BIND(LCASE(STR(?l)) AS ?key) BIND(LANG(?l) AS ?lang)
-    }} GROUP BY ?key ?lang HAVING (COUNT(DISTINCT ?x) > 1)"""
+    # Counted with COUNT alone: a GROUP_CONCAT in the counting query held every label's group text at once (GBs
+    # at UMLS size); the members are concatenated for the shown groups only.
+    where = f"""GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} FILTER(isIRI(?x))
+        BIND(LCASE(STR(?l)) AS ?key) BIND(LANG(?l) AS ?lang)"""
+    inner = f"""SELECT ?key ?lang (COUNT(DISTINCT ?x) AS ?k) WHERE {{ {where} }}
+        GROUP BY ?key ?lang HAVING (COUNT(DISTINCT ?x) > 1)"""
     total, rows = ctx.count_and_examples(inner, ["-k", "key"])
+    if not rows:
+        return total, []
+    shown = " ".join(f"({r['key'].sparql()} {r['lang'].sparql()})" for r in rows)
+    details = {(d["key"].value, d["lang"].value): d for d in ctx.select(
+        f"""SELECT ?key ?lang (SAMPLE(STR(?l)) AS ?label) (GROUP_CONCAT(DISTINCT STR(?x); separator=" ") AS ?all)
+        WHERE {{ {where} VALUES (?key ?lang) {{ {shown} }} }} GROUP BY ?key ?lang""")}
     out = []
     for r in rows:
-        members = sorted(r["all"].value.split(" "))
-        shown = ", ".join(compress(m) for m in members[:5]) + (", ..." if len(members) > 5 else "")
-        out.append(_example(members[0], f"prefLabel {_quote(r['label'].value)} is on {r['k'].value} concepts: {shown}"))
+        d = details[(r["key"].value, r["lang"].value)]
+        members = sorted(d["all"].value.split(" "))
+        names = ", ".join(compress(m) for m in members[:5]) + (", ..." if len(members) > 5 else "")
+        out.append(_example(members[0], f"prefLabel {_quote(d['label'].value)} is on {r['k'].value} concepts: {names}"))
     return total, out
 
 
@@ -509,15 +539,22 @@ def inactive_reference(ctx: Context) -> tuple[int, list[Example]]:
 
 
 def duplicate_id(ctx: Context) -> tuple[int, list[Example]]:
-    inner = f"""SELECT ?code (COUNT(DISTINCT ?x) AS ?k) (GROUP_CONCAT(DISTINCT STR(?x); separator=" ") AS ?all)
-        (GROUP_CONCAT(DISTINCT STR(?g); separator=" ") AS ?graphs) WHERE {{
-        GRAPH ?g {{ ?x skos:notation ?code }} {DATA} FILTER(isIRI(?x))
-    }} GROUP BY ?code HAVING (COUNT(DISTINCT ?x) > 1)"""
+    # as ambiguous_label: counted lean, the members and graphs concatenated for the shown codes only
+    where = f"GRAPH ?g {{ ?x skos:notation ?code }} {DATA} FILTER(isIRI(?x))"
+    inner = f"""SELECT ?code (COUNT(DISTINCT ?x) AS ?k) WHERE {{ {where} }}
+        GROUP BY ?code HAVING (COUNT(DISTINCT ?x) > 1)"""
     total, rows = ctx.count_and_examples(inner, ["-k", "code"])
+    if not rows:
+        return total, []
+    details = {d["code"]: d for d in ctx.select(
+        f"""SELECT ?code (GROUP_CONCAT(DISTINCT STR(?x); separator=" ") AS ?all)
+        (GROUP_CONCAT(DISTINCT STR(?g); separator=" ") AS ?graphs) WHERE {{ {values_terms('code', [r['code'] for r in rows])}
+        {where} }} GROUP BY ?code""")}
     out = []
     for r in rows:
-        members = sorted(r["all"].value.split(" "))
-        graphs = sorted(compress(g) for g in r["graphs"].value.split(" "))
+        d = details[r["code"]]
+        members = sorted(d["all"].value.split(" "))
+        graphs = sorted(compress(g) for g in d["graphs"].value.split(" "))
         out.append(_example(members[0], f"notation {_quote(r['code'].value)} is on {r['k'].value} IRIs: "
                                         f"{', '.join(compress(m) for m in members[:5])} (graphs: {', '.join(graphs)})"))
     return total, out
