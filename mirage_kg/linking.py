@@ -1444,8 +1444,10 @@ class Linker:
             return
         vectors = self.vectors
         wanted = 8 * self.embedding_top  # label texts, several of which may name one entity
-        rows, sims = vectors.search(vector, wanted) if vectors is not None else \
-            vector_index.brute_force_top(matrix, vector, wanted)
+        if vectors is not None:  # the index's candidates, in their exact order over the matrix
+            rows, sims = vector_index.rerank(matrix, vector, vectors.search(vector, wanted)[0])
+        else:
+            rows, sims = vector_index.brute_force_top(matrix, vector, wanted)
         index = self.index
         best: dict[int, float] = {}
         for row, sim in zip(rows.tolist(), sims.tolist()):
