@@ -147,19 +147,25 @@ def rf2_rows(path: Path, header: tuple[str, ...], problem: Problem,
         if number & 0x3FFF == 0 and advance is not None:
             advance(done)
             done = 0
-        fields = text.split("\t")
-        if len(fields) != width:
-            problem("wrong column count", path, number, f"expected {width} tab-separated columns, "
-                    f"found {len(fields)}")
-            continue
-        fields.append(number)  # type: ignore[arg-type]
-        yield fields
+        fields = _row_fields(text, width, path, number, problem)
+        if fields is not None:
+            yield fields
     if advance is not None:
         advance(done)
     if not rows and not delta:  # a Delta file with no rows only says nothing of that kind changed
         if header is HEADERS["concept"]:
             raise InputError("the concept file holds only its header: no concepts to load", path, 1)
         problem.report.warn(f"the file holds only its header: {HEADER_ONLY_MEANS[header]}", path)
+
+
+def _row_fields(text: str, width: int, path: Path, number: int, problem: Problem) -> list[str] | None:
+    """A row's tab-separated fields with its line number appended, or None (reported) when their count is wrong."""
+    fields = text.split("\t")
+    if len(fields) != width:
+        problem("wrong column count", path, number, f"expected {width} tab-separated columns, found {len(fields)}")
+        return None
+    fields.append(number)  # type: ignore[arg-type]
+    return fields
 
 
 def _check_header(path: Path, header: tuple[str, ...], number: int, first: str) -> None:
@@ -186,13 +192,9 @@ def _picked_rf2_rows(path: Path, header: tuple[str, ...], problem: Problem, pick
             text = decoded_row(raw, number, path, problem)
             if text is None:
                 continue
-            fields = text.rstrip("\r\n").split("\t")
-            if len(fields) != width:
-                problem("wrong column count", path, number, f"expected {width} tab-separated columns, "
-                        f"found {len(fields)}")
-                continue
-            fields.append(number)  # type: ignore[arg-type]
-            yield fields
+            fields = _row_fields(text.rstrip("\r\n"), width, path, number, problem)
+            if fields is not None:
+                yield fields
 
 
 def with_deltas(base: Rf2Release, deltas: list[Rf2Release], problem: Problem) -> Rf2Release:
