@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from mirage_kg.errors import InputError
+from mirage_kg.loaders.row_pick import Criteria, picked_lines
 
 #: the longest line any source format has a reason to hold (a UMLS definition is a few kB)
 MAX_LINE_BYTES = 8 << 20
@@ -90,6 +91,10 @@ def _nul_pattern(sample: bytes) -> str | None:
     return None
 
 
+_TRUNCATED = ("the file ends inside a row (no line break at the end): a cut-off download? Add the line break if the "
+              "row is whole")
+
+
 def read_lines(path: Path, problem: RowProblem, *, keep_ends: bool = False, final_newline: bool = True,
                repair_utf8: bool = False, max_line: int | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text) for each clean line, the line break removed unless ``keep_ends``. With
@@ -119,9 +124,7 @@ def read_lines(path: Path, problem: RowProblem, *, keep_ends: bool = False, fina
                     raise InputError(f"line longer than {max_line:,} bytes: not a text file of this format", path,
                                      number)
                 if final_newline:
-                    problem("truncated last line", path, number,
-                            "the file ends inside a row (no line break at the end): a cut-off download? "
-                            "Add the line break if the row is whole")
+                    problem("truncated last line", path, number, _TRUNCATED)
                     return
             if control(raw) is not None:
                 text = decoded_row(raw, number, path, problem, repair_utf8)  # says which byte
@@ -132,6 +135,27 @@ def read_lines(path: Path, problem: RowProblem, *, keep_ends: bool = False, fina
                     text = decoded_row(raw, number, path, problem, repair_utf8)
             if text is not None:
                 yield number, (text if keep_ends else text.rstrip("\r\n"))
+
+
+def read_picked_lines(path: Path, problem: RowProblem, pick: Criteria, separator: bytes = b"\t", *,
+                      header: Callable[[int, str], None] | None = None) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the lines whose fields ``pick`` names (``row_pick``: tested on the raw bytes, the
+    other lines skipped unread), each checked as ``read_lines`` checks a line. With ``header`` the first line goes
+    to it instead (its number, 0 for an empty file, and its text) and is never picked."""
+    with open_input(path) as handle:
+        check_encoding(path, handle.peek(4096)[:4096])
+        first = 1
+        if header is not None:
+            line = handle.readline()
+            header(1 if line else 0, line.removeprefix(UTF8_BOM).decode("utf-8", "replace").rstrip("\r\n"))
+            first = 2
+        for number, raw in picked_lines(handle, pick, first, separator):
+            if raw[-1:] != b"\n":
+                problem("truncated last line", path, number, _TRUNCATED)
+                return
+            text = decoded_row(raw.removeprefix(UTF8_BOM) if number == 1 else raw, number, path, problem)
+            if text is not None:
+                yield number, text.rstrip("\r\n")
 
 
 def decoded_row(raw: bytes, number: int, path: str | Path, problem: RowProblem,

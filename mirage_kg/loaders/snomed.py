@@ -26,8 +26,8 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
-from mirage_kg.loaders.hygiene import UTF8_BOM, check_encoding, decoded_row, open_input
-from mirage_kg.loaders.row_pick import Criteria, picked_lines
+from mirage_kg.loaders.hygiene import open_input, read_picked_lines
+from mirage_kg.loaders.row_pick import Criteria
 from mirage_kg.loaders.nt_terms import (
     ACTIVE,
     ALT,
@@ -181,20 +181,11 @@ def _check_header(path: Path, header: tuple[str, ...], number: int, first: str) 
 def _picked_rf2_rows(path: Path, header: tuple[str, ...], problem: Problem, pick: Criteria) -> Iterator[list[str]]:
     """``rf2_rows`` of the rows ``pick`` names; each of those is checked as ``read_lines`` checks a line."""
     width = len(header)
-    with open_input(path) as handle:
-        check_encoding(path, handle.peek(4096)[:4096])
-        first = handle.readline().removeprefix(UTF8_BOM)
-        _check_header(path, header, 1 if first else 0, first.decode("utf-8", "replace").rstrip("\r\n"))
-        for number, raw in picked_lines(handle, pick, 2):
-            if raw[-1:] != b"\n":
-                problem("truncated last line", path, number, "the file ends inside a row (no line break at the end)")
-                return
-            text = decoded_row(raw, number, path, problem)
-            if text is None:
-                continue
-            fields = _row_fields(text.rstrip("\r\n"), width, path, number, problem)
-            if fields is not None:
-                yield fields
+    for number, text in read_picked_lines(path, problem, pick,
+                                          header=lambda number, first: _check_header(path, header, number, first)):
+        fields = _row_fields(text, width, path, number, problem)
+        if fields is not None:
+            yield fields
 
 
 def with_deltas(base: Rf2Release, deltas: list[Rf2Release], problem: Problem) -> Rf2Release:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
-from mirage_kg.loaders.hygiene import UTF8_BOM, check_encoding, decoded_row, open_input, readable_file
-from mirage_kg.loaders.row_pick import Criteria, picked_lines
+from mirage_kg.loaders.hygiene import read_picked_lines, readable_file
+from mirage_kg.loaders.row_pick import Criteria
 from mirage_kg.loaders.nt_terms import (
     ALT,
     CONCEPT,
@@ -176,7 +176,7 @@ def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | No
     expected = width + 1
     done = 0
     number = 0
-    for number, text in read_lines(path, problem) if pick is None else _picked_lines(path, problem, pick):
+    for number, text in read_lines(path, problem) if pick is None else read_picked_lines(path, problem, pick, b"|"):
         done += len(text) + 1
         if number & 0x3FFF == 0 and advance is not None:
             advance(done)
@@ -198,16 +198,6 @@ def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | No
         advance(done)
     if not number and path.name != "MRCONSO.RRF":  # an empty MRCONSO is an error, raised by its reader
         problem.report.warn(f"the file is empty: no {EMPTY_MEANS.get(path.name, 'rows')}", path)
-
-
-def _picked_lines(path: Path, problem: Problem, pick: Criteria) -> Iterator[tuple[int, str]]:
-    """(number, text) of the lines ``pick`` names, each checked as ``read_lines`` checks a line."""
-    with open_input(path) as handle:
-        check_encoding(path, handle.peek(4096)[:4096])
-        for number, raw in picked_lines(handle, pick, 1, b"|"):
-            text = decoded_row(raw.removeprefix(UTF8_BOM) if number == 1 else raw, number, path, problem)
-            if text is not None:
-                yield number, text.rstrip("\r\n")
 
 
 def read_sources(files: dict[str, Path], problem: Problem) -> dict[str, str]:

@@ -491,6 +491,7 @@ def test_a_delta_update_parses_only_the_base_rows_of_the_concepts_it_touches(
     concepts the Delta touches are decoded; the result equals a fresh load of the later Snapshot. When the
     language refset the whole file chooses cannot be told from a count (the largest wins), that file is read
     whole."""
+    import mirage_kg.loaders.hygiene as hygiene
     import mirage_kg.loaders.snomed as snomed
 
     old, delta, snapshot = make_snomed_releases(tmp_path, _DELTA_ROWS)
@@ -511,9 +512,9 @@ def test_a_delta_update_parses_only_the_base_rows_of_the_concepts_it_touches(
     updated, fresh = tmp_path / "updated", tmp_path / "fresh"
     run("load", str(old), "--store", str(updated))
     whole, decoded = [], []
-    read_lines, decoded_row = snomed.read_lines, snomed.decoded_row
+    read_lines, decoded_row = snomed.read_lines, hygiene.decoded_row  # picked rows are decoded in hygiene
     monkeypatch.setattr(snomed, "read_lines", lambda path, *a, **k: whole.append(path) or read_lines(path, *a, **k))
-    monkeypatch.setattr(snomed, "decoded_row", lambda raw, number, path, *a: decoded.append(path)
+    monkeypatch.setattr(hygiene, "decoded_row", lambda raw, number, path, *a: decoded.append(path)
                         or decoded_row(raw, number, path, *a))
     output = run("load", "--update", str(delta), "--store", str(updated)).output
     monkeypatch.undo()
