@@ -180,6 +180,37 @@ def test_umls_update_with_an_edited_previous_release_compares_the_whole_release(
     assert data_export(updated) == data_export(fresh)
 
 
+@pytest.mark.parametrize("case", ["folder moved", "other options", "inverses changed", "too many rows"])
+def test_umls_update_falls_back_to_the_whole_release_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umls_pair: tuple[Path, Path], case: str) -> None:
+    """Each reason the per-CUI scope cannot stand for the graph sends the update to the whole-release compare,
+    named in the output; the result is a fresh load's either way."""
+    import mirage_kg.releases.umls_scope as umls_scope
+
+    old, new = umls_pair
+    updated, fresh = tmp_path / "updated", tmp_path / "fresh"
+    run("load", str(old), "--store", str(updated), "--no-index")
+    options: list[str] = []
+    if case == "folder moved":
+        old.rename(tmp_path / "moved")
+        reason = "the previous release's folder"
+    elif case == "other options":
+        options = ["--sab", "MSH"]
+        reason = "the previous release was loaded with other options"
+    elif case == "inverses changed":
+        edit(new / "META" / "MRDOC.RRF", {}, add=["RELA|has_novelty|rela_inverse|novelty_of|",
+                                                  "RELA|novelty_of|rela_inverse|has_novelty|"])
+        reason = "MRDOC's relation inverses changed"
+    else:
+        monkeypatch.setattr(umls_scope, "MAX_CHANGED_SHARE", 0.0)
+        monkeypatch.setattr(umls_scope, "MAX_CHANGED_IN_MEMORY", 0)
+        reason = "rows of MRCONSO.RRF and the files before it changed"
+    output = run("load", "--update", str(new), "--store", str(updated), "--no-index", *options).output
+    assert "compared: whole release regenerated and compared with the graph (" in output and reason in output
+    run("load", str(new), "--store", str(fresh), "--graph", graph_of(updated), "--no-index", *options)
+    assert data_export(updated) == data_export(fresh)
+
+
 def test_citations_name_the_release(tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
     from mirage_kg.namespaces import expand
     from mirage_kg.releases import citations, release_of
