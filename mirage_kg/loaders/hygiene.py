@@ -138,10 +138,12 @@ def read_lines(path: Path, problem: RowProblem, *, keep_ends: bool = False, fina
 
 
 def read_picked_lines(path: Path, problem: RowProblem, pick: Criteria, separator: bytes = b"\t", *,
-                      header: Callable[[int, str], None] | None = None) -> Iterator[tuple[int, str]]:
+                      header: Callable[[int, str], None] | None = None,
+                      numeric_ids: bool = False) -> Iterator[tuple[int, str]]:
     """(line number, text) of the lines whose fields ``pick`` names (``row_pick``: tested on the raw bytes, the
     other lines skipped unread), each checked as ``read_lines`` checks a line. With ``header`` the first line goes
-    to it instead (its number, 0 for an empty file, and its text) and is never picked."""
+    to it instead (its number, 0 for an empty file, and its text) and is never picked. ``numeric_ids``: the
+    picked values are decimal ids, tested per block with numpy (``id_pick``; the same lines, faster)."""
     with open_input(path) as handle:
         check_encoding(path, handle.peek(4096)[:4096])
         first = 1
@@ -149,7 +151,10 @@ def read_picked_lines(path: Path, problem: RowProblem, pick: Criteria, separator
             line = handle.readline()
             header(1 if line else 0, line.removeprefix(UTF8_BOM).decode("utf-8", "replace").rstrip("\r\n"))
             first = 2
-        for number, raw in picked_lines(handle, pick, first, separator):
+        pick_lines = picked_lines
+        if numeric_ids:
+            from mirage_kg.loaders.id_pick import picked_id_lines as pick_lines
+        for number, raw in pick_lines(handle, pick, first, separator):
             if raw[-1:] != b"\n":
                 problem("truncated last line", path, number, _TRUNCATED)
                 return

@@ -182,7 +182,8 @@ def _picked_rf2_rows(path: Path, header: tuple[str, ...], problem: Problem, pick
     """``rf2_rows`` of the rows ``pick`` names; each of those is checked as ``read_lines`` checks a line."""
     width = len(header)
     for number, text in read_picked_lines(path, problem, pick,
-                                          header=lambda number, first: _check_header(path, header, number, first)):
+                                          header=lambda number, first: _check_header(path, header, number, first),
+                                          numeric_ids=True):
         fields = _row_fields(text, width, path, number, problem)
         if fields is not None:
             yield fields
