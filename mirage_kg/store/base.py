@@ -66,7 +66,8 @@ class LoadReceipt:
 
 
 class LineReader:
-    """A binary file-like view of an iterator of text lines, so a native parser can stream it.
+    """A binary file-like view of an iterator of text lines (or of strings of many lines), so a native parser can
+    stream it.
 
     Exceptions raised by the iterator (a loader's ``InputError``) are re-raised by ``read`` and kept in ``error``
     so the caller can surface the original error even if the native parser wraps it."""
@@ -87,9 +88,14 @@ class LineReader:
         size = len(self._buffer)
         while size < want and not self._done:
             batch = []
+            held = 0  # characters in the batch: an item may be one line or a loader's block of many
             try:
                 for _ in range(self._chunk):
-                    batch.append(next(self._lines))
+                    item = next(self._lines)
+                    batch.append(item)
+                    held += len(item)
+                    if held >= want:
+                        break
             except StopIteration:
                 self._done = True
             except BaseException as exc:  # keep the loader's own error for the caller

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from mirage_kg.cli import main
 from mirage_kg.errors import InputError
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader, hygiene
+from mirage_kg.loaders.base import Problem
 from mirage_kg.store import OxigraphStore, ensure_schema
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -252,3 +253,36 @@ def test_dev_zero_is_refused_at_once(tmp_path: Path) -> None:
         pytest.skip("no /dev/zero on this system")
     result = CliRunner().invoke(main, ["load", "/dev/zero", "--format", "triples", "--store", str(tmp_path / "kg")])
     assert result.exit_code == 1 and "/dev/zero:1: binary data" in result.output, result.output
+
+
+@pytest.mark.parametrize("block", [5, 64, 4096])
+@pytest.mark.parametrize("lenient", [False, True])
+def test_line_blocks_read_what_read_lines_reads(tmp_path: Path, block: int, lenient: bool) -> None:
+    """``read_line_blocks`` (the UMLS loader's reader) gives the lines, numbers and problems ``read_lines`` gives,
+    whatever the block size and wherever the damage falls: BOM, CRLF, control bytes, bad UTF-8, empty lines, a
+    line too long, a cut-off last line."""
+    rows = ["C1|a|", "", "C2|b\r", "C3|\x01|", "C4|\xe9|", "C5|x" * 30, "C6|\r\r", "C7|é|"]
+    cases = {
+        "clean": "\n".join(rows[:2] + rows[5:6] + rows[7:]).encode() + b"\n",
+        "bom-crlf": b"\xef\xbb\xbf" + "\r\n".join(rows[:3]).encode() + b"\r\n",
+        "damaged": "\n".join(rows).encode().replace("\xe9".encode(), b"\xe9") + b"\n",
+        "cut-off": "\n".join(rows[:2]).encode() + b"\nC9|no line break",
+        "too-long": b"C1|a|\n" + b"x" * 300 + b"\nC2|b|\n",
+    }
+
+    def outcome(read: Callable[[Problem], list[tuple[int, str]]]) -> tuple[object, object]:
+        report = LoadReport()
+        try:
+            got: object = read(Problem(LoadOptions(lenient=lenient), report))
+        except InputError as exc:
+            got = str(exc)
+        return got, report.to_json()
+
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.txt"
+        path.write_bytes(data)
+        expected = outcome(lambda problem: list(hygiene.read_lines(path, problem, max_line=200)))
+        blocks = outcome(lambda problem: [(first + i, text) for first, lines, _ in
+                                          hygiene.read_line_blocks(path, problem, block_bytes=block, max_line=200)
+                                          for i, text in enumerate(lines)])
+        assert blocks == expected, name

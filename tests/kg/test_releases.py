@@ -121,12 +121,13 @@ def test_umls_update_equals_fresh_load(tmp_path: Path, umls_pair: tuple[Path, Pa
 
 
 def _whole_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the RRF files the UMLS loader reads whole from now on (``read_lines``)."""
+    """The names of the RRF files the UMLS loader reads whole from now on (``read_line_blocks``)."""
     import mirage_kg.loaders.umls as umls
 
     names: list[str] = []
-    read_lines = umls.read_lines
-    monkeypatch.setattr(umls, "read_lines", lambda path, *a, **k: names.append(path.name) or read_lines(path, *a, **k))
+    read_blocks = umls.read_line_blocks
+    monkeypatch.setattr(umls, "read_line_blocks",
+                        lambda path, *a, **k: names.append(path.name) or read_blocks(path, *a, **k))
     return names
 
 
