@@ -102,8 +102,10 @@ def _print_text(answer: Answer) -> None:
     for flag in answer.flags:
         click.echo(f"note: {flag}", err=True)
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in answer.timings.items() if v >= 0.05 and k != "total")
+    threads = answer.engine.get("threads")
+    engine = f"; {answer.engine.get('engine', 'engine')} on {threads} thread(s)" if threads else ""
     click.echo(f"\n{len(answer.sub_questions)} sub-question(s), {len(answer.chains)} chain(s), "
-               f"{answer.tokens.get('total', 0)} tokens, {answer.timings.get('total', 0.0):.1f} s ({stages})",
+               f"{answer.tokens.get('total', 0)} tokens, {answer.timings.get('total', 0.0):.1f} s ({stages}){engine}",
                err=True)
 
 

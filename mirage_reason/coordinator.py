@@ -60,6 +60,9 @@ class Answer:
     conflicts: tuple[Conflict, ...] = ()
     flags: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # what ran the model: the backend's ``engine_info`` (llama.cpp: its thread count and why) and, where the engine
+    # times itself, its prompt-evaluation and generation seconds and tokens over this answer's completions
+    engine: Mapping[str, Any] = field(default_factory=dict)
 
     def cited_paths(self) -> tuple[Path, ...]:
         return _unique(p for c in self.claims for p in c.citations)
@@ -84,6 +87,8 @@ class Answer:
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
             "tokens": dict(self.tokens),
         }
+        if self.engine:
+            data["engine"] = dict(self.engine)
         if full:
             data.update(
                 pipeline=self.pipeline,
@@ -131,6 +136,7 @@ class Workspace:
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     tokens: dict[str, int] = field(default_factory=lambda: {**dict.fromkeys(TOKEN_STAGES, 0), "prompt": 0})
+    engine: dict[str, float] = field(default_factory=dict)  # the engine's own timings, summed (count_engine)
     answer: Answer | None = None
     reported: bool = False  # on_answer has been told
     chains_started: float = 0.0
@@ -145,6 +151,17 @@ class Workspace:
         if completion is not None:
             self.tokens[stage] = self.tokens.get(stage, 0) + completion.completion_tokens
             self.tokens["prompt"] += completion.prompt_tokens
+
+    def count_engine(self, completion: Completion) -> None:
+        """Add what the engine timed of one completion. Completions decoded together (a server's slots) overlap,
+        so ``generated_tokens / generation_s`` is the rate of one sequence, what ``llama-bench``'s tg measures."""
+        if completion.generation_seconds is not None:
+            self.engine["generated_tokens"] = self.engine.get("generated_tokens", 0) + completion.completion_tokens
+            self.engine["generation_s"] = self.engine.get("generation_s", 0.0) + completion.generation_seconds
+        if completion.prompt_seconds is not None:
+            self.engine["prompt_evaluated"] = (self.engine.get("prompt_evaluated", 0)
+                                               + (completion.prompt_evaluated or 0))
+            self.engine["prompt_eval_s"] = self.engine.get("prompt_eval_s", 0.0) + completion.prompt_seconds
 
 
 class Mirage:
@@ -205,6 +222,14 @@ class Mirage:
         own = [whole if sub.text == ws.question else retrieve(sub.text) for sub in subs]
         return split_evidence(whole, own, [{e.iri for e in sub.entities} for sub in subs], cfg.seed_facts)
 
+    def _engine_record(self, ws: Workspace) -> dict[str, Any]:
+        info = getattr(self.backend, "engine_info", None)
+        record: dict[str, Any] = dict(info) if isinstance(info, Mapping) else {}
+        record.update({k: round(v, 4) if isinstance(v, float) else v for k, v in ws.engine.items()})
+        if ws.engine.get("generation_s"):
+            record["generated_tokens_per_s"] = round(ws.engine["generated_tokens"] / ws.engine["generation_s"], 2)
+        return record
+
     def _finish(self, ws: Workspace) -> None:
         ws.stage = "done"
         ws.timings["total"] = time.perf_counter() - ws.started
@@ -227,6 +252,7 @@ class Mirage:
             conflicts=synthesis.conflicts if synthesis is not None else (),
             flags=ws.flags,
             notes=tuple(ws.notes),
+            engine=self._engine_record(ws),
         )
         ws.emit("answer", answer=ws.answer.to_json())
 
@@ -291,6 +317,7 @@ class _Run:
         """Take one finished request: feed a chain (and submit its next turn at once) or finish a stage."""
         ws, stage, chain, submitted = self.pending.pop(future)
         completion = future.result()
+        ws.count_engine(completion)
         cfg, mirage = self.config, self.mirage
         if chain is not None:
             ws.timings["search"] += mirage.runner.advance(chain, completion)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from mirage_reason.backends.cores import free_cores, usable_cores
 from mirage_reason.errors import BackendError
 
 __all__ = [
@@ -78,6 +78,11 @@ class Completion:
     # True when the generation ended on "stop" but the server does not say whether a stop string or the end of
     # sequence ended it (llama.cpp's and Ollama's servers): ``stop`` is then None even if a stop string fired.
     stop_unknown: bool = False
+    # What the engine itself timed, where it says (llama.cpp): the prompt tokens it evaluated (not reused from its
+    # cache) and the seconds that took, and the seconds spent generating ``completion_tokens``. None: not reported.
+    prompt_evaluated: int | None = None
+    prompt_seconds: float | None = None
+    generation_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -315,27 +320,6 @@ def strip_think(text: str) -> str:
     if THINK_CLOSE not in text:
         return text
     return split_think(text)[1]
-
-
-def usable_cores() -> int:
-    """CPU cores this process may use (torch's and llama.cpp's defaults may count the host's, not this share)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def free_cores() -> int:
-    """Usable cores minus the machine's current load (1-minute load average), at least 1: the thread count for
-    llama.cpp, whose threads spin-wait for each other at every step, so one more thread than there are idle cores
-    makes each step wait for a descheduled thread (measured here at load 12 on 2 cores: 2 threads 2 tokens/s,
-    1 thread 20 tokens/s). Call it before the engine starts: its own threads then count as load."""
-    cores = usable_cores()
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # pragma: no cover - not Unix
-        return cores
-    return max(1, min(cores, int(cores - load + 0.5)))
 
 
 def whitespace_tokens(text: str) -> int:

@@ -25,9 +25,9 @@ from mirage_reason.backends.base import (
     EngineThread,
     ThinkMode,
     chatml,
-    free_cores,
     strip_think,
 )
+from mirage_reason.backends.cores import choose_threads
 from mirage_reason.backends.local_models import SMOLLM2_ALIAS, smollm2_path
 from mirage_reason.errors import BackendError, MissingModelError
 
@@ -45,7 +45,8 @@ class LlamaCppBackend(BackendBase):
 
     ``n_ctx`` is the context window (prompt + completion); a request whose prompt does not fit fails with a
     non-retryable :class:`BackendError`, and one whose completion would not fit is asked for fewer tokens.
-    ``threads`` defaults to the cores idle right now (``free_cores``). ``cache_mb`` bounds llama.cpp's RAM cache of
+    ``threads`` defaults to ``$MIRAGE_KG_LLAMA_THREADS``, else the cores idle right now not counting this
+    process (:func:`~mirage_reason.backends.cores.choose_threads`); ``engine_info`` says which count and why. ``cache_mb`` bounds llama.cpp's RAM cache of
     earlier prompts' states (0 turns it off). ``think="strip"`` drops finished ``<think>`` blocks. Other keyword
     arguments go to :class:`llama_cpp.Llama`.
     """
@@ -69,7 +70,9 @@ class LlamaCppBackend(BackendBase):
             raise MissingModelError(model_id, f"{path} is not a file; pass the path of a .gguf model or 'smollm2'")
         self.name = name or (SMOLLM2_ALIAS if model_id.lower() == SMOLLM2_ALIAS else path.stem)
         self.think: ThinkMode = think
-        self.threads = threads or free_cores()
+        self.thread_choice = choose_threads(threads)
+        self.threads = self.thread_choice.threads
+        self.engine_info = {"engine": "llama.cpp in process", **self.thread_choice.to_json()}
         try:
             # n_threads_batch: prompt evaluation, which llama-cpp-python would give every core of the host whatever
             # the load. Flash attention stays off (pass flash_attn=True): it bought ~1.2x prompt evaluation and no
@@ -133,6 +136,7 @@ class LlamaCppBackend(BackendBase):
             raise BackendError(f"max_new_tokens must be at least 1, not {params.max_new_tokens}")
         limit = min(params.max_new_tokens, room)
         cap = _TokenCap(len(tokens), limit)
+        before = self._perf()
         out: Any = self.llm.create_completion(
             tokens,
             max_tokens=limit,
@@ -149,8 +153,16 @@ class LlamaCppBackend(BackendBase):
         if self.think == "strip":
             text = strip_think(text)
         finish = "length" if choice.get("finish_reason") == "length" or cap.fired else "stop"
+        after = self._perf()
         return [Completion(text, int(usage["prompt_tokens"]), int(usage["completion_tokens"]), finish, None,
-                           stop_unknown=bool(request.stop) and finish == "stop")]
+                           stop_unknown=bool(request.stop) and finish == "stop",
+                           prompt_evaluated=after.n_p_eval - before.n_p_eval,
+                           prompt_seconds=(after.t_p_eval_ms - before.t_p_eval_ms) / 1000,
+                           generation_seconds=(after.t_eval_ms - before.t_eval_ms) / 1000)]
+
+    def _perf(self) -> Any:
+        # llama.cpp's own counters of this context (cumulative): prompt batches (p_eval) and one-token steps (eval)
+        return llama_cpp.llama_perf_context(self.llm._ctx.ctx)
 
 
 class _TokenCap:

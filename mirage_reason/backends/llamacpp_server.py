@@ -37,10 +37,10 @@ from mirage_reason.backends.base import (
     GenerationParams,
     ThinkMode,
     apply_stop,
-    free_cores,
     sample_seed,
     strip_think,
 )
+from mirage_reason.backends.cores import choose_threads
 from mirage_reason.backends.local_models import LLAMA_SERVER_HINT as INSTALL_HINT
 from mirage_reason.backends.local_models import SMOLLM2_ALIAS, find_llama_server, smollm2_path
 from mirage_reason.backends.openai_backend import OpenAIBackend
@@ -55,8 +55,9 @@ class LlamaServerBackend(OpenAIBackend):
     ``parallel`` is the number of slots (sequences decoded together); ``ctx`` the context window of one slot (prompt
     + completion). Each slot has its own KV stream: in llama.cpp's unified KV pool a sequence's cells land wherever
     the interleaving with other sequences puts them, which changes float rounding, and the same ``--seed`` gave
-    different chains from run to run. ``threads`` defaults to the cores idle right now (``free_cores``: llama.cpp's
-    threads spin-wait for each other); ``batch``/``ubatch`` are llama.cpp's logical and physical batch sizes
+    different chains from run to run. ``threads`` defaults to ``$MIRAGE_KG_LLAMA_THREADS``, else the cores idle right now
+    not counting this process (:func:`~mirage_reason.backends.cores.choose_threads`: llama.cpp's threads spin-wait
+    for each other); ``engine_info`` says which count and why; ``batch``/``ubatch`` are llama.cpp's logical and physical batch sizes
     (prompt evaluation); ``cache_ram_mb`` bounds the host-memory prompt cache; ``extra_args`` go to
     ``llama-server`` as they are. Requests in flight are bounded by ``concurrency`` (default: twice the slots, so
     a slot never idles while a chain's search runs). A request that does not fit a slot fails with a
@@ -91,7 +92,8 @@ class LlamaServerBackend(OpenAIBackend):
             raise BackendError(where + INSTALL_HINT, hint=INSTALL_HINT)
         alias = name or (SMOLLM2_ALIAS if model_id.lower() == SMOLLM2_ALIAS else path.stem)
         self.parallel = max(1, parallel)
-        self.threads = threads or free_cores()
+        self.thread_choice = choose_threads(threads)
+        self.threads = self.thread_choice.threads
         port = _free_port()
         self.log_path = Path(tempfile.mkstemp(prefix="mirage-llama-server-", suffix=".log")[1])
         self.command = [
@@ -113,6 +115,7 @@ class LlamaServerBackend(OpenAIBackend):
             self._finalizer()
             raise
         self.name = f"llamacpp-server:{alias}"
+        self.engine_info = {"engine": "llama.cpp server", **self.thread_choice.to_json()}
         self.completion_url = f"http://127.0.0.1:{port}/completion"
 
     def submit(self, request: CompletionRequest) -> Future[Completion]:
@@ -177,8 +180,13 @@ class LlamaServerBackend(OpenAIBackend):
             fired = word  # the server cuts the stop string off and says which it was
         if self.think == "strip":
             text = strip_think(text)
+        timings = result.get("timings") if isinstance(result.get("timings"), dict) else {}
+        evaluated, prompt_ms, predicted_ms = (timings.get(k) for k in ("prompt_n", "prompt_ms", "predicted_ms"))
         return Completion(text, int(result["tokens_evaluated"]), int(result["tokens_predicted"]),
-                          "length" if kind == "limit" else "stop", fired)
+                          "length" if kind == "limit" else "stop", fired,
+                          prompt_evaluated=int(evaluated) if isinstance(evaluated, int) else None,
+                          prompt_seconds=prompt_ms / 1000 if isinstance(prompt_ms, (int, float)) else None,
+                          generation_seconds=predicted_ms / 1000 if isinstance(predicted_ms, (int, float)) else None)
 
 
 def _sample_groups(requests: Sequence[CompletionRequest], most: int) -> list[list[CompletionRequest]]:

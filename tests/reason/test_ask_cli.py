@@ -127,7 +127,13 @@ def test_samples_on_llamacpp_differ_and_the_seed_repeats_them(engine: str) -> No
     for _ in range(2):
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 0, result.output
-        runs.append(_chain_texts(json.loads(result.stdout)))
+        record = json.loads(result.stdout)
+        runs.append(_chain_texts(record))
+        # --json says which thread count llama.cpp ran on and why, and what the engine itself timed
+        engine_record = record["engine"]
+        assert engine_record["threads"] >= 1 and engine_record["threads_reason"], engine_record
+        assert engine_record["generated_tokens"] == record["tokens"]["total"] > 0
+        assert engine_record["generation_s"] > 0 and engine_record["generated_tokens_per_s"] > 0
     assert len(runs[0]) == 3 and len(set(runs[0])) == 3, runs[0]
     assert runs[1] == runs[0]
 

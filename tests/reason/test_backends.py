@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -514,11 +515,114 @@ def test_auto_on_the_cpu_takes_llama_cpp_in_process_else_its_server(tmp_path: An
     assert defaults.choose_engine("auto", None)[0] == "transformers"
 
 
-@pytest.mark.parametrize(("load", "threads"), [(0.0, 4), (1.4, 3), (2.6, 1), (3.6, 1), (12.0, 1)])
-def test_free_cores_leaves_out_the_busy_ones(monkeypatch: pytest.MonkeyPatch, load: float, threads: int) -> None:
-    """llama.cpp's thread count: usable cores minus the 1-minute load, rounded, at least one."""
-    from mirage_reason.backends import base
+def _fake_proc(busy_all: tuple[int, int], busy_self: tuple[int, int]) -> Any:
+    """A /proc reader that returns the two samples of an idle-core measurement, in clock ticks."""
+    from mirage_reason.backends.cores import CpuTimes
 
-    monkeypatch.setattr(base, "usable_cores", lambda: 4)
-    monkeypatch.setattr(base.os, "getloadavg", lambda: (load, 0.0, 0.0))
-    assert base.free_cores() == threads
+    samples = iter([CpuTimes(busy_all[0], busy_self[0]), CpuTimes(busy_all[1], busy_self[1])])
+    return lambda: next(samples)
+
+
+def _idle(cores: int, others_ticks: int, own_ticks: int) -> Any:
+    """idle_cores over a 1-second window at 100 ticks/s where other processes used ``others_ticks`` and we
+    ``own_ticks`` of the ``cores * 100`` available."""
+    from mirage_reason.backends import cores as cores_module
+
+    times = iter([10.0, 11.0])
+    return cores_module.idle_cores(cores=cores, window=1.0, read=_fake_proc((5000, 5000 + others_ticks + own_ticks),
+                                                                             (700, 700 + own_ticks)),
+                                   sleep=lambda s: None, clock=lambda: next(times), ticks_per_second=100)
+
+
+@pytest.mark.parametrize(("cores", "others", "own", "threads"), [
+    (2, 0, 0, 2),      # an idle machine: every core
+    (2, 0, 200, 2),    # only we are busy (our own start-up): still every core, unlike the load average
+    (2, 100, 100, 1),  # another process holds a core: one thread
+    (2, 200, 0, 1),    # others hold both: at least one
+    (2, 900, 0, 1),    # heavy contention (load ~9 on 2 cores): one thread
+    (4, 140, 60, 3),   # 1.4 cores busy elsewhere: 2.6 idle -> 3
+    (4, 160, 0, 2),    # 2.4 idle -> 2
+])
+def test_idle_cores_leave_out_our_own_process(cores: int, others: int, own: int, threads: int) -> None:
+    """llama.cpp's thread count: usable cores minus what OTHER processes kept busy over the window, rounded,
+    at least one, and the reason says so."""
+    choice = _idle(cores, others, own)
+    assert choice.threads == threads
+    assert f"of {cores} cores idle" in choice.reason and "not counting this process" in choice.reason
+
+
+def test_proc_stat_parsing_counts_busy_ticks_of_our_cpus_and_all_our_threads(tmp_path: Path) -> None:
+    from mirage_reason.backends import cores
+
+    stat = ("cpu  30 0 30 900 5 0 0 0 0 0\n"
+            "cpu0 10 1 10 400 3 2 1 4 0 0\n"  # busy: user nice system irq softirq steal = 10+1+10+2+1+4
+            "cpu1 20 0 20 500 2 0 0 0 0 0\n"
+            "intr 1 2 3\n")
+    assert cores.parse_proc_stat(stat, {0}) == 28
+    assert cores.parse_proc_stat(stat, None) == 28 + 40
+    with pytest.raises(ValueError):
+        cores.parse_proc_stat(stat, {5})
+    # a command name with spaces and parentheses; utime 17, stime 4 are fields 14 and 15
+    own = "4242 (my (odd) name) S 1 2 3 4 5 6 7 8 9 10 17 4 0 0 20 0 3 0 100 200 300"
+    assert cores.parse_self_stat(own) == 21
+    (tmp_path / "self").mkdir()
+    (tmp_path / "stat").write_text(stat)
+    (tmp_path / "self" / "stat").write_text(own)
+    read = cores.proc_cpu_times(tmp_path)
+    assert read.busy_self == 21 and read.busy_all >= 28
+
+
+def test_thread_count_override_and_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """threads= beats $MIRAGE_KG_LLAMA_THREADS beats the measurement; a bad setting is one clear error; where /proc
+    cannot be read the load average decides and the reason says so."""
+    from mirage_reason.backends import cores
+
+    monkeypatch.setenv(cores.THREADS_ENV, "3")
+    assert cores.choose_threads(2) == cores.ThreadChoice(2, "set by threads=")
+    assert cores.choose_threads().threads == 3 and cores.THREADS_ENV in cores.choose_threads().reason
+    monkeypatch.setenv(cores.THREADS_ENV, "two")
+    with pytest.raises(BackendError, match="MIRAGE_KG_LLAMA_THREADS='two'"):
+        cores.choose_threads()
+    with pytest.raises(BackendError, match="at least 1"):
+        cores.choose_threads(0)
+    monkeypatch.delenv(cores.THREADS_ENV)
+
+    def unreadable(**_: Any) -> Any:
+        raise OSError("no /proc/stat")
+
+    monkeypatch.setattr(cores, "_cached", None)
+    monkeypatch.setattr(cores, "idle_cores", unreadable)
+    monkeypatch.setattr(cores, "usable_cores", lambda: 4)
+    monkeypatch.setattr(cores.os, "getloadavg", lambda: (2.6, 0.0, 0.0))
+    choice = cores.choose_threads()
+    assert choice.threads == 1 and "load average 2.6" in choice.reason and "no /proc/stat" in choice.reason
+    monkeypatch.setattr(cores, "idle_cores", lambda **_: cores.ThreadChoice(4, "measured"))
+    assert cores.choose_threads().threads == 1  # cached for CACHE_S seconds
+    monkeypatch.setattr(cores, "_cached", None)
+    assert cores.choose_threads() == cores.ThreadChoice(4, "measured")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_idle_cores_on_this_machine_ignores_our_own_busy_thread() -> None:
+    """The real /proc: a thread of ours spinning through the window is not counted against the idle cores (the
+    measurement may see others' load, so it checks our share is left out, not an exact count)."""
+    import threading
+
+    from mirage_reason.backends import cores
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    worker = threading.Thread(target=spin, daemon=True)
+    worker.start()
+    try:
+        choice = cores.idle_cores(window=0.5)
+    finally:
+        stop.set()
+        worker.join()
+    own = float(choice.reason.split("this process's own ")[1].split(" ")[0])
+    assert own > 0  # it saw our spinning thread (however little CPU a loaded machine gave it) ...
+    assert 1 <= choice.threads <= cores.usable_cores()  # ... and took it out of the busy count
