@@ -145,7 +145,8 @@ def test_ask_with_smollm2(tmp_path: Path) -> None:
                                        "--n-q", "2", "--n-r", "1", "--seed", "0"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert list(data) == TOP_KEYS and data["answer"].strip()
+    # a llama.cpp engine adds what ran the model (threads and why, the engine's own timings)
+    assert list(data)[: len(TOP_KEYS)] == TOP_KEYS and set(data) <= {*TOP_KEYS, "engine"} and data["answer"].strip()
     assert data["chains"] and data["chains"][0]["trace"]
     assert data["tokens"]["chains"] > 0
 
