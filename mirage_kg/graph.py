@@ -11,7 +11,6 @@ Edge directions have one vocabulary everywhere: ``"forward"`` (the edge leaves t
 
 from __future__ import annotations
 
-import json
 import math
 import string
 import time
@@ -24,13 +23,16 @@ from mirage_kg.errors import InputError, UnknownEntityError
 from mirage_kg.model import Entity, Path, Relation, Step
 from mirage_kg.namespaces import (MKG, MKG_RELATION, OWL, RDF, RDF_TYPE, RDFS_LABEL, SCHEMA_GRAPH, SKOS_ALT,
                                   SKOS_DEFINITION, SKOS_NOTATION, SKOS_PREF, compress, expand, is_identifier)
-from mirage_kg.caching import cache_folder, load_records, store_fingerprint, write_atomic
+from mirage_kg.caching import cache_folder, load_records, store_fingerprint
 from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, PENDING, Store
 from mirage_kg.store.sparql_text import bounded_path_ask
 from mirage_kg.terms import iri_ref, literal
 
 if TYPE_CHECKING:
     from mirage_kg.concepts import ConceptGroups
+    from mirage_kg.degree_index import DiskDegrees, MemoryDegrees
+
+    DegreeTable = DiskDegrees | MemoryDegrees
 
 #: predicates that never make a fact (their objects are classes, literals or bookkeeping)
 NON_FACT_PREDICATES: frozenset[str] = frozenset({
@@ -57,6 +59,13 @@ _VALUES_CHUNK = 400  # IRIs per VALUES block: keeps queries well under any endpo
 #: stops growing with the hub's degree; bridge stays exact (its search starts from the other end).
 HUB_DEGREE = 10_000  # the default KG's largest node has 4,199
 HUB_EDGES_PER_RELATION = 250
+#: bridge walks *through* a node with more than ``PATH_HUB_DEGREE`` fact edges along at most ``PATH_HUB_EDGES`` of
+#: them per relation and direction (the first in the store's index order, so the same every time): the search
+#: never reads a hub's whole neighbourhood to go past it. A hub at either end of the bridge keeps all its edges
+#: (they are checked by lookups from the other side). Merged concepts are walked uncapped.
+PATH_HUB_DEGREE = 10_000
+PATH_HUB_EDGES = 250
+DEGREE_INDEX_ON_DISK = 200_000  # triples past which the degree index is a file beside the store, not a dict
 _SPARQL_RECHECK_S = 2.0  # how often a remote store's manifest is re-read to notice loads
 
 _NOT_FACT = ", ".join(iri_ref(p) for p in sorted(NON_FACT_PREDICATES))
@@ -147,11 +156,13 @@ class _State:
     non_concepts: frozenset[str]
     relations: dict[str, Relation] = field(default_factory=dict)
     declared_relations: dict[str, str] | None = None  # lower-cased label/local name -> IRI
-    degrees: dict[str, int] | None = None  # embedded: the whole degree index
+    degrees: DegreeTable | None = None  # embedded: the whole degree index (on disk past 200k triples)
     degree_cache: dict[str, int] = field(default_factory=dict)  # remote: degrees fetched so far
     groups: ConceptGroups | None = None  # concepts merged by exact match (mirage_kg.concepts)
     concept_count: int | None = None  # nodes with facts: the N of the specificity (IDF) ranking
     hub_relations: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # hub -> (relation, direction)
+    #: (hub, relations) -> its capped edges for bridge (``PATH_HUB_EDGES``)
+    path_hub_edges: dict[tuple[str, frozenset[str] | None], list[Neighbour]] = field(default_factory=dict)
 
 
 class Graph:
@@ -166,6 +177,7 @@ class Graph:
         self.cache_dir = FsPath(cache_dir) if cache_dir is not None else None
         self._state_: _State | None = None
         self._checked_at = 0.0
+        self._checked_version: int | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store.location})"
@@ -175,10 +187,14 @@ class Graph:
         """The cached schema-level state, rebuilt when a load has committed since (remote: checked every 2 s)."""
         now = time.monotonic()
         state = self._state_
-        if state is not None and not self.store.indexed and now - self._checked_at < _SPARQL_RECHECK_S:
-            return state
+        version = self.store.version
+        if state is not None:
+            if version is not None and version == self._checked_version:  # nothing written since: no manifest read
+                return state
+            if not self.store.indexed and now - self._checked_at < _SPARQL_RECHECK_S:
+                return state
         token = load_records(self.store)
-        self._checked_at = now
+        self._checked_at, self._checked_version = now, version
         if state is None or state.token != token:
             state = self._state_ = _State(token=token, non_concepts=self._find_non_concepts())
         return state
@@ -358,16 +374,15 @@ class Graph:
             return self._hub_neighbours(iri, relations, per_relation)
         non = self._state().non_concepts
         seen: set[Neighbour] = set()
-        for quad in self.store.quads(iri, None, None):
-            p, o = quad.predicate.value, quad.object
-            if o.kind == "uri" and p not in NON_FACT_PREDICATES and o.value not in non:
-                if relations is None or p in relations:
-                    seen.add(Neighbour(p, "forward", o.value))
-        for quad in self.store.quads(None, None, iri):
-            p, s = quad.predicate.value, quad.subject
-            if s.kind == "uri" and s.value != iri and p not in NON_FACT_PREDICATES and s.value not in non:
-                if relations is None or p in relations:
-                    seen.add(Neighbour(p, "backward", s.value))
+        # a few relations: an index range each, instead of every edge at the node
+        ranges = sorted(relations) if relations is not None and len(relations) <= 8 else [None]
+        for rel in ranges:
+            for p, o in self.store.links(iri, "forward", rel):
+                if p not in NON_FACT_PREDICATES and o not in non and (relations is None or p in relations):
+                    seen.add(Neighbour(p, "forward", o))
+            for p, o in self.store.links(iri, "backward", rel):
+                if o != iri and p not in NON_FACT_PREDICATES and o not in non and (relations is None or p in relations):
+                    seen.add(Neighbour(p, "backward", o))
         return sorted(seen)
 
     def _hub_neighbours(self, iri: str, relations: frozenset[str] | None, per_relation: int) -> list[Neighbour]:
@@ -380,12 +395,10 @@ class Graph:
             if p in NON_FACT_PREDICATES or (relations is not None and p not in relations):
                 continue
             taken: set[Neighbour] = set()
-            quads = self.store.quads(iri, p, None) if direction == "forward" else self.store.quads(None, p, iri)
-            for quad in quads:
-                other = quad.object if direction == "forward" else quad.subject
-                if other.kind != "uri" or other.value in non or (direction == "backward" and other.value == iri):
+            for _, other in self.store.links(iri, direction, p):
+                if other in non or (direction == "backward" and other == iri):
                     continue
-                taken.add(Neighbour(p, direction, other.value))
+                taken.add(Neighbour(p, direction, other))  # type: ignore[arg-type]
                 if len(taken) >= per_relation:
                     break
             found |= taken
@@ -408,9 +421,8 @@ class Graph:
         wanted = list(dict.fromkeys(iris))
         state = self._state()
         if self.store.indexed:  # the whole index in one pass, cached; an endpoint is asked per batch
-            if state.degrees is None:
-                state.degrees = self._degree_index()
-            return {i: state.degrees.get(i, 0) for i in wanted}
+            found = self._degree_table().many(wanted)
+            return {i: found.get(i, 0) for i in wanted}
         missing = [i for i in wanted if i not in state.degree_cache]
         for chunk in _chunks(missing):
             rows = self.store.select(
@@ -428,35 +440,31 @@ class Graph:
         f"FILTER(isIRI(?o) && ?p NOT IN ({_NOT_FACT})) }} }} VALUES ?pos {{ 1 2 }} "
         f"BIND(IF(?pos = 1, ?s, ?o) AS ?n) }} GROUP BY ?n")
 
-    def _degree_query(self) -> str:
-        """``_DEGREE_QUERY`` with the fact predicates listed (one native DISTINCT finds them): an index range per
-        predicate instead of a filter evaluated on every quad, 1.6x faster on a UMLS-shaped store."""
-        found = [r["p"] for r in self.store.select("SELECT DISTINCT ?p WHERE { GRAPH ?g { ?s ?p ?o } }")]
-        facts = sorted(p.value for p in found if p.kind == "uri" and p.value not in NON_FACT_PREDICATES)
-        if not facts:
-            return self._DEGREE_QUERY
-        return (f"SELECT ?n (COUNT(*) AS ?d) WHERE {{ {{ SELECT DISTINCT ?s ?p ?o WHERE {{ "
-                f"VALUES ?p {{ {' '.join(iri_ref(p) for p in facts)} }} GRAPH ?g {{ ?s ?p ?o }} FILTER(isIRI(?o)) }} }} "
-                f"VALUES ?pos {{ 1 2 }} BIND(IF(?pos = 1, ?s, ?o) AS ?n) }} GROUP BY ?n")
+    def _degree_table(self) -> DegreeTable:
+        """The embedded store's degree index (``mirage_kg.degree_index``), built on first use."""
+        state = self._state()
+        if state.degrees is None:
+            state.degrees = self._degree_index()
+        return state.degrees
 
-    def _degree_index(self) -> dict[str, int]:
-        """Every entity's degree in one pass over the store, cached on disk by store fingerprint (seconds at 1M
-        triples, so it is worth keeping)."""
+    def _degree_index(self) -> DegreeTable:
+        """Every entity's degree in one native pass over the store; past 200k triples kept in a SQLite file
+        beside the store, keyed by the store's fingerprint (built once; a query process holds none of it)."""
+        from mirage_kg import degree_index
+
+        def rows() -> Iterable[tuple[str, int]]:
+            return degree_index.degree_rows(self.store, NON_FACT_PREDICATES, self._DEGREE_QUERY)
+
         fingerprint = store_fingerprint(self.store)
         size = self.store.triple_count()
-        folder = cache_folder(self.store, fingerprint, self.cache_dir) if size > 200_000 else None
-        path = folder / "degrees.json" if folder else None
-        if path is not None and path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                if data.get("fingerprint") == fingerprint:
-                    return {k: int(v) for k, v in data["degrees"].items()}
-            except (OSError, ValueError, KeyError):
-                pass
-        degrees = {r["n"].value: int(r["d"].value) for r in self.store.select_all(self._degree_query())}
-        if path is not None:
-            write_atomic(path, json.dumps({"fingerprint": fingerprint, "degrees": degrees}))
-        return degrees
+        folder = cache_folder(self.store, fingerprint, self.cache_dir) if size > DEGREE_INDEX_ON_DISK else None
+        if folder is None:
+            return degree_index.in_memory(rows())
+        path = folder / "degrees.sqlite"
+        found = degree_index.open_on_disk(path, fingerprint)
+        if found is not None:
+            return found
+        return degree_index.build_on_disk(path, fingerprint, rows(), lambda: degree_index.in_memory(rows()))
 
     # --- merged concepts and specificity ------------------------------------------------------------------------
     @property
@@ -512,8 +520,7 @@ class Graph:
         state = self._state()
         if state.concept_count is None:
             if self.store.indexed:
-                self.degrees([])
-                state.concept_count = len(state.degrees or {})
+                state.concept_count = len(self._degree_table())
             else:
                 rows = self.store.select(
                     f"SELECT (COUNT(DISTINCT ?s) AS ?n) WHERE {{ GRAPH ?g {{ ?s ?p ?o }} FILTER(isIRI(?o) && "
@@ -610,7 +617,13 @@ class Graph:
         rels = self._resolve_relations(relations)
         merged = bool(groups.members)
         # a path through merged nodes may need more stored edges than hops, so the bounded ASK cannot decide it
-        if not merged and not self.connected(source.iri, target.iri, max_hops, rels):
+        # the ASK walks from its subject: start it at the end with fewer edges (the step is the same both ways)
+        near, far = (source.iri, target.iri)
+        if self.store.indexed and not merged:
+            degree = self.degrees([near, far])
+            if degree[far] < degree[near]:
+                near, far = far, near
+        if not merged and not self.connected(near, far, max_hops, rels):
             return []
         raw_paths: list[tuple[tuple[str, str, str, str], ...]] = []
         memo: dict[str, list[tuple[str, str, str]]] = {}
@@ -657,29 +670,29 @@ class Graph:
                          memo: dict[str, list[tuple[str, str, str]]],
                          real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
                          ) -> list[tuple[tuple[str, str, str, str], ...]]:
-        """Paths of exactly ``hops`` edges by meeting in the middle over the store's index: partial paths of
-        ``hops // 2`` edges from ``a`` and ``hops - 1 - hops // 2`` from ``b``, joined by one middle edge. With
+        """Paths of exactly ``hops`` edges by meeting in the middle over the store's index: partial paths from
+        ``a`` and from ``b`` (``hops - 1`` edges between them, each added on the side that fans out least), joined
+        by one middle edge. With
         merged concepts the walk is over nodes (``_walk``) and ``real`` maps each node-level triple to the stored
         one."""
-        adj = self._adjacency_of(rels, memo, real)
-
-        left_depth = hops // 2
-        known = self._state().degrees
-        if known is not None:  # a hub at one end: search from the other (the same paths, without its edges)
-            if known.get(a, 0) > HUB_DEGREE >= known.get(b, 0):
-                left_depth = 0
-            elif known.get(b, 0) > HUB_DEGREE >= known.get(a, 0):
-                left_depth = hops - 1
-        right_depth = hops - 1 - left_depth
-        left = _partials(a, left_depth, adj, avoid=b)
-        right = _partials(b, right_depth, adj, avoid=a)
+        adj = self._adjacency_of(rels, memo, real, (a, b))
+        merged = real is not None and bool(self.groups.members)
+        # which side to extend: the one whose partial paths fan out least (the degree index says), so a hub at
+        # either end, or next to it, is never expanded when the other side is small; any split finds the same paths
+        left: list[tuple[list[str], list[tuple[str, str, str, str]]]] = [([a], [])]
+        right: list[tuple[list[str], list[tuple[str, str, str, str]]]] = [([b], [])]
+        for _ in range(hops - 1):
+            if self._fan_out(left, memo, merged) <= self._fan_out(right, memo, merged):
+                left = _extend(left, adj, avoid=b)
+            else:
+                right = _extend(right, adj, avoid=a)
         left_ends: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
         right_ends: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
         for nodes, steps in left:
             left_ends.setdefault(nodes[-1], []).append((nodes, steps))
         for nodes, steps in right:
             right_ends.setdefault(nodes[-1], []).append((nodes, steps))
-        middle = self._middle_edges(set(left_ends), set(right_ends), memo, rels, real)
+        middle = self._middle_edges(set(left_ends), set(right_ends), memo, rels, real, (a, b))
         out = []
         for (x, y), edges in middle.items():
             for lnodes, lsteps in left_ends[x]:
@@ -689,17 +702,65 @@ class Graph:
                     back = [(s, p, o, "backward" if d == "forward" else "forward") for s, p, o, d in reversed(rsteps)]
                     for edge in edges:
                         out.append(tuple(lsteps) + (edge,) + tuple(back))
-        return out
+        return out if merged else self._through_capped_hubs(out, rels)
+
+    def _through_capped_hubs(self, paths: list[tuple[tuple[str, str, str, str], ...]], rels: frozenset[str] | None,
+                             ) -> list[tuple[tuple[str, str, str, str], ...]]:
+        """The paths whose every pass through a hub (past ``PATH_HUB_DEGREE``) enters and leaves it along its
+        capped edges, whichever side the search reached those edges from."""
+        inner = {n for path in paths for n in path_inner_nodes(path)}
+        if not inner or not self.store.indexed:
+            return paths
+        degree = self.degrees(inner)
+        hubs = {n for n in inner if degree[n] > PATH_HUB_DEGREE}
+        if not hubs:
+            return paths
+        allowed = {n: set(self._path_hub_edges(n, rels)) for n in hubs}
+
+        def fits(path: tuple[tuple[str, str, str, str], ...]) -> bool:
+            for i, n in enumerate(path_inner_nodes(path)):
+                if n in allowed:
+                    for s, p, o, _ in (path[i], path[i + 1]):
+                        if (Neighbour(p, "forward", o) if s == n else Neighbour(p, "backward", s)) not in allowed[n]:
+                            return False
+            return True
+
+        return [path for path in paths if fits(path)]
+
+    def _is_path_hub(self, n: str) -> bool:
+        return self.store.indexed and self.degrees([n])[n] > PATH_HUB_DEGREE
+
+    def _path_hub_edges(self, n: str, rels: frozenset[str] | None) -> list[Neighbour]:
+        """A hub's capped edges for walking through it (``PATH_HUB_EDGES`` per relation and direction), cached
+        per graph state: there are few hubs."""
+        cache = self._state().path_hub_edges
+        key = (n, rels)
+        if key not in cache:
+            cache[key] = self._hub_neighbours(n, rels, PATH_HUB_EDGES)
+        return cache[key]
+
+    def _fan_out(self, layer: list[tuple[list[str], list[tuple[str, str, str, str]]]],
+                 memo: dict[str, list[tuple[str, str, str]]], merged: bool) -> int:
+        """How many partial paths extending ``layer`` by one edge would make (edges in hand are counted, the
+        others estimated by degree)."""
+        ends: dict[str, int] = {}
+        for nodes, _ in layer:
+            ends[nodes[-1]] = ends.get(nodes[-1], 0) + 1
+        unknown = [n for n in ends if n not in memo]
+        degree = (self._node_degrees(unknown) if merged else self.degrees(unknown)) if unknown else {}
+        return sum(count * (len(memo[n]) if n in memo else degree[n]) for n, count in ends.items())
 
     def _adjacency_of(self, rels: frozenset[str] | None, memo: dict[str, list[tuple[str, str, str]]],
-                      real: dict[tuple[str, str, str], tuple[str, str]] | None) -> Any:
-        """The memoised adjacency a path search walks: stored edges, or merged nodes' (recording in ``real``)."""
+                      real: dict[tuple[str, str, str], tuple[str, str]] | None, ends: tuple[str, ...] = ()) -> Any:
+        """The memoised adjacency a path search walks: stored edges, or merged nodes' (recording in ``real``).
+        A hub (past ``PATH_HUB_DEGREE``) other than the search's ``ends`` gives its capped edges."""
         merged = real is not None and bool(self.groups.members)
 
         def adj(n: str) -> list[tuple[str, str, str]]:
             if n not in memo:
                 if not merged:
-                    memo[n] = self.neighbours(n, rels)
+                    hub = n not in ends and self._is_path_hub(n)
+                    memo[n] = self._path_hub_edges(n, rels) if hub else self.neighbours(n, rels)
                 else:
                     memo[n] = []
                     for p, d, other, s, o in self.walk(n, rels):
@@ -710,12 +771,12 @@ class Graph:
 
     def _middle_edges(self, xs: set[str], ys: set[str], memo: dict[str, list[tuple[str, str, str]]],
                       rels: frozenset[str] | None, real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
-                      ) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
+                      ends: tuple[str, ...] = ()) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
         """Fact edges between a node of ``xs`` and a different node of ``ys``, as steps walked from x to y: from
         adjacency already in hand, else whichever is cheaper of point lookups per pair and expanding one side
         (estimated from the degree index when it is built)."""
         out: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
-        adj = self._adjacency_of(rels, memo, real)
+        adj = self._adjacency_of(rels, memo, real, ends)
 
         def from_xs() -> None:
             for x in xs:
@@ -735,21 +796,24 @@ class Graph:
         if all(y in memo for y in ys):
             from_ys()
             return out
-        known = self._state().degrees
-        if known is not None:
-            cost_x = sum(known.get(x, 0) for x in xs if x not in memo) + len(xs)
-            cost_y = sum(known.get(y, 0) for y in ys if y not in memo) + len(ys)
+        merged = real is not None and bool(self.groups.members)
+        unknown = [n for n in xs | ys if n not in memo]
+        if self.store.indexed:
+            degree = self._node_degrees(unknown) if merged else self.degrees(unknown)
+            cost_x = sum(degree[x] for x in xs if x not in memo) + len(xs)
+            cost_y = sum(degree[y] for y in ys if y not in memo) + len(ys)
         else:  # no index: assume a typical degree
             cost_x, cost_y = 32 * len(xs), 32 * len(ys)
-        cost_pairs = 8 * len(xs) * len(ys)
+        # a membership check (both ends bound, each way one index seek) costs about two edge reads (measured)
+        cost_pairs = 2 * len(xs) * len(ys)
         # point lookups read stored triples, so not across merged concepts
-        if cost_pairs < min(cost_x, cost_y) and not (real is not None and self.groups.members):
+        if cost_pairs < min(cost_x, cost_y) and not merged:
             for x in xs:
                 for y in ys:
                     if x == y:
                         continue
-                    found = [(x, q.predicate.value, y, "forward") for q in self.store.quads(x, None, y)]
-                    found += [(y, q.predicate.value, x, "backward") for q in self.store.quads(y, None, x)]
+                    found = [(x, p, y, "forward") for p in self.store.predicates_between(x, y)]
+                    found += [(y, p, x, "backward") for p in self.store.predicates_between(y, x)]
                     found = sorted({f for f in found if f[1] not in NON_FACT_PREDICATES
                                     and (rels is None or f[1] in rels)})
                     if found:
@@ -866,19 +930,17 @@ def hop_query(a: str, b: str, hops: int, relations: frozenset[str] | None = None
     return f"SELECT DISTINCT {names} WHERE {{ {where} }}"
 
 
-def _partials(start: str, depth: int, adj: Any, avoid: str) -> list[tuple[list[str], list[tuple[str, str, str, str]]]]:
-    """Simple partial paths of exactly ``depth`` edges from ``start`` that never touch ``avoid``."""
-    layer: list[tuple[list[str], list[tuple[str, str, str, str]]]] = [([start], [])]
-    for _ in range(depth):
-        nxt = []
-        for nodes, steps in layer:
-            for p, d, n in adj(nodes[-1]):
-                if n == avoid or n in nodes:
-                    continue
-                step = (nodes[-1], p, n, "forward") if d == "forward" else (n, p, nodes[-1], "backward")
-                nxt.append((nodes + [n], steps + [step]))
-        layer = nxt
-    return layer
+def _extend(layer: list[tuple[list[str], list[tuple[str, str, str, str]]]], adj: Any, avoid: str,
+            ) -> list[tuple[list[str], list[tuple[str, str, str, str]]]]:
+    """The simple partial paths one edge longer than those of ``layer`` that never touch ``avoid``."""
+    nxt = []
+    for nodes, steps in layer:
+        for p, d, n in adj(nodes[-1]):
+            if n == avoid or n in nodes:
+                continue
+            step = (nodes[-1], p, n, "forward") if d == "forward" else (n, p, nodes[-1], "backward")
+            nxt.append((nodes + [n], steps + [step]))
+    return nxt
 
 
 def _in_filter(var: str, relations: frozenset[str] | None) -> str:

@@ -159,6 +159,29 @@ class Store(abc.ABC):
         for row in self.select_all(f"SELECT ?s ?p ?o ?g WHERE {{ {where}{binds} }}"):
             yield Quad(row["s"], row["p"], row["o"], row["g"].value)
 
+    #: a number that changes whenever this store object writes (None: unknown, other writers may change it):
+    #: the graph layer re-reads the manifest only when it moved
+    version: int | None = None
+
+    def links(self, node: str, direction: str, predicate: str | None = None) -> Iterator[tuple[str, str]]:
+        """(predicate, the other end) of each quad at ``node`` whose other end is an IRI: ``direction``
+        "forward" reads ``node ?p ?x``, "backward" ``?x ?p node``; a quad per named graph (callers dedupe). The
+        graph searches' adjacency primitive: a store with an index answers it without a ``Quad`` per edge."""
+        if direction == "forward":
+            for quad in self.quads(node, predicate, None):
+                if quad.object.kind == "uri":
+                    yield quad.predicate.value, quad.object.value
+        else:
+            for quad in self.quads(None, predicate, node):
+                if quad.subject.kind == "uri":
+                    yield quad.predicate.value, quad.subject.value
+
+    def predicates_between(self, subject: str, obj: str) -> Iterator[str]:
+        """The predicates of the quads ``subject ?p obj``: a membership check with both ends bound (one index
+        lookup on an indexed store), which the path search uses instead of reading a hub's edges."""
+        for quad in self.quads(subject, None, obj):
+            yield quad.predicate.value
+
     def select_all(self, query: str, *, timeout: float | None = None) -> Iterator[dict[str, Term]]:
         """Every row of a SELECT that may be large (no LIMIT/OFFSET of its own), streamed. A store with a
         result-size cap pages under it; the embedded store has none."""

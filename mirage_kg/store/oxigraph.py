@@ -196,6 +196,9 @@ class OxigraphStore(Store):
     searches SPARQL would make slow (bridge search, adjacency, components)."""
 
     indexed = True
+    #: only this object writes to its store (another process opens it read-only, as it was), so a count of its
+    #: writes tells the graph layer when to re-read the manifest
+    version = 0
 
     def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
         self.path = Path(path) if path is not None else None
@@ -434,6 +437,33 @@ class OxigraphStore(Store):
             if isinstance(name, ox.NamedNode):
                 yield Quad(to_term(quad.subject), to_term(quad.predicate), to_term(quad.object), name.value)
 
+    def links(self, node: str, direction: str, predicate: str | None = None) -> Iterator[tuple[str, str]]:
+        try:
+            center = ox.NamedNode(node)
+            relation = ox.NamedNode(predicate) if predicate is not None else None
+        except ValueError:
+            return
+        named, iri = ox.NamedNode, ox.NamedNode
+        if direction == "forward":
+            for quad in self.raw.quads_for_pattern(center, relation, None):
+                other = quad.object
+                if type(other) is iri and type(quad.graph_name) is named:
+                    yield quad.predicate.value, other.value
+        else:
+            for quad in self.raw.quads_for_pattern(None, relation, center):
+                other = quad.subject
+                if type(other) is iri and type(quad.graph_name) is named:
+                    yield quad.predicate.value, other.value
+
+    def predicates_between(self, subject: str, obj: str) -> Iterator[str]:
+        try:
+            found = self.raw.quads_for_pattern(ox.NamedNode(subject), None, ox.NamedNode(obj))
+        except ValueError:
+            return
+        for quad in found:
+            if type(quad.graph_name) is ox.NamedNode:
+                yield quad.predicate.value
+
     # --- writing -------------------------------------------------------------------------------------------
     def _writable(self) -> None:
         if self.read_only:
@@ -442,6 +472,7 @@ class OxigraphStore(Store):
     def update(self, update: str) -> None:
         self._writable()
         with self._lock:
+            self.version += 1
             try:
                 self.raw.update(update)
             except SyntaxError as exc:
@@ -460,6 +491,7 @@ class OxigraphStore(Store):
         rollback takes milliseconds whatever was loaded, and a merge costs what a fresh load does."""
         with _deferred_interrupt() as interrupted:
             self._interrupted = interrupted
+            self.version += 1
             try:
                 if self.path is None or self.read_only or self._checkpoint is not None:
                     return super().load(data, **options)
@@ -470,6 +502,7 @@ class OxigraphStore(Store):
                     self._settle_checkpoint()
             finally:
                 self._interrupted = None
+                self.version += 1
 
     # --- rollback checkpoints (on disk) ----------------------------------------------------------------------
     def _stages(self, before: int) -> bool:
@@ -752,6 +785,7 @@ class OxigraphStore(Store):
 
     def recover(self) -> list[str]:
         """Finish the swaps a killed process had committed to, then drop the loads it left pending."""
+        self.version += 1
         manifest = ox.NamedNode(MANIFEST_GRAPH)
         for quad in list(self.raw.quads_for_pattern(None, ox.NamedNode(COMMIT_INTO), None, manifest)):
             mode = next(iter(self.raw.quads_for_pattern(quad.subject, ox.NamedNode(COMMIT_MODE), None, manifest)),

@@ -432,3 +432,98 @@ def test_relation_fallbacks() -> None:
     assert readable_name(MKG + "need_medical_test") == "need medical test"
     assert readable_name("http://purl.obolibrary.org/obo/RO_0002200") == "RO:0002200"
     assert Relation("urn:x", "treats").verbalise("A", "B") == "A treats B"
+
+
+def reference_degrees(store: Store, non: frozenset[str]) -> dict[str, int]:
+    """Each node's distinct fact triples (over all graphs), counted at both ends: what the degree index holds."""
+    out: dict[str, int] = {}
+    for s, p, o in store.triples():
+        if o.kind == "uri" and p.value not in NON_FACT_PREDICATES:
+            for end in (s.value, o.value):
+                out[end] = out.get(end, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("on_disk", [True, False])
+def test_the_degree_index_counts_each_triple_once_on_disk_or_in_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_disk: bool) -> None:
+    """The degree index (one native count per predicate's main graph, no DISTINCT over every triple) equals a
+    count of distinct fact triples, where a predicate lives in two graphs and a triple is in both; on disk it is
+    a file beside the store that the next process opens without a rebuild, and a load makes a new one."""
+    import mirage_kg.degree_index as degree_module
+    import mirage_kg.graph as graph_module
+
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0 if on_disk else 10**9)
+    store = OxigraphStore(tmp_path / "store")
+    ensure_schema(store)
+    load_text(store, SMALL, TEST_GRAPH)
+    load_text(store, "@prefix KG: <https://w3id.org/mirage-kg/entity/> . @prefix ex: <http://example.org/> .\n"
+                     "KG:Lorazepam ex:treats KG:Panic_disorder .\nKG:Lorazepam ex:treats KG:Lonely .\n"
+                     "KG:Lonely ex:treats KG:Lonely .\n", "https://w3id.org/mirage-kg/graph/second")
+    kg = KnowledgeGraph(store, embedding_model="none")
+    expected = reference_degrees(store, kg.non_concepts())
+    assert len(list(store.quads(f"{E}Lorazepam", None, f"{E}Panic_disorder"))) == 2  # one triple in two graphs
+    assert kg.degrees(expected) == expected
+    assert kg.degrees([f"{E}Nothing"]) == {f"{E}Nothing": 0}
+    assert len(kg._state().degrees or {}) == len(expected)
+    index_file = tmp_path / "store" / ".mirage-cache" / "degrees.sqlite"
+    assert index_file.is_file() == on_disk
+    if not on_disk:
+        return
+    assert dict(kg._state().degrees or {}) == expected  # iterating the file gives every node
+
+    def no_rebuild(*args: object) -> Any:
+        raise AssertionError("the index was rebuilt")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(degree_module, "degree_rows", no_rebuild)
+        again = KnowledgeGraph(store, embedding_model="none")
+        assert again.degrees(expected) == expected
+    load_text(store, "@prefix KG: <https://w3id.org/mirage-kg/entity/> . @prefix ex: <http://example.org/> .\n"
+                     "KG:Lorazepam ex:treats KG:Headache .\n", "https://w3id.org/mirage-kg/graph/third")
+    lorazepam = f"{E}Lorazepam"
+    assert kg.degrees([lorazepam]) == {lorazepam: expected[lorazepam] + 1}  # the load is noticed, the index rebuilt
+
+
+def test_bridge_walks_through_a_hub_along_its_capped_edges_only(
+        emckg_store: OxigraphStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``PATH_HUB_DEGREE`` edges a node is walked *through* along at most ``PATH_HUB_EDGES`` of its edges per
+    relation and direction (whichever side the search meets them from), so no bridge reads a hub's whole
+    neighbourhood; a hub at an end keeps every edge. Expected: the enumeration's paths whose inner hubs are
+    entered and left along capped edges."""
+    import mirage_kg.graph as graph_module
+
+    monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 40)
+    monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 3)
+    kg = KnowledgeGraph(emckg_store, embedding_model="none")
+    kg.degrees([])
+    degree = kg._state().degrees or {}
+    hubs = {n for n in degree if degree[n] > 40}
+    capped = {h: set(kg._hub_neighbours(h, None, 3)) for h in hubs}
+
+    def allowed(path: tuple[tuple[str, str, str, str], ...]) -> bool:
+        nodes = [path[0][0] if path[0][3] == "forward" else path[0][2]]
+        nodes += [o if d == "forward" else s for s, _, o, d in path]
+        for i, n in enumerate(nodes[1:-1], start=1):
+            if n in capped:
+                for s, p, o, _ in (path[i - 1], path[i]):
+                    if (p, "forward", o) if s == n else (p, "backward", s) not in capped[n]:
+                        return False
+        return True
+
+    graph = fact_multigraph(emckg_store)
+    rng = random.Random(11)
+    small = sorted(n for n in graph.nodes if n not in hubs)
+    pairs = [(rng.choice(small), rng.choice(small)) for _ in range(12)]
+    pairs += [(hub, rng.choice(small)) for hub in sorted(hubs, key=lambda h: (-degree[h], h))[:3]]
+    bitten = 0
+    for a, b in pairs:
+        if a == b:
+            continue
+        every = reference_paths(graph, a, b, 3)
+        expected = [path for path in every if allowed(path)]
+        bitten += len(expected) < len(every)
+        assert as_raw(kg.bridge(a, b, max_hops=3, max_paths=10**6, rank="degree")) == expected
+        assert as_raw(kg.bridge(b, a, max_hops=3, max_paths=10**6, rank="degree")) == \
+            [path for path in reference_paths(graph, b, a, 3) if allowed(path)]
+    assert bitten  # the cap took paths away somewhere

@@ -51,6 +51,25 @@ def test_streamed_rows_match_select(store: Store) -> None:
     assert any(o is None for _, o, _ in got) and any(o is not None for _, o, _ in got)
 
 
+def test_links_and_predicates_between_read_the_index_as_quads_do(store: Store) -> None:
+    """``links`` (the path search's adjacency primitive) gives (predicate, other end) for the IRI-valued quads at
+    a node, either way and for one predicate; ``predicates_between`` the predicates with both ends bound; a
+    node no quad names (or an IRI no store can hold) gives nothing."""
+    load_file(store, "tiny.ttl", "rdf")
+    asthma, wheezing = f"{ENTITY}Asthma", f"{ENTITY}Wheezing"
+    has_symptom = "https://w3id.org/mirage-kg/schema#has_symptom"
+    forward = set(store.links(asthma, "forward"))
+    assert (has_symptom, wheezing) in forward
+    assert forward == {(q.predicate.value, q.object.value) for q in store.quads(asthma) if q.object.kind == "uri"}
+    assert all(o != "reactive \"airway\" disease" for _, o in forward)  # literals are not links
+    assert set(store.links(wheezing, "backward")) == {(has_symptom, asthma)}
+    assert set(store.links(wheezing, "backward", has_symptom)) == {(has_symptom, asthma)}
+    assert list(store.links(wheezing, "backward", SKOS_PREF)) == []
+    assert list(store.predicates_between(asthma, wheezing)) == [has_symptom]
+    assert list(store.predicates_between(wheezing, asthma)) == []
+    assert list(store.links(f"{ENTITY}Nothing", "forward")) == []
+
+
 def test_hostile_literal_round_trips(store: Store) -> None:
     load_file(store, "tiny.ttl", "rdf")
     alt = store.triples(f"{ENTITY}Asthma", SKOS_ALT)

@@ -1,0 +1,195 @@
+"""The fact degree of every node (the distinct fact triples it takes part in; a self-loop counts twice), built in
+one native aggregate over the store and kept in a SQLite file beside it, so a query process reads degrees by key
+instead of holding millions of them in a dict (a small store keeps a dict).
+
+The build groups by node only, with no ``DISTINCT`` over the triples (which held every fact triple in the engine's
+memory at once: gigabytes at UMLS size); see ``degree_rows``."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+
+from mirage_kg.store.base import Store
+from mirage_kg.terms import iri_ref
+
+FORMAT = "1"  # bump when the file's layout or the degree's definition changes
+_CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
+_MEMO = 200_000  # degrees kept in memory after a lookup (bounded: the index itself stays on disk)
+
+
+class DiskDegrees(Mapping[str, int]):
+    """A degree index in a SQLite file (read-only): ``get`` and ``many`` look keys up, a bounded memo keeps the
+    recent ones; iterating reads the file in key order."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        self._count = int(self._meta("count") or 0)
+        self._memo: dict[str, int] = {}
+
+    def _meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def __getitem__(self, iri: str) -> int:
+        found = self.many([iri])
+        if iri not in found:
+            raise KeyError(iri)
+        return found[iri]
+
+    def get(self, iri: str, default: int = 0) -> int:  # type: ignore[override]
+        memo = self._memo.get(iri)
+        if memo is not None:
+            return memo
+        return self.many([iri]).get(iri, default)
+
+    def many(self, iris: Iterable[str]) -> dict[str, int]:
+        """The degree of each IRI the index holds (absent: no facts), a lookup per chunk of keys."""
+        out: dict[str, int] = {}
+        missing = []
+        for iri in iris:
+            memo = self._memo.get(iri)
+            if memo is not None:
+                out[iri] = memo
+            else:
+                missing.append(iri)
+        for start in range(0, len(missing), _CHUNK):
+            chunk = missing[start:start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            out.update(self._db.execute(f"SELECT iri, degree FROM degrees WHERE iri IN ({marks})", chunk))
+        if len(self._memo) + len(missing) > _MEMO:
+            self._memo.clear()
+        self._memo.update((iri, out[iri]) for iri in missing if iri in out)
+        return out
+
+    def __iter__(self) -> Iterator[str]:
+        for (iri,) in self._db.execute("SELECT iri FROM degrees ORDER BY iri"):
+            yield iri
+
+    def __len__(self) -> int:
+        return self._count
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class MemoryDegrees(dict[str, int]):
+    """A small store's degree index: a dict with ``many``."""
+
+    def many(self, iris: Iterable[str]) -> dict[str, int]:
+        return {iri: self[iri] for iri in iris if iri in self}
+
+
+def fact_predicates(store: Store, non_fact: frozenset[str]) -> list[str]:
+    """The predicates that can make a fact (one native ``DISTINCT ?p``), sorted."""
+    found = [r["p"] for r in store.select_all("SELECT DISTINCT ?p WHERE { GRAPH ?g { ?s ?p ?o } }")]
+    return sorted(p.value for p in found if p.kind == "uri" and p.value not in non_fact)
+
+
+def degree_rows(store: Store, non_fact: frozenset[str], fallback_query: str) -> Iterator[tuple[str, int]]:
+    """(node, count) rows whose sums per node are the degrees. Each fact predicate is counted natively in the
+    graph that holds most of its quads (a graph cannot hold a triple twice, so no ``DISTINCT`` is needed: the
+    engine keeps one counter per node, not every triple); its quads in any other graph (the schema's few
+    ``subClassOf``, a second source) are read here and count only when no graph counted so far holds the triple."""
+    predicates = fact_predicates(store, non_fact)
+    if not predicates:
+        yield from _count_rows(store, fallback_query)
+        return
+    graphs = store.graphs()
+    main: list[tuple[str, str]] = []
+    others: list[tuple[str, list[str]]] = []
+    for p in predicates:
+        holders = [g for g in graphs if next(store.quads(None, p, None, g), None) is not None]
+        if len(holders) > 1:
+            sizes = {g: _quad_count(store, p, g) for g in holders}
+            holders.sort(key=lambda g: (-sizes[g], g))
+            others.append((p, holders))
+        main.extend((p, g) for g in holders[:1])
+    if main:
+        pairs = " ".join(f"({iri_ref(p)} {iri_ref(g)})" for p, g in main)
+        yield from _count_rows(store, (
+            f"SELECT ?n (COUNT(*) AS ?d) WHERE {{ VALUES (?p ?g) {{ {pairs} }} GRAPH ?g {{ ?s ?p ?o }} "
+            f"FILTER(isIRI(?o)) VALUES ?pos {{ 1 2 }} BIND(IF(?pos = 1, ?s, ?o) AS ?n) }} GROUP BY ?n"))
+    for p, holders in others:
+        counted = holders[0]
+        seen: set[tuple[str, str]] = set()
+        for graph in holders[1:]:
+            for quad in store.quads(None, p, None, graph):
+                if quad.object.kind != "uri":
+                    continue
+                s, o = quad.subject.value, quad.object.value
+                if (s, o) in seen or next(store.quads(quad.subject, p, quad.object, counted), None) is not None:
+                    continue
+                seen.add((s, o))
+                yield s, 1
+                yield o, 1
+
+
+def _quad_count(store: Store, predicate: str, graph: str) -> int:
+    rows = store.select(f"SELECT (COUNT(*) AS ?c) WHERE {{ GRAPH {iri_ref(graph)} {{ ?s {iri_ref(predicate)} ?o }} }}")
+    return int(rows[0]["c"].value) if rows else 0
+
+
+def _count_rows(store: Store, query: str) -> Iterator[tuple[str, int]]:
+    for row in store.select_all(query):
+        yield row["n"].value, int(row["d"].value)
+
+
+def in_memory(rows: Iterable[tuple[str, int]]) -> MemoryDegrees:
+    out = MemoryDegrees()
+    for node, count in rows:
+        out[node] = out.get(node, 0) + count
+    return out
+
+
+def open_on_disk(path: Path, fingerprint: str) -> DiskDegrees | None:
+    """The index at ``path`` if it was built for this store state, else None."""
+    if not path.is_file():
+        return None
+    try:
+        index = DiskDegrees(path)
+        if index._meta("fingerprint") == fingerprint and index._meta("format") == FORMAT:
+            return index
+        index.close()
+    except sqlite3.Error:
+        pass
+    return None
+
+
+def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
+                  fallback: Callable[[], MemoryDegrees]) -> DiskDegrees | MemoryDegrees:
+    """Write the index to a temporary file and move it into place in one rename (a killed build leaves no index);
+    where the folder cannot be written, the index stays in memory (``fallback``)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.unlink(missing_ok=True)
+        db = sqlite3.connect(tmp)
+    except (OSError, sqlite3.Error):
+        return fallback()
+    try:
+        db.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; "
+                         "CREATE TABLE degrees (iri TEXT PRIMARY KEY, degree INTEGER NOT NULL) WITHOUT ROWID; "
+                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);")
+        upsert = ("INSERT INTO degrees (iri, degree) VALUES (?, ?) "
+                  "ON CONFLICT (iri) DO UPDATE SET degree = degree + excluded.degree")
+        batch: list[tuple[str, int]] = []
+        for row in rows:
+            batch.append(row)
+            if len(batch) >= 50_000:
+                db.executemany(upsert, batch)
+                batch.clear()
+        db.executemany(upsert, batch)
+        count = db.execute("SELECT COUNT(*) FROM degrees").fetchone()[0]
+        db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
+                       [("fingerprint", fingerprint), ("format", FORMAT), ("count", str(count))])
+        db.commit()
+        db.close()
+        os.replace(tmp, path)
+    except (OSError, sqlite3.Error):
+        db.close()
+        tmp.unlink(missing_ok=True)
+        return fallback()
+    return DiskDegrees(path)
