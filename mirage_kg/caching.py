@@ -23,10 +23,11 @@ def load_records(store: Store) -> tuple[tuple[str, ...], ...]:
     return tuple(sorted((g, *sorted(v)) for g, v in found.items()))
 
 
-def store_fingerprint(store: Store) -> str:
-    """A short hash of the store's load records and triple count: caches built from the store are keyed by it."""
+def store_fingerprint(store: Store, triple_count: int | None = None) -> str:
+    """A short hash of the store's load records and triple count (``triple_count`` when the caller has just
+    counted: a count reads every quad): caches built from the store are keyed by it."""
     payload = json.dumps([store.location if store.location != "memory" else "", load_records(store),
-                          store.triple_count()])
+                          store.triple_count() if triple_count is None else triple_count])
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:20]
 
 

@@ -7,6 +7,7 @@ memory at once: gigabytes at UMLS size); see ``degree_rows``."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -15,7 +16,7 @@ from pathlib import Path
 from mirage_kg.store.base import Store
 from mirage_kg.terms import iri_ref
 
-FORMAT = "1"  # bump when the file's layout or the degree's definition changes
+FORMAT = "2"  # bump when the file's layout or the degree's definition changes
 _CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
 _MEMO = 200_000  # degrees kept in memory after a lookup (bounded: the index itself stays on disk)
 
@@ -28,6 +29,8 @@ class DiskDegrees(Mapping[str, int]):
         self.path = path
         self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         self._count = int(self._meta("count") or 0)
+        #: the fact predicates the index counted (a hub's relations are probed among these)
+        self.predicates: list[str] = json.loads(self._meta("predicates") or "[]")
         self._memo: dict[str, int] = {}
 
     def _meta(self, key: str) -> str | None:
@@ -77,7 +80,9 @@ class DiskDegrees(Mapping[str, int]):
 
 
 class MemoryDegrees(dict[str, int]):
-    """A small store's degree index: a dict with ``many``."""
+    """A small store's degree index: a dict with ``many`` and the fact ``predicates`` it counted."""
+
+    predicates: list[str] = []
 
     def many(self, iris: Iterable[str]) -> dict[str, int]:
         return {iri: self[iri] for iri in iris if iri in self}
@@ -89,12 +94,11 @@ def fact_predicates(store: Store, non_fact: frozenset[str]) -> list[str]:
     return sorted(p.value for p in found if p.kind == "uri" and p.value not in non_fact)
 
 
-def degree_rows(store: Store, non_fact: frozenset[str], fallback_query: str) -> Iterator[tuple[str, int]]:
+def degree_rows(store: Store, predicates: list[str], fallback_query: str) -> Iterator[tuple[str, int]]:
     """(node, count) rows whose sums per node are the degrees. Each fact predicate is counted natively in the
     graph that holds most of its quads (a graph cannot hold a triple twice, so no ``DISTINCT`` is needed: the
     engine keeps one counter per node, not every triple); its quads in any other graph (the schema's few
     ``subClassOf``, a second source) are read here and count only when no graph counted so far holds the triple."""
-    predicates = fact_predicates(store, non_fact)
     if not predicates:
         yield from _count_rows(store, fallback_query)
         return
@@ -138,10 +142,11 @@ def _count_rows(store: Store, query: str) -> Iterator[tuple[str, int]]:
         yield row["n"].value, int(row["d"].value)
 
 
-def in_memory(rows: Iterable[tuple[str, int]]) -> MemoryDegrees:
+def in_memory(rows: Iterable[tuple[str, int]], predicates: list[str]) -> MemoryDegrees:
     out = MemoryDegrees()
     for node, count in rows:
         out[node] = out.get(node, 0) + count
+    out.predicates = predicates
     return out
 
 
@@ -159,7 +164,7 @@ def open_on_disk(path: Path, fingerprint: str) -> DiskDegrees | None:
     return None
 
 
-def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
+def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]], predicates: list[str],
                   fallback: Callable[[], MemoryDegrees]) -> DiskDegrees | MemoryDegrees:
     """Write the index to a temporary file and move it into place in one rename (a killed build leaves no index);
     where the folder cannot be written, the index stays in memory (``fallback``)."""
@@ -184,7 +189,8 @@ def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
         db.executemany(upsert, batch)
         count = db.execute("SELECT COUNT(*) FROM degrees").fetchone()[0]
         db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
-                       [("fingerprint", fingerprint), ("format", FORMAT), ("count", str(count))])
+                       [("fingerprint", fingerprint), ("format", FORMAT), ("count", str(count)),
+                        ("predicates", json.dumps(predicates))])
         db.commit()
         db.close()
         os.replace(tmp, path)

@@ -405,9 +405,16 @@ class Graph:
         return sorted(found)
 
     def _hub_relations(self, iri: str) -> list[tuple[str, str]]:
-        """(relation, direction) pairs at a hub, cached per graph state."""
+        """(relation, direction) pairs at a hub, cached per graph state: on the embedded store one index probe per
+        fact predicate and direction (the degree index lists the predicates), else one query the engine answers
+        natively (no edge reaches Python)."""
         state = self._state()
         if iri not in state.hub_relations:
+            if self.store.indexed:
+                state.hub_relations[iri] = sorted(
+                    (p, direction) for p in self._degree_table().predicates for direction in ("forward", "backward")
+                    if next(self.store.links(iri, direction, p), None) is not None)
+                return state.hub_relations[iri]
             node = iri_ref(iri)
             rows = self.store.select(
                 f"SELECT DISTINCT ?p ?dir WHERE {{ {{ GRAPH ?g {{ {node} ?p ?x }} BIND(1 AS ?dir) }} UNION "
@@ -452,19 +459,23 @@ class Graph:
         beside the store, keyed by the store's fingerprint (built once; a query process holds none of it)."""
         from mirage_kg import degree_index
 
-        def rows() -> Iterable[tuple[str, int]]:
-            return degree_index.degree_rows(self.store, NON_FACT_PREDICATES, self._DEGREE_QUERY)
+        def rows(predicates: list[str]) -> Iterable[tuple[str, int]]:
+            return degree_index.degree_rows(self.store, predicates, self._DEGREE_QUERY)
 
-        fingerprint = store_fingerprint(self.store)
         size = self.store.triple_count()
+        fingerprint = store_fingerprint(self.store, size)
         folder = cache_folder(self.store, fingerprint, self.cache_dir) if size > DEGREE_INDEX_ON_DISK else None
-        if folder is None:
-            return degree_index.in_memory(rows())
-        path = folder / "degrees.sqlite"
-        found = degree_index.open_on_disk(path, fingerprint)
-        if found is not None:
-            return found
-        return degree_index.build_on_disk(path, fingerprint, rows(), lambda: degree_index.in_memory(rows()))
+        path = folder / "degrees.sqlite" if folder is not None else None
+        if path is not None:
+            found = degree_index.open_on_disk(path, fingerprint)
+            if found is not None:
+                return found
+        predicates = degree_index.fact_predicates(self.store, NON_FACT_PREDICATES)
+        if folder is None or path is None:
+            return degree_index.in_memory(rows(predicates), predicates)
+        (folder / "degrees.json").unlink(missing_ok=True)  # the dict this file replaces (before this file)
+        return degree_index.build_on_disk(path, fingerprint, rows(predicates), predicates,
+                                          lambda: degree_index.in_memory(rows(predicates), predicates))
 
     # --- merged concepts and specificity ------------------------------------------------------------------------
     @property
@@ -617,13 +628,10 @@ class Graph:
         rels = self._resolve_relations(relations)
         merged = bool(groups.members)
         # a path through merged nodes may need more stored edges than hops, so the bounded ASK cannot decide it
-        # the ASK walks from its subject: start it at the end with fewer edges (the step is the same both ways)
-        near, far = (source.iri, target.iri)
-        if self.store.indexed and not merged:
-            degree = self.degrees([near, far])
-            if degree[far] < degree[near]:
-                near, far = far, near
-        if not merged and not self.connected(near, far, max_hops, rels):
+        # an endpoint first answers whether any walk exists (one bounded ASK), so the patterns run only when they
+        # will find something; the embedded store's search is bounded by itself and cheaper than that ASK, which
+        # the engine evaluates through every hub next to either end (0.6 s against 0.05 s, measured)
+        if not merged and not self.store.indexed and not self.connected(source.iri, target.iri, max_hops, rels):
             return []
         raw_paths: list[tuple[tuple[str, str, str, str], ...]] = []
         memo: dict[str, list[tuple[str, str, str]]] = {}
@@ -682,7 +690,7 @@ class Graph:
         left: list[tuple[list[str], list[tuple[str, str, str, str]]]] = [([a], [])]
         right: list[tuple[list[str], list[tuple[str, str, str, str]]]] = [([b], [])]
         for _ in range(hops - 1):
-            if self._fan_out(left, memo, merged) <= self._fan_out(right, memo, merged):
+            if self._fan_out(left, memo, merged, rels) <= self._fan_out(right, memo, merged, rels):
                 left = _extend(left, adj, avoid=b)
             else:
                 right = _extend(right, adj, avoid=a)
@@ -740,7 +748,7 @@ class Graph:
         return cache[key]
 
     def _fan_out(self, layer: list[tuple[list[str], list[tuple[str, str, str, str]]]],
-                 memo: dict[str, list[tuple[str, str, str]]], merged: bool) -> int:
+                 memo: dict[str, list[tuple[str, str, str]]], merged: bool, rels: frozenset[str] | None) -> int:
         """How many partial paths extending ``layer`` by one edge would make (edges in hand are counted, the
         others estimated by degree)."""
         ends: dict[str, int] = {}
@@ -748,6 +756,10 @@ class Graph:
             ends[nodes[-1]] = ends.get(nodes[-1], 0) + 1
         unknown = [n for n in ends if n not in memo]
         degree = (self._node_degrees(unknown) if merged else self.degrees(unknown)) if unknown else {}
+        capped = self._state().path_hub_edges
+        for n in unknown:  # a hub walked before: its capped edges are in hand
+            if (n, rels) in capped:
+                degree[n] = len(capped[(n, rels)])
         return sum(count * (len(memo[n]) if n in memo else degree[n]) for n, count in ends.items())
 
     def _adjacency_of(self, rels: frozenset[str] | None, memo: dict[str, list[tuple[str, str, str]]],
