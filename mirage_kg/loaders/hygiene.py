@@ -217,13 +217,19 @@ def read_picked_lines(path: Path, problem: RowProblem, pick: Criteria, separator
         pick_lines = picked_lines
         if numeric_ids:
             from mirage_kg.loaders.id_pick import picked_id_lines as pick_lines
-        for number, raw in pick_lines(handle, pick, first, separator):
-            if raw[-1:] != b"\n":
-                problem("truncated last line", path, number, _TRUNCATED)
-                return
-            text = decoded_row(raw.removeprefix(UTF8_BOM) if number == 1 else raw, number, path, problem)
-            if text is not None:
-                yield number, text.rstrip("\r\n")
+        yield from checked_rows(path, problem, pick_lines(handle, pick, first, separator))
+
+
+def checked_rows(path: Path, problem: RowProblem, rows: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, str]]:
+    """(line number, text) of raw lines of ``path`` taken out of it (picked, or found changed), each checked as
+    ``read_lines`` checks a line: a cut-off last line, control bytes, bad UTF-8."""
+    for number, raw in rows:
+        if raw[-1:] != b"\n":
+            problem("truncated last line", path, number, _TRUNCATED)
+            return
+        text = decoded_row(raw.removeprefix(UTF8_BOM) if number == 1 else raw, number, path, problem)
+        if text is not None:
+            yield number, text.rstrip("\r\n")
 
 
 def decoded_row(raw: bytes, number: int, path: str | Path, problem: RowProblem,

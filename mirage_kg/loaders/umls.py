@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
-from mirage_kg.loaders.hygiene import read_line_blocks, read_picked_lines, readable_file
+from mirage_kg.loaders.hygiene import checked_rows, read_line_blocks, read_picked_lines, readable_file
 from mirage_kg.loaders.row_pick import Criteria
 from mirage_kg.loaders.nt_terms import (
     ALT,
@@ -331,39 +331,9 @@ class UmlsLoader(Loader):
         else:
             report.skip("optional file absent: no relations", files["MRCONSO.RRF"].with_name("MRREL.RRF"), None)
 
-    def scoped_lines(self, files: dict[str, Path], options: LoadOptions, report: LoadReport, graph: str,
-                     cuis: set[bytes], kept_outside: Callable[[list[str]], set[str]]) -> Iterator[str]:
-        """What ``lines`` makes from the rows naming one of ``cuis`` (picked at byte level, the others unread):
-        every triple about them, as subject or as the object of an edge, and the declarations their rows
-        make. An edge's other end keeps the status ``kept_outside`` gives (the CUIs of those it says were kept:
-        its MRCONSO rows did not change, so neither did that)."""
-        problem = Problem(options, report)
-        filters = UmlsFilters.from_options(options)
-        for rsab, vsab in sorted(read_sources(files, problem).items()):
-            if filters.sabs is None or rsab in filters.sabs:
-                yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(vsab)} .\n"
-        state = bytearray(1 << 16)
-        ignore = lambda done: None  # noqa: E731  (no progress bar: the scope is small)
-        by_cui = [(0, cuis)]
-        yield from self._concepts(files["MRCONSO.RRF"], filters, problem, state, ignore,
-                                  list(rrf_rows(files["MRCONSO.RRF"], problem, pick=by_cui)))
-        if "MRSTY.RRF" in files:
-            yield from self._semantic_types(files["MRSTY.RRF"], problem, state, ignore,
-                                            list(rrf_rows(files["MRSTY.RRF"], problem, pick=by_cui)))
-        if "MRREL.RRF" in files:
-            blocks = list(rrf_blocks(files["MRREL.RRF"], problem, pick=[(0, cuis), (4, cuis)]))
-            ends = [(fields[0], fields[4]) for _, lines in blocks for fields in map(lambda text: text.split("|"), lines)
-                    if len(fields) == WIDTHS["MRREL.RRF"] + 1]  # a malformed row is reported when it is read
-            outside = sorted({cui for pair in ends for cui in pair if cui.encode() not in cuis})
-            kept = kept_outside(outside)
-            for cui in outside:
-                if len(cui) == 8 and cui[0] == "C" and cui[1:].isdigit():
-                    number = int(cui[1:])
-                    if number >= len(state):
-                        state.extend(bytes(max(number + 1 - len(state), len(state))))
-                    state[number] |= _SEEN | (_KEPT if cui in kept else 0)
-            relations = _Relations(options.relation_namespace, read_inverses(files, problem))
-            yield from self._relations(files["MRREL.RRF"], filters, problem, report, state, relations, blocks)
+    def scoped_rows(self, files: dict[str, Path], options: LoadOptions, report: LoadReport) -> UmlsRows:
+        """This loader's passes over rows an update hands it instead of whole files (``releases.umls_scope``)."""
+        return UmlsRows(self, files, options, report)
 
     # --- MRCONSO ----------------------------------------------------------------------------------------------
     def _concepts(self, path: Path, filters: UmlsFilters, problem: Problem, state: bytearray,
@@ -563,6 +533,79 @@ def _edge(rel: str, rela: str, relations: _Relations) -> tuple[str, bool, bool]:
         return _BROADER, rel == "RB", False
     iri, flip, symmetric = relations.resolve(rel, rela)
     return iri, flip, symmetric
+
+
+class UmlsRows:
+    """The loader's passes over the rows an update picked, not over whole files: ``releases.umls_scope`` hands it
+    the rows that changed and the rows naming the concepts in scope, and reads back the lines a load would write
+    from them. One state byte per CUI as in ``UmlsLoader.lines``; a CUI whose MRCONSO rows are not read here gets
+    its status from ``mark`` (what the graph says of it: its rows did not change)."""
+
+    def __init__(self, loader: UmlsLoader, files: dict[str, Path], options: LoadOptions, report: LoadReport) -> None:
+        self.loader, self.files = loader, files
+        self.filters = UmlsFilters.from_options(options)
+        self.options, self.report = options, report
+        self.problem = Problem(options, report)
+        self.state = bytearray(1 << 16)
+        self.inverses = read_inverses(files, self.problem) if "MRREL.RRF" in files else {}
+        self.relations = _Relations(options.relation_namespace, self.inverses)
+
+    def picked(self, name: str, pick: Criteria) -> list[list[str]]:
+        """The rows of the release's ``name`` that ``pick`` names (``row_pick``), as fields."""
+        return list(rrf_rows(self.files[name], self.problem, pick=pick))
+
+    def picked_lines(self, name: str, pick: Criteria) -> list[tuple[int, str]]:
+        """The lines of the release's ``name`` that ``pick`` names, numbered (MRREL's reader takes lines)."""
+        return list(read_picked_lines(self.files[name], self.problem, pick, b"|"))
+
+    def lines(self, path: Path, rows: Iterable[tuple[int, bytes]], problem: Problem | None = None) -> list[tuple[int, str]]:
+        """Raw numbered lines of ``path`` (rows found changed), checked as a whole read checks them."""
+        return list(checked_rows(path, problem or self.problem, rows))
+
+    def source_lines(self, graph: str) -> Iterator[str]:
+        for rsab, vsab in sorted(read_sources(self.files, self.problem).items()):
+            if self.filters.sabs is None or rsab in self.filters.sabs:
+                yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(vsab)} .\n"
+
+    def concept_lines(self, rows: list[list[str]]) -> Iterator[str]:
+        """Labels and codes of the concepts of these MRCONSO rows (all of each concept's rows)."""
+        ignore = lambda done: None  # noqa: E731  (no progress bar: the scope is small)
+        return self.loader._concepts(self.files["MRCONSO.RRF"], self.filters, self.problem, self.state, ignore, rows)
+
+    def type_lines(self, rows: list[list[str]]) -> Iterator[str]:
+        """Semantic types from these MRSTY rows (after ``concept_lines`` of their concepts)."""
+        ignore = lambda done: None  # noqa: E731
+        return self.loader._semantic_types(self.files["MRSTY.RRF"], self.problem, self.state, ignore, rows)
+
+    def edge_lines(self, lines: Iterable[tuple[int, str]], *, path: Path | None = None,
+                   quiet: bool = False) -> Iterator[str]:
+        """The edges (and first-use relation declarations) of these MRREL lines (of ``path``, the release's own
+        MRREL unless said). ``quiet``: lines the previous load read already (its problems were reported then;
+        declarations go to a relation table of their own)."""
+        if quiet:
+            report = LoadReport()
+            problem = Problem(LoadOptions(lenient=True), report)
+            relations = _Relations(self.options.relation_namespace, self.inverses)
+        else:
+            report, problem, relations = self.report, self.problem, self.relations
+        return self.loader._relations(path or self.files["MRREL.RRF"], self.filters, problem, report, self.state,
+                                      relations, ((number, [text]) for number, text in lines))
+
+    def seen(self, cui: str) -> bool:
+        """Whether a MRCONSO row read here names the CUI (or ``mark`` said so)."""
+        return bool(_flags(cui, self.state, len(self.state)) & _SEEN)
+
+    def kept(self, cui: str) -> bool:
+        """Whether the filters keep the concept (it has a row they let through)."""
+        return bool(_flags(cui, self.state, len(self.state)) & _KEPT)
+
+    def mark(self, cui: str, kept: bool) -> None:
+        """A CUI of MRCONSO whose rows are not read here: kept or not, as the graph says."""
+        if len(cui) == 8 and cui[0] == "C" and cui[1:].isdigit():
+            number = int(cui[1:])
+            if number >= len(self.state):
+                self.state.extend(bytes(max(number + 1 - len(self.state), len(self.state))))
+            self.state[number] |= _SEEN | (_KEPT if kept else 0)
 
 
 def _lang_tag(lat: str) -> str:

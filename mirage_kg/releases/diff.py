@@ -183,6 +183,12 @@ class _Bucket:
         if len(self.examples) < limit:
             self.examples.append(example)
 
+    def add_made(self, make: Callable[[], Any], limit: int) -> None:
+        """``add`` for an example that costs something to write (a compressed IRI): made only while wanted."""
+        self.count += 1
+        if len(self.examples) < limit:
+            self.examples.append(make())
+
     def to_json(self) -> dict[str, Any]:
         return {"count": self.count, "examples": self.examples}
 
@@ -244,6 +250,14 @@ class ReleaseDiff:
         prefs: dict[tuple[object, str], list[str | None]] = {}
         self.versions = {"old": sorted(t.object.value for t in self.triples.removed if t.predicate == version),
                          "new": sorted(t.object.value for t in self.triples.added if t.predicate == version)}
+        shown: dict[object, str] = {}
+
+        def curie(predicate: object) -> str:  # a relation's CURIE, written once (thousands of triples share it)
+            text = shown.get(predicate)
+            if text is None:
+                text = shown[predicate] = _show(predicate)
+            return text
+
         for sign, triples in (("-", self.triples.removed), ("+", self.triples.added)):
             for t in sorted(triples, key=str):
                 if t.predicate == version:
@@ -256,13 +270,13 @@ class ReleaseDiff:
                     slot[0 if sign == "-" else 1] = t.object.value
                 elif t.predicate == alt and isinstance(t.object, ox.Literal):
                     bucket = self.synonyms_removed if sign == "-" else self.synonyms_added
-                    bucket.add([_show(t.subject), t.object.value], limit)
+                    bucket.add_made(lambda: [_show(t.subject), t.object.value], limit)  # noqa: B023 (called now)
                 elif isinstance(t.object, ox.NamedNode) and t.predicate != rdf_type and \
                         t.predicate.value not in _REIFICATION:
                     facts = self.facts_removed if sign == "-" else self.facts_added
-                    facts[_show(t.predicate)].add([_show(t.subject), _show(t.object)], limit)
+                    facts[curie(t.predicate)].add_made(lambda: [_show(t.subject), _show(t.object)], limit)  # noqa: B023
                 else:
-                    (self.other_removed if sign == "-" else self.other_added)[_show(t.predicate)] += 1
+                    (self.other_removed if sign == "-" else self.other_added)[curie(t.predicate)] += 1
         for (subject, lang), (before, after) in sorted(prefs.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
             if before is not None and after is not None:
                 self.relabelled.add({"id": _show(subject), "lang": lang, "old": before, "new": after}, limit)

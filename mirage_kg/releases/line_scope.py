@@ -11,10 +11,9 @@ is the difference a whole-release compare finds, as long as the graph holds what
 
 from __future__ import annotations
 
-import operator
 from array import array
 from collections.abc import Iterable, Iterator
-from itertools import compress
+from itertools import compress, count
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,9 @@ from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem, RowsNeedWho
 from mirage_kg.loaders.hygiene import MAX_LINE_BYTES, UTF8_BOM, check_encoding, decoded_row
 from mirage_kg.releases.diff import TripleDifference, parse_lines
 from mirage_kg.releases.provenance import ReleaseInfo, file_hashes, options_record
+
+#: a 0/1 flag a line, inverted by ``bytes.translate`` (C speed)
+_FLIP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 
 #: past this share of changed rows (and this many: the changed rows' triples are held in memory) the
 #: whole-release compare (bounded memory, sorted runs) is the better way
@@ -86,18 +88,20 @@ def row_changes(old: Path, new: Path) -> RowChanges:
     # every loop here runs in C (map, set, bytes, compress): a few seconds for millions of lines
     with open(old, "rb") as handle:
         old_digests = array("q", map(hash, handle))
+    only_old = set(old_digests)
     with open(new, "rb") as handle:
         new_digests = array("q", map(hash, handle))
-    in_old = set(old_digests)
-    kept = bytearray(map(in_old.__contains__, new_digests))
-    del in_old
-    in_new = set(new_digests)
-    old_kept = bytes(map(in_new.__contains__, old_digests))
-    del in_new
-    with open(new, "rb") as handle:
-        added = list(compress(enumerate(handle, 1), map(operator.not_, kept)))
-    with open(old, "rb") as handle:
-        removed = list(compress(enumerate(handle, 1), map(operator.not_, old_kept)))
+    kept = bytearray(map(only_old.__contains__, new_digests))
+    only_old.difference_update(new_digests)  # now the digests of removed lines: no second set to build
+    del new_digests
+    added: list[tuple[int, bytes]] = []
+    if 0 in kept:
+        with open(new, "rb") as handle:
+            added = list(compress(zip(count(1), handle), kept.translate(_FLIP)))
+    removed: list[tuple[int, bytes]] = []
+    if only_old:
+        with open(old, "rb") as handle:
+            removed = list(compress(zip(count(1), handle), bytes(map(only_old.__contains__, old_digests))))
     return RowChanges(removed, added, kept, len(kept))
 
 

@@ -1,37 +1,60 @@
 """``load --update`` of a UMLS release over the previous one, when that one's RRF files are still where they were
-loaded from, unchanged: the rows that differ between the two releases (line digests, as ``line_scope``) name the
-CUIs whose triples may change; only the rows naming those CUIs are parsed (picked at byte level) and the triples
-about them, as subject or as the object of an edge, are compared with the graph's.
+loaded from, unchanged: the rows that differ between the two releases (line digests, as ``line_scope``) are what
+the update costs, not the concepts they touch.
 
-Why per CUI and not per row: a CUI's MRCONSO rows together choose its prefLabel, and whether a concept is kept
-(by --sab, --lang, suppression) decides the edges of every MRREL row naming it. A triple naming no changed CUI
-comes from unchanged rows of unchanged concepts, so it stays. A relation or semantic type is declared while some
-edge or concept uses it: those declarations follow the uses added and removed. Whatever would make this view
-wrong (other options, edited files, MRDOC's inverses changed, most rows changed) sends the update to the
-whole-release compare, and says why."""
+- A changed MRCONSO or MRSTY row names a concept whose labels, codes or semantic types may change: that concept's
+  rows of both files are parsed (its atoms together choose its prefLabel) and its own triples, edges aside,
+  compared with the graph's.
+- A changed MRREL row goes on its own: a removed row's edge goes unless another row still makes it (an edge and its
+  mirror row land on one triple, so only the rows naming both ends are read, by CUI on the raw bytes); an added
+  row's edge comes unless the graph holds it already. Its ends keep the status the graph gives them.
+- A concept that comes, goes or is no longer kept (by --sab, --lang, suppression) takes every edge of the MRREL
+  rows naming it with it: those rows are parsed and its edges, either way, compared with the graph's.
+
+A relation or semantic type is declared while some edge or concept uses it: those declarations follow the uses
+added and removed. Whatever would make this view wrong (other options, edited files, MRDOC's inverses changed,
+most rows changed) sends the update to the whole-release compare, and says why."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyoxigraph as ox
 
 from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem, RowsNeedWholeRelease
-from mirage_kg.loaders.umls import locate_release, read_inverses
-from mirage_kg.namespaces import MKG, OWL, RDF, prefixes
+from mirage_kg.loaders.nt_terms import ALT, PREF, TYPE
+from mirage_kg.loaders.umls import UmlsRows, locate_release, read_inverses
+from mirage_kg.namespaces import MKG, OWL, RDF, SKOS, SKOS_NOTATION, prefixes
 from mirage_kg.releases.diff import TripleDifference, parse_lines, pattern_lines, triple_difference
-from mirage_kg.releases.line_scope import MAX_CHANGED_IN_MEMORY, MAX_CHANGED_SHARE, row_changes
+from mirage_kg.releases.line_scope import MAX_CHANGED_IN_MEMORY, MAX_CHANGED_SHARE, RowChanges, row_changes
 from mirage_kg.releases.provenance import ReleaseInfo, file_hashes, options_record
 from mirage_kg.store.base import Store
+from mirage_kg.terms import iri_ref
 
 #: the RRF files whose rows name CUIs, and the columns that do (MRREL: CUI1 and CUI2)
 CUI_COLUMNS = {"MRCONSO.RRF": (0,), "MRSTY.RRF": (0,), "MRREL.RRF": (0, 4)}
 _TYPE, _CONCEPT, _RELATION, _CLASS = RDF + "type", MKG + "Concept", MKG + "Relation", OWL + "Class"
+_CUI = re.compile(r"C\d{7}")  #: a CUI as the loader mints it (anything else: never a concept of the graph)
+#: the predicates of a concept's own triples (MRCONSO and MRSTY make them); any other one is an MRREL edge
+_OWN_PREDICATES = frozenset({TYPE, PREF, ALT, iri_ref(SKOS + "exactMatch"), iri_ref(SKOS_NOTATION)})
 
 
-def changed_cuis(previous: ReleaseInfo | None, path: Path, options: LoadOptions) -> tuple[set[bytes], str]:
-    """The CUIs named by a row that differs between the previous release's files and those under ``path``, and
-    how many rows that is; ``RowsNeedWholeRelease`` (why) when the per-CUI view cannot stand for the graph's."""
+@dataclass(frozen=True)
+class ReleaseChanges:
+    """The rows that differ between the previous release's RRF files and the new release's."""
+
+    old_files: dict[str, Path]
+    new_files: dict[str, Path]
+    rows: dict[str, RowChanges]  #: by file name; a file whose bytes did not change has none
+    summary: str  #: ``N of M rows changed``
+
+
+def release_changes(previous: ReleaseInfo | None, path: Path, options: LoadOptions) -> ReleaseChanges:
+    """The changed rows of MRCONSO, MRSTY and MRREL; ``RowsNeedWholeRelease`` (why) when the previous release's
+    files cannot stand for the graph (moved, edited, other options, other files, other inverses, most rows)."""
     if previous is None:
         raise RowsNeedWholeRelease("the graph has no release record")
     old_root = Path(previous.path)
@@ -43,60 +66,186 @@ def changed_cuis(previous: ReleaseInfo | None, path: Path, options: LoadOptions)
     if set(old_files) != set(new_files):
         raise RowsNeedWholeRelease(f"the releases hold different RRF files ({', '.join(sorted(old_files))} and "
                                    f"{', '.join(sorted(new_files))})")
-    for file in old_files.values():
+    recorded: dict[str, str] = {}
+    for name, file in old_files.items():
         relative = str(file.relative_to(old_root))
-        if previous.files.get(relative) != file_hashes(file)[file.name]:
+        recorded[name] = previous.files.get(relative, "")
+        if recorded[name] != file_hashes(file)[file.name]:
             raise RowsNeedWholeRelease(f"the previous release's {relative} changed since it was loaded (SHA-256)")
     quiet = Problem(LoadOptions(lenient=True), LoadReport())
     if "MRDOC.RRF" in old_files and read_inverses(old_files, quiet) != read_inverses(new_files, quiet):
         raise RowsNeedWholeRelease("MRDOC's relation inverses changed (every edge's direction may)")
-    cuis: set[bytes] = set()
+    rows: dict[str, RowChanges] = {}
     changed = lines = 0
-    for name, columns in CUI_COLUMNS.items():
+    for name in CUI_COLUMNS:
         if name not in new_files:
             continue
-        changes = row_changes(old_files[name], new_files[name])
-        for _, raw in (*changes.removed, *changes.added):
-            fields = raw.split(b"|")
-            cuis.update(fields[column] for column in columns if column < len(fields))
-        changed += len(changes.removed) + len(changes.added)
-        lines += changes.lines
+        if file_hashes(new_files[name])[name] == recorded[name]:  # the same bytes: no row changed (C-speed check)
+            lines += _line_count(new_files[name])
+            continue
+        rows[name] = row_changes(old_files[name], new_files[name])
+        changed += len(rows[name].removed) + len(rows[name].added)
+        lines += rows[name].lines
         if changed > max(MAX_CHANGED_SHARE * lines, MAX_CHANGED_IN_MEMORY):
             raise RowsNeedWholeRelease(f"more than {changed:,} rows of {name} and the files before it changed")
-    return cuis, f"{changed:,} of {lines:,} rows changed"
+    return ReleaseChanges(old_files, new_files, rows, f"{changed:,} of {lines:,} rows changed")
+
+
+def _line_count(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
+
+
+class _Graph:
+    """What the update asks the graph: whether it holds a concept (memoised: an end named by many changed rows),
+    an edge, and a concept's own triples or edges, as N-Triples lines."""
+
+    def __init__(self, store: Store, graph: str) -> None:
+        self.store, self.graph = store, graph
+        self.namespace = prefixes()["UMLS"]
+        self._held: dict[str, bool] = {}
+        raw = getattr(store, "raw", None)
+        # the embedded store's index straight (tens of thousands of lookups), else the pattern primitive
+        self._raw = raw if isinstance(raw, ox.Store) else None
+        self._type_concept_graph = ox.NamedNode(_TYPE), ox.NamedNode(_CONCEPT), ox.NamedNode(graph)
+
+    def holds_concept(self, cui: str) -> bool:
+        held = self._held.get(cui)
+        if held is None:
+            if self._raw is not None and _CUI.fullmatch(cui):
+                kind, concept, graph = self._type_concept_graph
+                found = self._raw.quads_for_pattern(ox.NamedNode(self.namespace + cui), kind, concept, graph)
+                held = next(found, None) is not None
+            else:
+                held = _has(self.store, self.graph, self.namespace + cui, _TYPE, _CONCEPT)
+            self._held[cui] = held
+        return held
+
+    def holds_edge(self, line: str) -> bool:
+        subject, predicate, obj = line[1:-3].split("> <")  # ``<s> <p> <o> .``: an edge names three IRIs
+        return _has(self.store, self.graph, subject, predicate, obj)
+
+    def lines(self, cui: str, *, own_only: bool) -> Iterator[str]:
+        """The concept's triples as subject (``own_only``: its labels, codes and types, no edge) and, without
+        ``own_only``, the edges into it as well."""
+        iri = self.namespace + cui
+        for line in pattern_lines(self.store, self.graph, iri):
+            if not own_only or line.split(" ", 2)[1] in _OWN_PREDICATES:  # ``<s> <p> ...``: IRIs hold no space
+                yield line
+        if not own_only:
+            yield from pattern_lines(self.store, self.graph, obj=iri)
 
 
 def umls_difference(store: Store, graph: str, loader: object, path: Path, options: LoadOptions, report: LoadReport,
                     previous: ReleaseInfo | None) -> tuple[TripleDifference, str]:
-    """The triples removed and added from the graph to the release at ``path``, from the changed CUIs' rows only;
-    and how the difference was found (for the ``compared:`` line)."""
-    cuis, rows = changed_cuis(previous, path, options)
-    ns = prefixes()["UMLS"]
-    cui_prefix = f"<{ns}"
+    """The triples removed and added from the graph to the release at ``path``, from the changed rows only; and
+    how the difference was found (for the ``compared:`` line)."""
+    changes = release_changes(previous, path, options)
+    rows: UmlsRows = loader.scoped_rows(changes.new_files, options, report)  # type: ignore[attr-defined]
+    held = _Graph(store, graph)
+    quiet = Problem(LoadOptions(lenient=True), LoadReport())  # the previous release's rows: read by its load already
+    relation_changes = changes.rows.get("MRREL.RRF")
+    old_relations = changes.old_files.get("MRREL.RRF")
+    removed_rows = rows.lines(old_relations, relation_changes.removed, quiet) if relation_changes else []
+    added_rows = rows.lines(changes.new_files["MRREL.RRF"], relation_changes.added) if relation_changes else []
 
-    def kept_outside(outside: list[str]) -> set[str]:  # a concept the graph holds is one the previous load kept
-        return {cui for cui in outside if _has(store, graph, ns + cui, _TYPE, _CONCEPT)}
+    # the concepts whose own rows changed, and the ends of added edges the graph lacks (do their rows exist?)
+    named = {raw.split(b"|", 1)[0] for name in ("MRCONSO.RRF", "MRSTY.RRF") if name in changes.rows
+             for _, raw in (*changes.rows[name].removed, *changes.rows[name].added)}  # picked as the bytes were
+    concepts = {cui.decode("utf-8", "replace") for cui in named}
+    for cui in _ends_of(added_rows):
+        if cui not in concepts and not held.holds_concept(cui):
+            concepts.add(cui)
+            named.add(cui.encode())
+    compared = _Lines(graph)
+    if concepts:
+        pick = [(0, named)]
+        compared.take(rows.concept_lines(rows.picked("MRCONSO.RRF", pick)))
+        if "MRSTY.RRF" in changes.new_files:
+            compared.take(rows.type_lines(rows.picked("MRSTY.RRF", pick)))
+    compared.take(rows.source_lines(graph))
+    # a concept that came, went or is kept no longer (or never was in MRCONSO): every edge naming it may change
+    restated = {cui for cui in concepts if rows.kept(cui) != held.holds_concept(cui) or not rows.seen(cui)}
 
-    new_lines: set[str] = set()
-    declared: dict[str, set[str]] = {}  # relation or semantic type -> its declaration, as the new release makes it
-    graph_ref = f"<{graph}>"
-    for chunk in loader.scoped_lines(locate_release(path), options, report, graph, cuis, kept_outside):  # type: ignore[attr-defined]
-        for line in chunk.split("\n")[:-1]:
-            subject = line[:line.index(" ")]
-            if subject.startswith(cui_prefix) or subject == graph_ref:
-                new_lines.add(line)
-            else:
-                declared.setdefault(subject[1:-1], set()).add(line)
-    old_lines: set[str] = set()
-    for cui in cuis:
-        iri = ns + cui.decode("utf-8", "replace")
-        old_lines.update(pattern_lines(store, graph, iri))
-        old_lines.update(pattern_lines(store, graph, obj=iri))  # edges into it
-    old_lines.update(pattern_lines(store, graph, graph))
-    facts = triple_difference(sorted(old_lines), sorted(new_lines))
-    declarations = _declarations(store, graph, facts, declared)
+    def mark_ends(lines: list[tuple[int, str]]) -> None:
+        for cui in _ends_of(lines):
+            if cui not in concepts:
+                rows.mark(cui, held.holds_concept(cui))
+
+    def by_row(line: tuple[int, str]) -> bool:
+        return restated.isdisjoint(_ends(line[1]))
+
+    mark_ends(removed_rows)
+    mark_ends(added_rows)
+    before = _edges(rows.edge_lines(filter(by_row, removed_rows), path=old_relations, quiet=True))
+    after = _Lines(graph)
+    after.take(rows.edge_lines(filter(by_row, added_rows)))
+    compared.declared.update(after.declared)
+    gone = before - after.lines
+    # one pass over MRREL: every row naming a restated concept, and the rows that may still make a gone edge
+    pairs: set[tuple[str, str]] = set()
+    for line in gone:
+        subject, _, obj = line[1:-3].split("> <")
+        a, b = subject[len(held.namespace):], obj[len(held.namespace):]
+        pairs.update(((a, b), (b, a)))
+    still: set[str] = set()
+    if "MRREL.RRF" in changes.new_files and (restated or pairs):
+        firsts = {cui.encode() for cui in restated} | {a.encode() for a, _ in pairs}
+        picked = rows.picked_lines("MRREL.RRF", [(0, firsts), (4, {cui.encode() for cui in restated})])
+        theirs = [line for line in picked if not by_row(line)]
+        mark_ends(theirs)
+        compared.take(rows.edge_lines(theirs))
+        still = _edges(rows.edge_lines((line for line in picked if _ends(line[1]) in pairs), quiet=True)) & gone
+
+    old_lines = set(pattern_lines(store, graph, graph))
+    for cui in concepts:
+        old_lines.update(held.lines(cui, own_only=cui not in restated))
+    facts = triple_difference(sorted(old_lines), sorted(compared.lines))
+    edges_added = sorted(line for line in after.lines - before if not held.holds_edge(line))
+    facts = TripleDifference(removed=facts.removed + parse_lines(sorted(gone - still)),
+                             added=facts.added + parse_lines(edges_added))
+    declarations = _declarations(store, graph, facts, compared.declared)
     difference = TripleDifference(removed=facts.removed + declarations.removed, added=facts.added + declarations.added)
-    return difference, f"the {len(cuis):,} concepts whose rows changed ({rows}; only the rows naming them parsed)"
+    return difference, (f"the rows that changed ({changes.summary}; the {len(concepts):,} concepts of changed "
+                        f"MRCONSO/MRSTY rows re-read, {len(removed_rows) + len(added_rows):,} MRREL rows applied "
+                        f"one by one, {len(restated):,} concepts kept or dropped re-read with their edges)")
+
+
+class _Lines:
+    """Lines a scoped pass wrote: about a concept or the graph itself (compared with the graph's), or declaring a
+    relation or semantic type (followed through ``_declarations``)."""
+
+    def __init__(self, graph: str) -> None:
+        self.graph_ref = f"<{graph}>"
+        self.cui_prefix = f"<{prefixes()['UMLS']}"
+        self.lines: set[str] = set()
+        self.declared: dict[str, set[str]] = {}
+
+    def take(self, chunks: Iterable[str]) -> None:
+        for chunk in chunks:
+            for line in chunk.split("\n")[:-1]:
+                subject = line[:line.index(" ")]
+                if subject.startswith(self.cui_prefix) or subject == self.graph_ref:
+                    self.lines.add(line)
+                else:
+                    self.declared.setdefault(subject[1:-1], set()).add(line)
+
+
+def _ends(text: str) -> tuple[str, str]:
+    """An MRREL line's CUI1 and CUI2 (empty for a line too short: its reader reports it)."""
+    fields = text.split("|", 5)
+    return (fields[0], fields[4]) if len(fields) > 5 else ("", "")
+
+
+def _ends_of(lines: list[tuple[int, str]]) -> Iterator[str]:
+    for _, text in lines:
+        yield from (cui for cui in _ends(text) if cui)
+
+
+def _edges(chunks: Iterable[str]) -> set[str]:
+    """The edge lines of ``edge_lines`` chunks (a first use's declarations left out)."""
+    cui_prefix = f"<{prefixes()['UMLS']}"
+    return {line for chunk in chunks for line in chunk.split("\n")[:-1] if line.startswith(cui_prefix)}
 
 
 def _declarations(store: Store, graph: str, facts: TripleDifference, declared: dict[str, set[str]]) -> TripleDifference:
@@ -143,4 +292,3 @@ def _has(store: Store, graph: str, subject: str, predicate: str, obj: str) -> bo
 def _triple(line: str) -> ox.Triple:
     (triple,) = parse_lines([line])
     return triple
-

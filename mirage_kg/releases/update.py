@@ -95,7 +95,7 @@ def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: 
     """The difference between what ``graph`` holds and the release at ``path``. With the previous release's file
     at hand (``previous``, a line-based source), only the rows that changed are parsed (``line_scope``); a loader
     that can tell which subjects a release may change (``update_scope``: a SNOMED CT Delta) has only those
-    compared; a UMLS release over its previous one on disk, only the CUIs whose rows changed (``umls_scope``);
+    compared; a UMLS release over its previous one on disk, only the rows that changed (``umls_scope``);
     otherwise the whole release is regenerated and compared with the whole graph."""
     fallback = ""
     if previous is not None and supports_rows(loader, path, options):
@@ -105,7 +105,7 @@ def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: 
             if triples is not None:
                 return ReleaseDiff.of(compress(graph), str(path), triples, examples, method=str(scope))
             fallback = scope.detail
-    if hasattr(loader, "scoped_lines"):  # UMLS: the changed CUIs' rows (``umls_scope``)
+    if hasattr(loader, "scoped_rows"):  # UMLS: the changed rows (``umls_scope``)
         from mirage_kg.releases.umls_scope import umls_difference
 
         try:
@@ -157,11 +157,23 @@ def update_release(store: Store, path: Path, loader: Loader, options: LoadOption
         recorded.pop(private, None)
     options.extra.pop("snomed_only", None)  # the next path of the same command is scoped afresh
     info = new_release_info(loader.name, path, graph, recorded, history)
-    before = store_fingerprint(store)
+    before = store_fingerprint(store) if _may_hold_label_index(store) else None
     apply_difference(store, graph, diff, info)
     subjects = {t.subject.value for t in (*diff.triples.removed, *diff.triples.added)
                 if isinstance(t.subject, ox.NamedNode)}
-    return UpdateResult(graph, diff, info, carry_label_index(store, before, subjects))
+    return UpdateResult(graph, diff, info, carry_label_index(store, before, subjects) if before else None)
+
+
+def _may_hold_label_index(store: Store) -> bool:
+    """Whether a label index may be cached for the store (the fingerprint it needs counts every quad: seconds at
+    millions): False only for an on-disk store whose own cache folder holds none."""
+    if store.path is None:
+        return True
+    folder = store.path / ".mirage-cache"  # ``caching.cache_folder``'s choice for an on-disk store
+    if folder.is_dir():
+        # not writable: the cache is under the user's cache folder, by fingerprint
+        return not os.access(folder, os.W_OK) or any(folder.glob("labels-*.sqlite"))  # ``label_index_file``
+    return not os.access(store.path, os.W_OK)  # writable: the cache folder would be made here, so none yet
 
 
 def carry_label_index(store: Store, before: str, changed: set[str]) -> int | None:

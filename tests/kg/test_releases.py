@@ -139,7 +139,9 @@ def test_umls_update_parses_only_the_rows_of_the_changed_concepts(
     whole = _whole_reads(monkeypatch)
     output = run("load", "--update", str(new), "--store", str(updated), "--no-index").output
     monkeypatch.undo()
-    assert "compared: the 3 concepts whose rows changed (9 of 27 rows changed" in output
+    # C0000003's and C0000004's own rows changed; C0000003 went (every edge naming it re-read); 5 MRREL rows changed
+    assert "compared: the rows that changed (9 of 27 rows changed; the 2 concepts of changed MRCONSO/MRSTY rows " \
+           "re-read, 5 MRREL rows applied one by one, 1 concepts kept or dropped re-read with their edges)" in output
     assert not {"MRCONSO.RRF", "MRSTY.RRF", "MRREL.RRF"} & set(whole)  # only the rows naming C0000001/3/4
     run("load", str(new), "--store", str(fresh), "--graph", graph_of(updated), "--no-index")
     assert data_export(updated) == data_export(fresh)
@@ -162,10 +164,91 @@ def test_umls_update_follows_concepts_kept_or_dropped_and_new_declarations(tmp_p
     updated, fresh = tmp_path / "updated", tmp_path / "fresh"
     run("load", str(old), "--store", str(updated), "--no-index")
     output = run("load", "--update", str(new), "--store", str(updated), "--no-index").output
-    assert "compared: the 3 concepts whose rows changed" in output
+    assert "the 2 concepts of changed MRCONSO/MRSTY rows re-read, 1 MRREL rows applied one by one, 2 concepts " \
+           "kept or dropped re-read with their edges" in output
     assert "concepts added: 1 (e.g. UMLS:C0000007)" in output and "concepts retired: 1 (e.g. UMLS:C0000002)" in output
     run("load", str(new), "--store", str(fresh), "--graph", graph_of(updated), "--no-index")
     assert data_export(updated) == data_export(fresh)
+
+
+def _picked_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The RRF files whose rows an update picks by CUI from now on (``UmlsRows.picked``)."""
+    from mirage_kg.loaders.umls import UmlsRows
+
+    names: list[str] = []
+    picked = UmlsRows.picked
+    monkeypatch.setattr(UmlsRows, "picked", lambda self, name, *a, **k: names.append(name) or picked(self, name, *a, **k))
+    return names
+
+
+def test_umls_update_applies_changed_relation_rows_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only MRREL changes, so no concept's own rows are read: one row of the isa mirror pair goes (its edge stays,
+    the other row still makes it), then the other (the edge goes); a suppressed row is no longer suppressed (its
+    relation, never used before, is declared); both rows of the only may_treat pair go (the relation's last use:
+    its declaration goes); a row's SAB changes and a new row repeats an edge (the edge stays as it was); an inverse
+    pair of new rows lands on one edge.
+    Each update equals a fresh load of its release by export."""
+    v1, v2, v3 = tmp_path / "2099AA", tmp_path / "2099AB", tmp_path / "2099AC"
+    for release in (v1, v2, v3):
+        shutil.copytree(FIXTURES / "umls", release)
+        edit(release / "release.dat", {"umls.release.name=": f"umls.release.name={release.name}"})
+    mirror = "C0000004|A0000060|AUI|RO|C0000002|A0000040|AUI|manifestation_of|R0000013||MSH|MSH|||N||"
+    inverse = "C0000002|A0000040|AUI|RO|C0000004|A0000060|AUI|has_manifestation|R0000014||MSH|MSH|||N||"
+    changes = {"C0000001|A0000012|AUI|CHD|": None,  # its mirror row (PAR) stays
+               "C0000001|A0000012|AUI|RO|C0000004|A0000060|AUI|has_manifestation|": "C0000001|A0000012|AUI|RO|"
+               "C0000004|A0000060|AUI|has_manifestation|R0000009||MEDSYN|MEDSYN|||N||",  # no longer suppressed
+               "C0000001|A0000012|AUI|RO|C0000003|": None, "C0000003|A0000050|AUI|RO|C0000001|": None,
+               "C0000002|A0000040|AUI|RO|C0000004|": "C0000002|A0000040|AUI|RO|C0000004|A0000060|AUI||R0000007||MSH|"
+               "MSH|||N||"}  # SAB MTH -> MSH
+    again = "C0000004|A0000060|AUI|RB|C0000001|A0000012|AUI||R0000015||MSH|MSH|||N||"  # an edge the graph holds
+    edit(v2 / "META" / "MRREL.RRF", changes, add=[mirror, inverse, again])
+    edit(v3 / "META" / "MRREL.RRF", {**changes, "C0000002|A0000040|AUI|PAR|": None}, add=[mirror, inverse, again])
+    updated = tmp_path / "updated"
+    run("load", str(v1), "--store", str(updated), "--no-index")
+    graph = graph_of(updated)
+    picked = _picked_files(monkeypatch)
+    output = run("load", "--update", str(v2), "--store", str(updated), "--no-index").output
+    assert "the 0 concepts of changed MRCONSO/MRSTY rows re-read, 10 MRREL rows applied one by one, 0 concepts " \
+           "kept or dropped re-read with their edges" in output
+    assert "MRCONSO.RRF" not in picked and "MRSTY.RRF" not in picked  # no concept's own rows read
+    assert "relations added: 1 (e.g. MKG:has_manifestation)" in output
+    assert "relations removed: 1 (e.g. MKG:may_treat)" in output
+    assert "facts - MKG:may_treat: 1 (UMLS:C0000003 -> UMLS:C0000001)" in output
+    assert "facts + MKG:has_manifestation: 2" in output  # C0000004 -> C0000001 (unsuppressed), -> C0000002 (pair)
+    assert "subClassOf" not in output  # the isa edge stays: the PAR row still makes it
+    assert "related_to" not in output and "broader" not in output  # the SAB change, the repeated edge: as they were
+    monkeypatch.undo()
+    fresh = tmp_path / "fresh"
+    run("load", str(v2), "--store", str(fresh), "--graph", graph, "--no-index")
+    assert data_export(updated) == data_export(fresh)
+    output = run("load", "--update", str(v3), "--store", str(updated), "--no-index").output
+    assert "facts - rdfs:subClassOf: 1 (UMLS:C0000002 -> UMLS:C0000001)" in output  # its last row went
+    assert "1 MRREL rows applied one by one" in output
+    fresh = tmp_path / "fresh3"
+    run("load", str(v3), "--store", str(fresh), "--graph", graph, "--no-index")
+    assert data_export(updated) == data_export(fresh)
+
+
+def test_umls_update_of_a_row_naming_an_unknown_concept_fails_as_a_fresh_load(tmp_path: Path) -> None:
+    """An added MRREL row naming a CUI that MRCONSO lacks is the same error a fresh load gives (and the graph
+    stays as it was); lenient, the row is skipped and the update equals the lenient fresh load."""
+    old, new = tmp_path / "2099AA", tmp_path / "2099AB"
+    shutil.copytree(FIXTURES / "umls", old)
+    shutil.copytree(FIXTURES / "umls", new)
+    edit(new / "META" / "MRREL.RRF", {}, add=["C0000001|A0000012|AUI|RO|C0000099|A0000099|AUI||R0000099||MSH|MSH|||N||"])
+    updated, fresh = tmp_path / "updated", tmp_path / "fresh"
+    run("load", str(old), "--store", str(updated), "--no-index")
+    before = data_export(updated)
+    for store, args in ((fresh, ["load", str(new)]), (updated, ["load", "--update", str(new)])):
+        result = CliRunner().invoke(main, [*args, "--store", str(store), "--no-index"])
+        assert result.exit_code != 0 and "C0000099 is not a CUI of MRCONSO.RRF" in result.output
+    assert data_export(updated) == before
+    lenient = tmp_path / "lenient"
+    run("load", str(old), "--store", str(lenient), "--no-index", "--lenient")
+    output = run("load", "--update", str(new), "--store", str(lenient), "--no-index", "--lenient").output
+    assert "1 MRREL rows applied one by one" in output and "no changes" in output
+    run("load", str(new), "--store", str(fresh), "--graph", graph_of(lenient), "--no-index", "--lenient")
+    assert data_export(lenient) == data_export(fresh)
 
 
 def test_umls_update_with_an_edited_previous_release_compares_the_whole_release(
