@@ -6,6 +6,7 @@ The label index and the label embeddings are built once per store and cached bes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -49,7 +50,7 @@ _BLOCK_CACHE = 64  # decoded blocks (and word postings) kept: the spans of one t
 _FULL_SCAN = 500_000  # an index this small (the default KG: 0.25M) may be scanned whole when nothing else matched;
 # past it, fuzzy matching compares the labels whose words are one edit from the mention's, at most this many:
 _FUZZY_CANDIDATES = 200
-_INDEX_VERSION = 6
+_INDEX_VERSION = 7
 _COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
@@ -130,7 +131,7 @@ class LabelMatch:
 
 def singular(word: str) -> str:
     """A crude English singular, applied to labels and mentions alike (so it only has to be consistent)."""
-    if len(word) <= 3 or not word.isalpha():
+    if len(word) <= 3 or word[-1] != "s" or not word.isalpha():  # every rule below takes a final s
         return word
     if word.endswith("ies") and len(word) > 4:
         return word[:-3] + "y"
@@ -152,7 +153,7 @@ def fold(text: str) -> str:
 
 def normalise(text: str) -> str:
     """``fold`` plus plurals: ``"Panic_Disorders"`` -> ``"panic disorder"`` (the normalised-label method)."""
-    return " ".join(singular(w) for w in fold(text).split())
+    return " ".join(map(singular, fold(text).split()))
 
 
 def tokens(text: str) -> list[tuple[str, int, int]]:
@@ -513,6 +514,8 @@ class LabelIndex:
         self._postings: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._texts: list[str] | None = None
         self._all_sorted: tuple[list[int], list[str]] | None = None
+        self._has_packed = meta.get("packed") == "1"
+        self._packed: _Packed | None = None  # read on first use
 
     # --- opening and building ------------------------------------------------------------------------------------
     @classmethod
@@ -561,7 +564,22 @@ class LabelIndex:
     def __len__(self) -> int:
         return self._entities
 
+    def _lookup(self) -> _Packed | None:
+        """The packed lookup, read on first use; None when the index has none (two forms shared a digest)."""
+        if self._packed is None and self._has_packed:
+            with self._lock:
+                if self._packed is None:
+                    def read(name: str) -> bytes:
+                        parts = self._db.execute("SELECT data FROM packed WHERE name = ? ORDER BY part", (name,))
+                        return b"".join(row[0] for row in parts)
+
+                    self._packed = _Packed(read)
+        return self._packed
+
     def _entity_row(self, idx: int) -> tuple[str, str]:
+        packed = self._lookup()
+        if packed is not None:
+            return packed.entity(idx)
         row = self._entity_cache.get(idx)
         if row is None:
             found = self._rows("SELECT iri, name FROM entities WHERE idx = ?", (idx,))
@@ -583,10 +601,21 @@ class LabelIndex:
 
     def exact(self, text: str) -> list[tuple[int, int]]:
         """(entity, kind) of the labels written exactly ``text``, by entity."""
+        packed = self._lookup()
+        if packed is not None:
+            levels, idxs = packed.levels, packed.idxs
+            return sorted((idxs[at], levels[at]) for at in packed.rows(text) if levels[at] < 2)
         return self._rows("SELECT idx, level FROM forms WHERE form = ? AND level < 2 ORDER BY idx, level", (text,))
 
     def dictionary(self, text: str, key: str) -> list[tuple[int, int, int]]:
         """(entity, kind, 0) of labels written ``text`` and (entity, kind, 1) of labels normalised to ``key``."""
+        packed = self._lookup()
+        if packed is not None:
+            levels, idxs = packed.levels, packed.idxs
+            out = [(idxs[at], levels[at], 0) for at in packed.rows(text) if levels[at] < 2]
+            if key:
+                out.extend((idxs[at], levels[at] - 2, 1) for at in packed.rows(key) if levels[at] >= 2)
+            return out
         rows = self._rows("SELECT idx, level, 0, iri, name FROM forms WHERE form = ?1 AND level < 2 UNION ALL "
                           "SELECT idx, level - 2, 1, iri, name FROM forms WHERE form = ?2 AND ?2 != '' AND level >= 2",
                           (text, key))
@@ -594,13 +623,24 @@ class LabelIndex:
             self._remember(idx, (iri, name))
         return [row[:3] for row in rows]
 
-    def ranked(self, text: str, key: str, limit: int) -> tuple[list[tuple[int, int, str, str]], int | None]:
-        """The dictionary matches in ranking order: (level, entity, IRI, name) with level 0 a preferred label
-        written ``text``, 1 a synonym written so, 2 a preferred label normalised to ``key``, 3 such a synonym; by
-        level, then IRI; at most ``limit`` of levels 0-1 and of levels 2-3. Also the first level that may have had
-        more rows (the level of the last row of a read that returned ``limit``), or None."""
-        rows = self._rows(_RANKED_SQL, (text, key, limit))
-        written = sum(1 for row in rows if row[0] < 2)
+    def ranked(self, text: str, key: str, limit: int) -> tuple[list[tuple[int, int]], int | None]:
+        """The dictionary matches in ranking order: (level, entity) with level 0 a preferred label written
+        ``text``, 1 a synonym written so, 2 a preferred label normalised to ``key``, 3 such a synonym; by level,
+        then IRI; at most ``limit`` of levels 0-1 and of levels 2-3. Also the first level that may have had more
+        rows (the level of the last row of a read that returned ``limit``), or None."""
+        packed = self._lookup()
+        if packed is not None:
+            levels, idxs = packed.levels, packed.idxs
+            rows: list[tuple[int, int]] = [(levels[at], idxs[at]) for at in packed.written(text, limit)]
+            written = len(rows)
+            if key:
+                rows += [(levels[at], idxs[at]) for at in packed.normalised(key, limit)]
+        else:
+            found = self._rows(_RANKED_SQL, (text, key, limit))
+            for _, idx, iri, name in found:  # the ranking reads them next
+                self._remember(idx, (iri, name))
+            rows = [(level, idx) for level, idx, _, _ in found]
+            written = sum(1 for row in rows if row[0] < 2)
         cuts = [rows[written - 1][0]] if written >= limit else []
         if len(rows) - written >= limit:
             cuts.append(rows[-1][0])
@@ -695,8 +735,10 @@ class LabelIndex:
             self._all_sorted = ([r[0] for r in rows], [r[1] for r in rows])
         return self._all_sorted
 
-    def choice(self, choice_id: int) -> str:
-        return self._rows("SELECT folded FROM choices WHERE id = ?", (choice_id,))[0][0]
+    def choice_entities(self, ids: Iterable[int]) -> list[tuple[int, int]]:
+        """(choice, entity) of every label folded to one of these choices."""
+        return self._rows("SELECT c.id, l.idx FROM choices c JOIN labels l ON l.folded = c.folded WHERE c.id IN "
+                          "(SELECT value FROM json_each(?))", (json.dumps(list(ids)),))
 
     @property
     def texts(self) -> list[str]:
@@ -826,10 +868,11 @@ class LabelIndex:
                     if row is None:
                         db.executemany("INSERT OR IGNORE INTO variants VALUES (?, ?)",
                                        [(variant, word) for variant in _variants(word)])
+                db.execute("DELETE FROM packed")  # re-packed whole: a stream of the forms, no SQL per row
                 counts = {"entities": db.execute("SELECT COUNT(*) FROM entities").fetchone()[0],
                           "labels": db.execute("SELECT COUNT(*) FROM labels").fetchone()[0],
                           "choices": db.execute("SELECT COUNT(*) FROM choices").fetchone()[0],
-                          "max_tokens": max_tokens}
+                          "max_tokens": max_tokens, "packed": int(_pack_lookup(db))}
                 db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in counts.items()])
                 db.commit()
             finally:
@@ -838,6 +881,7 @@ class LabelIndex:
                     self._db = _reader(FsPath(self.path))
             self._entities, self.label_count = counts["entities"], counts["labels"]
             self.choice_count, self.max_tokens = counts["choices"], max_tokens
+            self._has_packed, self._packed = counts["packed"] == 1, None
             self._entity_cache.clear()
             self._blocks.clear()
             self._postings.clear()
@@ -888,6 +932,7 @@ CREATE TABLE choices(id INTEGER PRIMARY KEY, folded TEXT NOT NULL, sorted TEXT N
 CREATE TABLE blocks(key TEXT PRIMARY KEY, ids BLOB NOT NULL, texts BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE words(word TEXT PRIMARY KEY, ids BLOB NOT NULL, lens BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE variants(variant TEXT NOT NULL, word TEXT NOT NULL, PRIMARY KEY (variant, word)) WITHOUT ROWID;
+CREATE TABLE packed(name TEXT NOT NULL, part INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (name, part));
 """
 _LABEL_KEYS = (SKOS_PREF, RDFS_LABEL, SKOS_ALT)
 
@@ -997,7 +1042,7 @@ def _fill(db: sqlite3.Connection, kg: Graph) -> None:
     db.execute("INSERT INTO variants SELECT variant, word FROM staged ORDER BY variant, word")
     db.execute("DROP TABLE staged")
     meta = {"version": _INDEX_VERSION, "entities": count["entities"], "labels": count["labels"],
-            "choices": number + 1, "max_tokens": max_tokens}
+            "choices": number + 1, "max_tokens": max_tokens, "packed": int(_pack_lookup(db))}
     db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
     db.commit()
 
@@ -1063,6 +1108,135 @@ def _stream(db: sqlite3.Connection, sql: str) -> Iterator[Any]:
         yield from batch
 
 
+# --- the packed dictionary lookup --------------------------------------------------------------------------------
+
+_PART_BYTES = 1 << 28  # packed arrays are stored in parts of at most this size (an SQLite blob holds up to 1 GB)
+
+
+def _form_digest(form: str) -> tuple[int, int]:
+    """A form's 128-bit digest as two signed 64-bit ints: the key the lookup bisects on, and a check. Two stored
+    forms with one digest are caught when the lookup is packed (then it stays in SQLite); a mention that is no
+    stored form yet shares the digest of one is a 2^-128 chance per stored form."""
+    digest = hashlib.blake2b(form.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return int.from_bytes(digest[:8], "little", signed=True), int.from_bytes(digest[8:], "little", signed=True)
+
+
+def _pack_lookup(db: sqlite3.Connection) -> bool:
+    """Write the ``packed`` table from ``forms`` and ``entities``: every distinct form's digest (sorted) with the
+    range of its rows, each row's level and entity (a form's rows in ranking order: level, then IRI), and every
+    entity's IRI and name as UTF-8 with their offsets. False (nothing written) when two forms share a digest."""
+    import numpy as np
+    from array import array
+
+    keys, checks, numbers, levels, idxs = array("q"), array("q"), array("i"), array("b"), array("i")
+    current: str | None = None
+    key = check = 0
+    number = -1
+    for form, level, idx in _stream(db, "SELECT form, level, idx FROM forms ORDER BY form, level, iri"):
+        if form != current:
+            current, number = form, number + 1
+            key, check = _form_digest(form)
+        keys.append(key)
+        checks.append(check)
+        numbers.append(number)
+        levels.append(level)
+        idxs.append(idx)
+    del current
+    row_keys, row_checks = np.frombuffer(keys, dtype=np.int64), np.frombuffer(checks, dtype=np.int64)
+    order = np.lexsort((row_checks, row_keys))  # stable: a form's rows keep their ranking order
+    row_keys, row_checks = row_keys[order], row_checks[order]
+    row_numbers = np.frombuffer(numbers, dtype=np.int32)[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (row_keys[1:] != row_keys[:-1]) | (row_checks[1:] != row_checks[:-1])
+    if np.any(~new[1:] & (row_numbers[1:] != row_numbers[:-1])):
+        return False
+    starts = np.flatnonzero(new)
+    bounds = np.append(starts, len(order)).astype(np.int64)
+    row_levels = np.frombuffer(levels, dtype=np.int8)[order]
+    written = np.concatenate([[0], np.cumsum(row_levels < 2)])  # a form's written rows come before the normalised
+    parts = {"group_keys": row_keys[starts], "group_checks": row_checks[starts], "group_bounds": bounds,
+             "group_splits": bounds[:-1] + written[bounds[1:]] - written[bounds[:-1]], "row_levels": row_levels,
+             "row_idx": np.frombuffer(idxs, dtype=np.int32)[order]}
+    del keys, checks, numbers, levels, idxs, row_keys, row_checks, row_numbers, order, new, starts, written
+    iris, names = bytearray(), bytearray()
+    iri_ends, name_ends = array("q", [0]), array("q", [0])
+    for idx, iri, name in _stream(db, "SELECT idx, iri, name FROM entities ORDER BY idx"):
+        while len(iri_ends) <= idx:  # a position an update left free: an empty IRI
+            iri_ends.append(len(iris))
+            name_ends.append(len(names))
+        iris += iri.encode("utf-8")
+        names += name.encode("utf-8")
+        iri_ends.append(len(iris))
+        name_ends.append(len(names))
+    parts.update(iri_text=bytes(iris), name_text=bytes(names), iri_ends=iri_ends, name_ends=name_ends)
+    for name, value in parts.items():
+        data = value if isinstance(value, bytes) else value.tobytes()
+        db.executemany("INSERT INTO packed VALUES (?, ?, ?)", ((name, part, data[start:start + _PART_BYTES])
+                                                               for part, start in enumerate(
+                                                                   range(0, max(len(data), 1), _PART_BYTES))))
+    return True
+
+
+class _Packed:
+    """The packed lookup read into memory (the ``packed`` table): a dictionary match and an entity's IRI and name
+    without an SQLite statement, which cost most of an exact lookup. About 30 bytes per form and 100 per
+    entity: some 1.2 GB at UMLS size."""
+
+    def __init__(self, read: Any) -> None:
+        import numpy as np
+
+        raw = read("group_keys")
+        self._keys = np.frombuffer(raw, dtype=np.int64)  # searched by numpy, read one by one by the memoryview
+        self._key_at = memoryview(raw).cast("q")
+        self._groups = len(self._key_at)
+        self._checks = memoryview(read("group_checks")).cast("q")
+        self._bounds = memoryview(read("group_bounds")).cast("q")
+        self._splits = memoryview(read("group_splits")).cast("q")
+        self.levels = memoryview(read("row_levels")).cast("b")
+        self.idxs = memoryview(read("row_idx")).cast("i")
+        self._iri_text, self._iri_ends = read("iri_text"), memoryview(read("iri_ends")).cast("q")
+        self._name_text, self._name_ends = read("name_text"), memoryview(read("name_ends")).cast("q")
+
+    def _group(self, form: str) -> int:
+        """The group of ``form``'s rows, -1 when no label has that form."""
+        key, check = _form_digest(form)
+        at = int(self._keys.searchsorted(key))
+        key_at, checks = self._key_at, self._checks
+        while at < self._groups and key_at[at] == key:
+            if checks[at] == check:
+                return at
+            at += 1
+        return -1
+
+    def rows(self, form: str) -> range:
+        """The positions of ``form``'s rows (level, then IRI order), empty when no label has that form."""
+        group = self._group(form)
+        return range(self._bounds[group], self._bounds[group + 1]) if group >= 0 else range(0)
+
+    def written(self, form: str, limit: int) -> range:
+        """The first ``limit`` of ``form``'s rows of levels 0-1 (the form as written)."""
+        group = self._group(form)
+        if group < 0:
+            return range(0)
+        start = self._bounds[group]
+        return range(start, min(self._splits[group], start + limit))
+
+    def normalised(self, form: str, limit: int) -> range:
+        """The first ``limit`` of ``form``'s rows of levels 2-3 (the form as normalised)."""
+        group = self._group(form)
+        if group < 0:
+            return range(0)
+        start = self._splits[group]
+        return range(start, min(self._bounds[group + 1], start + limit))
+
+    def entity(self, idx: int) -> tuple[str, str]:
+        """Entity ``idx``'s (IRI, name); IndexError when there is none."""
+        if not 0 <= idx < len(self._iri_ends) - 1 or self._iri_ends[idx] == self._iri_ends[idx + 1]:
+            raise IndexError(idx)
+        return (self._iri_text[self._iri_ends[idx]:self._iri_ends[idx + 1]].decode("utf-8"),
+                self._name_text[self._name_ends[idx]:self._name_ends[idx + 1]].decode("utf-8"))
+
+
 # --- the linker ---------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -1122,6 +1296,8 @@ class Linker:
 
     @property
     def index(self) -> LabelIndex:
+        if self._index is not None:  # every lookup asks: no lock once it is there
+            return self._index
         with self._lock:
             if self._index is None:
                 self._index = self._load_index()
@@ -1339,12 +1515,11 @@ class Linker:
             index = self.index
             rows, cut = index.ranked(text, key, 2 * top + 2)  # room for the entities found at two levels
             taken: dict[int, int] = {}
-            for level, idx, iri, name in rows:  # (level, IRI): the ranking's order without merged concepts
+            for level, idx in rows:  # (level, IRI): the ranking's order without merged concepts
                 if idx not in taken:
                     if len(taken) == top:
                         break
                     taken[idx] = level
-                    index._remember(idx, (iri, name))
             # the first ``top`` are known unless a level cut short comes before the last one taken (its unread
             # rows would rank earlier) or too few were found; then every match is read
             if cut is None or (len(taken) == top and max(taken.values()) <= cut):
@@ -1378,9 +1553,10 @@ class Linker:
             hits = self._extract(query, _union(rare)) if rare else []
             if not hits and full_scan:  # a typo in every rare word: look further
                 hits = self._extract(query, index.all_sorted())
-        for pos, ratio in hits:
-            for idx, kind in index.folded(index.choice(pos)):
-                _offer(scores, idx, 0.9 * ratio / 100.0, "fuzzy")
+        if hits:  # each entity keeps its best ratio, whatever the order: one read for every hit's labels
+            ratios = dict(hits)
+            for choice_id, idx in index.choice_entities(ratios):
+                _offer(scores, idx, 0.9 * ratios[choice_id] / 100.0, "fuzzy")
 
     def _near(self, key: str, query: str) -> tuple[list[int], list[str]]:
         """A large index's fuzzy candidates for the folded ``key`` (``query``: its words sorted), among the labels
@@ -1475,7 +1651,8 @@ class Linker:
         entity_row = self.index._entity_row
         rows = {idx: entity_row(idx) for idx in scores}  # (IRI, name)
         if not groups:  # each entity stands for itself: best first, then by IRI
-            order = sorted(scores.items(), key=lambda kv: (-kv[1][0], _METHOD_RANK[kv[1][1]], rows[kv[0]][0]))
+            order = sorted(scores.items(), key=lambda kv: (-kv[1][0], _METHOD_RANK[kv[1][1]], rows[kv[0]][0])) \
+                if len(scores) > 1 else list(scores.items())
             return [Candidate(Entity(*rows[idx]), round(score, 6), method) for idx, (score, method) in order[:top]]
         # ties: a merged concept's representative (MONDO before OMIM before ...) first, then by IRI
         order = sorted(scores.items(), key=lambda kv: (-kv[1][0], _METHOD_RANK[kv[1][1]],

@@ -140,6 +140,7 @@ def test_an_updated_index_finds_what_a_fresh_build_finds(tmp_path: Path, monkeyp
                  f'<{kg}Headache> <http://www.w3.org/2004/02/skos/core#altLabel> "cephalalgia"@en }} }}')
     updated = LabelIndex.open(copy)
     assert updated.update(Graph(store), [kg + "Vertigo", kg + "Allergy", kg + "Headache"]) == 3
+    assert updated._lookup() is not None  # re-packed: the in-memory lookup sees the update
     fresh = Linker(store, embedding_model="none", cache_dir=tmp_path / "cache")
     patched = Linker(store, embedding_model="none", cache_dir=tmp_path / "cache")
     patched._index = updated
@@ -162,6 +163,42 @@ def test_an_updated_index_finds_what_a_fresh_build_finds(tmp_path: Path, monkeyp
     for prefix in ("v", "ce", "all", "he"):
         assert patched.complete(prefix) == fresh.complete(prefix), prefix
     store.close()
+
+
+def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dictionary lookup held in memory (form digests -> rows in ranking order, entity IRIs and names) gives
+    the answers of the index's SQLite tables, including names many concepts share (the bounded reads and their
+    cut-off); when two forms share a digest the index is built without it and answers from SQLite."""
+    import mirage_kg.linking as linking
+
+    shared = "".join(f'KG:Shared_{i:02d} skos:prefLabel "Shared name"@en ; skos:altLabel "Common alias"@en , '
+                     f'"Shared names"@en .\n' for i in range(15))
+    shared += "".join(f'KG:Alias_{i:02d} skos:prefLabel "Alias {i}"@en ; skos:altLabel "Shared name"@en .\n'
+                      for i in range(4))
+    store = OxigraphStore()
+    ensure_schema(store)
+    load(store, TTL + shared)
+    mentions = ["Shared name", "shared names", "SHARED-NAMEs", "Common alias", "common aliases", "Panic disorder",
+                "panic disorders", "heart attack", "MI", "Crohn's disease", "crohns disease", "nothing like it",
+                "Shared name ", "Alias 3", "hypertensoin"]
+    packed = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed")
+    assert packed.index._lookup() is not None
+    answers = {(m, top): packed.link_one(m, top=top) for m in mentions for top in (1, 3, 5, 20)}
+    exact = {m: packed.index.exact(m) for m in mentions}
+    rows = [packed.index._entity_row(i) for i in range(len(packed.index))]
+    text = "Shared name with panic disorders after a heart attack"
+    linked = packed.link(text)
+    assert len(answers[("Shared name", 20)]) == 19 and answers[("Shared name", 5)][0].method == "exact"
+    monkeypatch.setattr(linking, "_form_digest", lambda form: (len(form) % 3, 0))  # every form clashes
+    plain = Linker(store, embedding_model="none", cache_dir=tmp_path / "plain")
+    assert plain.index._lookup() is None  # built without it: SQLite answers
+    for (mention, top), found in answers.items():
+        assert plain.link_one(mention, top=top) == found, (mention, top)
+    assert {m: plain.index.exact(m) for m in mentions} == exact
+    assert [plain.index._entity_row(i) for i in range(len(plain.index))] == rows
+    assert plain.link(text) == linked
+    with pytest.raises(IndexError):
+        packed.index._entity_row(len(packed.index))
 
 
 def test_scores_order_methods(linker: Linker) -> None:
