@@ -18,7 +18,7 @@ from mirage_kg.terms import iri_ref
 
 FORMAT = "2"  # bump when the file's layout or the degree's definition changes
 _CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
-_MEMO = 200_000  # degrees kept in memory after a lookup (bounded: the index itself stays on disk)
+_MEMO = 50_000  # degrees kept in memory after a lookup (bounded: the index itself stays on disk)
 
 
 class DiskDegrees(Mapping[str, int]):
@@ -28,6 +28,9 @@ class DiskDegrees(Mapping[str, int]):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        # read through a memory map: lookups cost no read() call, and the pages are the OS's file cache (shared,
+        # dropped under pressure), not this process's own memory
+        self._db.execute("PRAGMA mmap_size = 1073741824")
         self._count = int(self._meta("count") or 0)
         #: the fact predicates the index counted (a hub's relations are probed among these)
         self.predicates: list[str] = json.loads(self._meta("predicates") or "[]")
