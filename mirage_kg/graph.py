@@ -62,9 +62,10 @@ HUB_EDGES_PER_RELATION = 250
 #: bridge walks *through* a node with more than ``PATH_HUB_DEGREE`` fact edges along at most ``PATH_HUB_EDGES`` of
 #: them per relation and direction (the first in the store's index order, so the same every time): the search
 #: never reads a hub's whole neighbourhood to go past it. A hub at either end of the bridge keeps all its edges
-#: (they are checked by lookups from the other side). Merged concepts are walked uncapped.
-PATH_HUB_DEGREE = 10_000
-PATH_HUB_EDGES = 250
+#: (they are checked by lookups from the other side). Merged concepts are walked uncapped. No shipped KG reaches it
+#: (the default KG's largest node has 4,199 edges, EMCKG's 76).
+PATH_HUB_DEGREE = 5_000
+PATH_HUB_EDGES = 100
 DEGREE_INDEX_ON_DISK = 200_000  # triples past which the degree index is a file beside the store, not a dict
 _SPARQL_RECHECK_S = 2.0  # how often a remote store's manifest is re-read to notice loads
 
@@ -816,8 +817,9 @@ class Graph:
             cost_y = sum(degree[y] for y in ys if y not in memo) + len(ys)
         else:  # no index: assume a typical degree
             cost_x, cost_y = 32 * len(xs), 32 * len(ys)
-        # a membership check (both ends bound, each way one index seek) costs about two edge reads (measured)
-        cost_pairs = 2 * len(xs) * len(ys)
+        # a membership check is two index seeks (one each way): about two edge reads when the store's pages are
+        # in memory, far more when they are not (a seek reads a random block, an adjacency list reads on)
+        cost_pairs = 4 * len(xs) * len(ys)
         # point lookups read stored triples, so not across merged concepts
         if cost_pairs < min(cost_x, cost_y) and not merged:
             for x in xs:
