@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
-from mirage_kg.loaders.hygiene import checked_rows, read_line_blocks, read_picked_lines, readable_file
+from mirage_kg.loaders.hygiene import checked_rows, read_byte_blocks, read_picked_lines, readable_file
 from mirage_kg.loaders.row_pick import Criteria
 from mirage_kg.loaders.nt_terms import (
     ALT,
@@ -169,22 +169,30 @@ def release_name(path: Path) -> str:
 
 
 def rrf_blocks(path: Path, problem: Problem, advance: Callable[[float], None] | None = None,
-               pick: Criteria | None = None) -> Iterator[tuple[int, list[str]]]:
-    """The clean lines of an RRF file a block at a time: (number of the first line, the lines' texts), numbered on
-    from the first (``read_line_blocks``). With ``pick`` only the lines it names (``row_pick``), each its own
-    block, the others skipped unread (an update's scope). Fields are checked by the reader (``rrf_rows``, ``bad_row``)."""
+               pick: Criteria | None = None) -> Iterator[tuple[int, bytes]]:
+    """The clean lines of an RRF file a block at a time: (number of the first line, the lines as UTF-8 bytes, each
+    ending with a line break), numbered on from the first (``read_byte_blocks``). With ``pick`` only the lines it
+    names (``row_pick``), each its own block, the others skipped unread (an update's scope). Fields are checked by
+    the reader (``rrf_rows``, ``bad_row``)."""
     if pick is not None:
         for number, text in read_picked_lines(path, problem, pick, b"|"):
-            yield number, [text]
+            yield number, text.encode("utf-8") + b"\n"
         return
     empty = True
-    for first, lines, size in read_line_blocks(path, problem):
+    for first, data, size in read_byte_blocks(path, problem):
         empty = False
         if advance is not None:
             advance(size)
-        yield first, lines
+        yield first, data
     if empty and path.name != "MRCONSO.RRF":  # an empty MRCONSO is an error, raised by its reader
         problem.report.warn(f"the file is empty: no {EMPTY_MEANS.get(path.name, 'rows')}", path)
+
+
+def block_lines(data: bytes) -> list[str]:
+    """The texts of a block's lines (``rrf_blocks``)."""
+    lines = data.decode("utf-8").split("\n")
+    lines.pop()  # the empty text after the last line break
+    return lines
 
 
 def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | None = None,
@@ -192,8 +200,8 @@ def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | No
     """The fields of each well-formed line (the trailing ``|`` removed); the line number rides along as the last
     item. With ``pick`` only the lines it names (``row_pick``), the others skipped unread (an update's scope)."""
     expected = WIDTHS[path.name] + 1
-    for first, lines in rrf_blocks(path, problem, advance, pick):
-        for offset, text in enumerate(lines):
+    for first, data in rrf_blocks(path, problem, advance, pick):
+        for offset, text in enumerate(block_lines(data)):
             fields = text.split("|")
             if len(fields) != expected or fields[-1]:
                 bad_row(path, first + offset, text, len(fields), problem)
@@ -462,17 +470,48 @@ class UmlsLoader(Loader):
 
     # --- MRREL ------------------------------------------------------------------------------------------------
     def _relations(self, path: Path, filters: UmlsFilters, problem: Problem, report: LoadReport, state: bytearray,
-                   relations: _Relations, blocks: Iterable[tuple[int, list[str]]]) -> Iterator[str]:
-        """The edges of MRREL's lines (``rrf_blocks``), one string per block. The hot path of a load (a release
-        has 45M+ rows): each row is one split, two state lookups and one cached ``(REL, RELA)`` -> edge lookup,
-        and a block's edges are joined once, so no per-row generator, call or list copy."""
+                   relations: _Relations, blocks: Iterable[tuple[int, bytes | list[str]]]) -> Iterator[str]:
+        """The edges of MRREL's lines (``rrf_blocks``, or numbered texts), one string per block. The hot path of a load (a release
+        has 45M+ rows): a block is taken whole by ``umls_edges.block_edges`` (numpy) when no SAB or relation
+        filter applies; else, or when that finds a row it does not take, row by row: one split, two state
+        lookups and one cached ``(REL, RELA)`` -> edge lookup a row, a block's edges joined once."""
         ns = prefixes()["UMLS"]
         sabs, wanted, keep_suppressed = filters.sabs, filters.relations, filters.include_suppressed
         edges: dict[tuple[str, str], tuple[str, bool, bool]] = {}  # (REL, RELA) -> (predicate, CUI1 is the subject, symmetric)
         middles: dict[str, str] = {}  # predicate -> "> <predicate> <namespace"
         head = "<" + ns
-        for first, lines in blocks:
+        declared: list[str] = []  # the declarations of relations met for the first time, written before their edges
+
+        def edge_of(rel: str, rela: str) -> tuple[str, bool, bool]:
+            edge = edges.get((rel, rela))
+            if edge is None:
+                edge = edges[(rel, rela)] = _edge(rel, rela, relations)
+                middles.setdefault(edge[0], f"> {edge[0]} {head}")
+                declared.extend(relations.pending)
+                relations.pending.clear()
+            return edge
+
+        whole = None
+        if sabs is None and wanted is None:
+            try:
+                import numpy  # noqa: F401  (a dependency; without it, a broken install, rows are read one by one)
+
+                from mirage_kg.loaders.umls_edges import block_edges as whole
+            except ImportError:
+                whole = None
+        for first, data in blocks:
+            # a short block (one picked or damaged line) costs numpy more than the row-by-row reader
+            taken = whole(data, state, keep_suppressed, edge_of, head) \
+                if whole and isinstance(data, bytes) and len(data) >= 4096 else None
+            if taken is not None:
+                if declared:
+                    yield "".join(declared)
+                    declared.clear()
+                if taken:
+                    yield taken
+                continue
             out: list[str] = []
+            lines = block_lines(data) if isinstance(data, bytes) else data
             for offset, text in enumerate(lines):
                 # CUI1|AUI1|STYPE1|REL|CUI2|AUI2|STYPE2|RELA|RUI|SRUI|SAB|SL|RG|DIR|SUPPRESS|CVF
                 fields = text.split("|")
@@ -506,11 +545,9 @@ class UmlsLoader(Loader):
                     continue
                 edge = edges.get((rel, rela))
                 if edge is None:
-                    edge = edges[(rel, rela)] = _edge(rel, rela, relations)
-                    middles.setdefault(edge[0], f"> {edge[0]} {head}")
-                    if relations.pending:
-                        out.extend(relations.pending)
-                        relations.pending.clear()
+                    edge = edge_of(rel, rela)
+                    out.extend(declared)
+                    declared.clear()
                 predicate, forward, symmetric = edge
                 subject, obj = (cui1, cui2) if forward else (cui2, cui1)
                 if symmetric and subject > obj:

@@ -153,3 +153,65 @@ def test_a_broken_optional_file_is_an_error_not_absent(tmp_path: Path, breakage:
         load(store, "umls", release)
     assert "cannot read" in str(caught.value) or "not a regular file" in str(caught.value)
     assert store.triple_count() == 0
+
+
+def _mrrel_rows(rng: random.Random, rows: int) -> list[str]:
+    """MRREL lines over C0000001-C0000060: every kind of REL/RELA the loader maps (PAR/CHD with and without isa,
+    isa under RO, RB/RN, inverse pairs, symmetric relations, a RELA with no known inverse), mirror rows, every
+    SUPPRESS flag."""
+    pairs = [("PAR", ""), ("CHD", ""), ("PAR", "isa"), ("CHD", "inverse_isa"), ("RO", "isa"), ("RO", "inverse_isa"),
+             ("RB", ""), ("RN", ""), ("RO", "may_treat"), ("RO", "may_be_treated_by"), ("SY", ""), ("SIB", ""),
+             ("RO", ""), ("RQ", "mapped_to"), ("RO", "has_novelty"), ("RL", "")]
+    lines = []
+    for number in range(rows):
+        a, b = rng.sample(range(1, 61), 2)
+        rel, rela = rng.choice(pairs)
+        flag = rng.choice("NNNNOEY") if rng.random() < 0.3 else "N"
+        for cui1, cui2 in ((a, b), (b, a)) if rng.random() < 0.5 else ((a, b),):
+            lines.append(f"C{cui1:07d}|A1|AUI|{rel}|C{cui2:07d}|A2|AUI|{rela}|R{number}||MSH|MSH|||{flag}||\n")
+    return lines
+
+
+@pytest.mark.parametrize("damage", ["none", "self", "unknown", "short", "suppressed"])
+def test_mrrel_blocks_in_numpy_make_the_triples_rows_make(monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    """``umls_edges.block_edges`` (a block of MRREL at once, numpy) writes the triples the row-by-row reader
+    writes, and a block holding a row it does not take (a concept related to itself, a CUI MRCONSO lacks, a
+    short row) goes row by row, reported with its line, and still makes the same triples."""
+    import mirage_kg.loaders.umls_edges as umls_edges
+    from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem
+    from mirage_kg.loaders.umls import UmlsFilters, UmlsLoader, _Relations, read_inverses
+
+    lines = _mrrel_rows(random.Random(14), 400)
+    if damage == "self":
+        lines.insert(100, "C0000007|A1|AUI|RO|C0000007|A2|AUI|may_treat|R9||MSH|MSH|||N||\n")
+    elif damage == "unknown":
+        lines.insert(100, "C0000007|A1|AUI|RO|C0000099|A2|AUI|may_treat|R9||MSH|MSH|||N||\n")
+    elif damage == "short":
+        lines.insert(100, "C0000007|A1|AUI|RO|C0000008|A2|AUI|may_treat|R9||MSH|MSH|||N|\n")
+    elif damage == "suppressed":  # a suppressed row is dropped before its CUIs are looked up
+        lines.insert(100, "C0000007|A1|AUI|RO|C0000099|A2|AUI|may_treat|R9||MSH|MSH|||O||\n")
+    data = "".join(lines).encode()
+    state = bytearray(64)
+    for cui in range(1, 61):
+        state[cui] = 1 if cui % 9 == 0 else 3  # every ninth concept seen but filtered out (not kept)
+
+    def edges(numpy: bool) -> tuple[list[str], dict[str, object]]:
+        if not numpy:
+            monkeypatch.setattr(umls_edges, "block_edges", lambda *args: None)
+        report = LoadReport()
+        options = LoadOptions(lenient=True)
+        relations = _Relations(options.relation_namespace, read_inverses({}, Problem(options, report)))
+        blocks = [(1, data[:len(data) // 2 + data[len(data) // 2:].index(b"\n") + 1])]
+        blocks.append((1 + blocks[0][1].count(b"\n"), data[len(blocks[0][1]):]))
+        made = "".join(UmlsLoader()._relations(Path("MRREL.RRF"), UmlsFilters.from_options(options),
+                                               Problem(options, report), report, bytearray(state), relations, blocks))
+        monkeypatch.undo()
+        return made.splitlines(), report.to_json()
+
+    whole, by_rows = edges(True), edges(False)
+    assert set(whole[0]) == set(by_rows[0]) and whole[1] == by_rows[1]
+    if damage in ("none", "suppressed"):  # both blocks in numpy: a row and its mirror make one line
+        assert len(whole[0]) - len(set(whole[0])) <= 10 < len(by_rows[0]) - len(whole[0])
+    assert len(set(whole[0])) > 300
+    if damage in ("self", "unknown", "short"):
+        assert whole[1]["skipped"] == 1 and whole[1]["reasons"][0]["examples"][0]["line"] == 101

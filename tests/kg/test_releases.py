@@ -121,12 +121,12 @@ def test_umls_update_equals_fresh_load(tmp_path: Path, umls_pair: tuple[Path, Pa
 
 
 def _whole_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the RRF files the UMLS loader reads whole from now on (``read_line_blocks``)."""
+    """The names of the RRF files the UMLS loader reads whole from now on (``read_byte_blocks``)."""
     import mirage_kg.loaders.umls as umls
 
     names: list[str] = []
-    read_blocks = umls.read_line_blocks
-    monkeypatch.setattr(umls, "read_line_blocks",
+    read_blocks = umls.read_byte_blocks
+    monkeypatch.setattr(umls, "read_byte_blocks",
                         lambda path, *a, **k: names.append(path.name) or read_blocks(path, *a, **k))
     return names
 
