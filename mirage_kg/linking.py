@@ -1304,6 +1304,11 @@ class Linker:
             return self._index
 
     def _load_index(self) -> LabelIndex:
+        index = self._open_index()
+        index._lookup()  # the packed lookup is read with the index, not by the first mention
+        return index
+
+    def _open_index(self) -> LabelIndex:
         folder = self._folder()
         path = label_index_file(folder, self.fingerprint) if folder else None
         if path is not None and path.is_file():
