@@ -103,13 +103,15 @@ def _deferred_interrupt() -> Iterator[_Interrupt | None]:
         raise KeyboardInterrupt
 
 
-#: bytes of N-Triples in the first native bulk load of a load (about 170,000 triples); each next segment doubles,
-#: up to ``MAX_SEGMENT_BYTES``. A Ctrl-C no longer waits for a segment (the parser is cut off), so the size trades
-#: memory for write amplification: every segment is ingested into RocksDB as its own SST files, which compaction
-#: rewrites. A UMLS-shaped load of 0.9M triples wrote 1.8 GB at 8 MB segments and 0.5 GB at 64 MB, for 11% less
-#: CPU time, with a peak of 530 MiB against 125 MiB (2026-12-01); small loads keep the small first segments.
-SEGMENT_BYTES = 8 << 20
-MAX_SEGMENT_BYTES = 64 << 20
+#: bytes of N-Triples in the first native bulk load of a load; each next segment doubles, up to
+#: ``MAX_SEGMENT_BYTES``. Both are past any input now: a load is one native bulk load, as pyoxigraph's own
+#: ``bulk_load`` of a file is. The native loader already holds its memory to a few batches of 1M quads whatever the
+#: input's size, and a Ctrl-C does not wait for a segment (the parser is cut off), so segments only cost: each one's
+#: SST files were ingested on their own and left for compaction. UMLS-shaped, 0.9M triples (2026-12-01, load 9):
+#: 64 MB segments 269-282 MB on disk, one load 166-196 MB (``bulk_load``'s store: 162 MB), CPU within noise
+#: (14.2 / 13.7 vs 14.7 / 13.9 s), peak 393 vs 725 MiB (``bulk_load``: 656 MiB).
+SEGMENT_BYTES = 1 << 62
+MAX_SEGMENT_BYTES = 1 << 62
 
 
 class _Segmenter:
@@ -638,9 +640,9 @@ class OxigraphStore(Store):
         """Python makes the lines in one thread while Rust parses and indexes them in another, through a pipe:
         pyoxigraph reads the pipe's file descriptor without the GIL, so the two overlap on two cores.
 
-        The lines go in segments of about ``SEGMENT_BYTES`` (cut at a line break), one native bulk load each, so
-        the main thread is back in Python between segments: a Ctrl-C is acted on within one segment's time and
-        the native loader's memory stays bounded. Blank node labels only mean the same node within one parse,
+        The lines may go in segments of ``SEGMENT_BYTES`` (cut at a line break), one native bulk load each; by
+        default one segment holds the whole load (see ``SEGMENT_BYTES``). A Ctrl-C is acted on within one chunk
+        of lines either way (the parser is cut off). Blank node labels only mean the same node within one parse,
         so from the first ``_:`` on, the rest of the lines go in one segment."""
         interrupted = self._interrupted
         segmenter = _Segmenter(reader, interrupted)
