@@ -50,7 +50,7 @@ _BLOCK_CACHE = 64  # decoded blocks (and word postings) kept: the spans of one t
 _FULL_SCAN = 500_000  # an index this small (the default KG: 0.25M) may be scanned whole when nothing else matched;
 # past it, fuzzy matching compares the labels whose words are one edit from the mention's, at most this many:
 _FUZZY_CANDIDATES = 200
-_INDEX_VERSION = 7
+_INDEX_VERSION = 8
 _COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
@@ -723,7 +723,10 @@ class LabelIndex:
         return out
 
     def sorted_choices(self, ids: Sequence[int]) -> tuple[list[int], list[str]]:
-        """These choices' ids and word-sorted texts, by id."""
+        """These choices' ids and word-sorted texts, by id (``ids``: sorted, of choices that exist)."""
+        packed = self._lookup()
+        if packed is not None:  # in memory: 200 candidates would read some 200 scattered pages
+            return list(ids), packed.choice_texts(ids)
         rows = self._rows("SELECT id, sorted FROM choices WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
                           (json.dumps(list(ids)),))
         return [r[0] for r in rows], [r[1] for r in rows]
@@ -1169,6 +1172,14 @@ def _pack_lookup(db: sqlite3.Connection) -> bool:
         iri_ends.append(len(iris))
         name_ends.append(len(names))
     parts.update(iri_text=bytes(iris), name_text=bytes(names), iri_ends=iri_ends, name_ends=name_ends)
+    del iris, names
+    texts, text_ends = bytearray(), array("q", [0])  # each choice's word-sorted text: fuzzy matching's candidates
+    for choice_id, ordered in _stream(db, "SELECT id, sorted FROM choices ORDER BY id"):
+        while len(text_ends) <= choice_id:  # an id an update left free
+            text_ends.append(len(texts))
+        texts += ordered.encode("utf-8")
+        text_ends.append(len(texts))
+    parts.update(choice_text=bytes(texts), choice_ends=text_ends)
     for name, value in parts.items():
         data = value if isinstance(value, bytes) else value.tobytes()
         db.executemany("INSERT INTO packed VALUES (?, ?, ?)", ((name, part, data[start:start + _PART_BYTES])
@@ -1196,6 +1207,12 @@ class _Packed:
         self.idxs = memoryview(read("row_idx")).cast("i")
         self._iri_text, self._iri_ends = read("iri_text"), memoryview(read("iri_ends")).cast("q")
         self._name_text, self._name_ends = read("name_text"), memoryview(read("name_ends")).cast("q")
+        self._choice_text, self._choice_ends = read("choice_text"), memoryview(read("choice_ends")).cast("q")
+
+    def choice_texts(self, ids: Sequence[int]) -> list[str]:
+        """The word-sorted texts of these choices."""
+        text, ends = self._choice_text, self._choice_ends
+        return [text[ends[i]:ends[i + 1]].decode("utf-8") for i in ids]
 
     def _group(self, form: str) -> int:
         """The group of ``form``'s rows, -1 when no label has that form."""

@@ -184,6 +184,10 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
     packed = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed")
     assert packed.index._lookup() is not None
     answers = {(m, top): packed.link_one(m, top=top) for m in mentions for top in (1, 3, 5, 20)}
+    typos = ["hypertensoin", "panik disorder", "comon alias", "shared nmae", "crohns diseaes"]
+    monkeypatch.setattr(linking, "_FULL_SCAN", 0)  # fuzzy by near words, the candidates' texts from memory
+    near = {m: packed.link_one(m) for m in typos}
+    assert best(near["hypertensoin"]) == ("KG:Hypertension", "fuzzy")
     exact = {m: packed.index.exact(m) for m in mentions}
     rows = [packed.index._entity_row(i) for i in range(len(packed.index))]
     text = "Shared name with panic disorders after a heart attack"
@@ -197,6 +201,7 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
     assert {m: plain.index.exact(m) for m in mentions} == exact
     assert [plain.index._entity_row(i) for i in range(len(plain.index))] == rows
     assert plain.link(text) == linked
+    assert {m: plain.link_one(m) for m in typos} == near
     with pytest.raises(IndexError):
         packed.index._entity_row(len(packed.index))
 
