@@ -216,12 +216,13 @@ def _utf8(data: bytes) -> bool:
 
 
 def read_picked_lines(path: Path, problem: RowProblem, pick: Criteria, separator: bytes = b"\t", *,
-                      header: Callable[[int, str], None] | None = None,
-                      numeric_ids: bool = False) -> Iterator[tuple[int, str]]:
+                      header: Callable[[int, str], None] | None = None, numeric_ids: bool = False,
+                      keep: Callable[[bytes], bool] | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text) of the lines whose fields ``pick`` names (``row_pick``: tested on the raw bytes, the
     other lines skipped unread), each checked as ``read_lines`` checks a line. With ``header`` the first line goes
     to it instead (its number, 0 for an empty file, and its text) and is never picked. ``numeric_ids``: the
-    picked values are decimal ids, tested per block with numpy (``id_pick``; the same lines, faster)."""
+    picked values are decimal ids, tested per block with numpy (``id_pick``; the same lines, faster). ``keep``: a
+    further test of a picked line's raw bytes (no line it drops is decoded)."""
     with open_input(path) as handle:
         check_encoding(path, handle.peek(4096)[:4096])
         first = 1
@@ -232,7 +233,8 @@ def read_picked_lines(path: Path, problem: RowProblem, pick: Criteria, separator
         pick_lines = picked_lines
         if numeric_ids:
             from mirage_kg.loaders.id_pick import picked_id_lines as pick_lines
-        yield from checked_rows(path, problem, pick_lines(handle, pick, first, separator))
+        rows = pick_lines(handle, pick, first, separator)
+        yield from checked_rows(path, problem, rows if keep is None else (row for row in rows if keep(row[1])))
 
 
 def checked_rows(path: Path, problem: RowProblem, rows: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, str]]:

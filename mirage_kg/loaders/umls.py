@@ -591,9 +591,11 @@ class UmlsRows:
         """The rows of the release's ``name`` that ``pick`` names (``row_pick``), as fields."""
         return list(rrf_rows(self.files[name], self.problem, pick=pick))
 
-    def picked_lines(self, name: str, pick: Criteria) -> list[tuple[int, str]]:
-        """The lines of the release's ``name`` that ``pick`` names, numbered (MRREL's reader takes lines)."""
-        return list(read_picked_lines(self.files[name], self.problem, pick, b"|"))
+    def picked_lines(self, name: str, pick: Criteria,
+                     keep: Callable[[bytes], bool] | None = None) -> list[tuple[int, str]]:
+        """The lines of the release's ``name`` that ``pick`` names (and ``keep`` keeps, by their raw bytes),
+        numbered (MRREL's reader takes lines)."""
+        return list(read_picked_lines(self.files[name], self.problem, pick, b"|", keep=keep))
 
     def lines(self, path: Path, rows: Iterable[tuple[int, bytes]], problem: Problem | None = None) -> list[tuple[int, str]]:
         """Raw numbered lines of ``path`` (rows found changed), checked as a whole read checks them."""

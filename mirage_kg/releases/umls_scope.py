@@ -172,30 +172,40 @@ def umls_difference(store: Store, graph: str, loader: object, path: Path, option
             if cui not in concepts:
                 rows.mark(cui, held.holds_concept(cui))
 
-    def by_row(line: tuple[int, str]) -> bool:
-        return restated.isdisjoint(_ends(line[1]))
+    def by_row(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:  # rows naming no restated concept
+        return [line for line in lines if restated.isdisjoint(_ends(line[1]))] if restated else lines
 
     mark_ends(removed_rows)
     mark_ends(added_rows)
-    before = _edges(rows.edge_lines(filter(by_row, removed_rows), path=old_relations, quiet=True))
+    before = _edges(rows.edge_lines(by_row(removed_rows), path=old_relations, quiet=True))
     after = _Lines(graph)
-    after.take(rows.edge_lines(filter(by_row, added_rows)))
+    after.take(rows.edge_lines(by_row(added_rows)))
     compared.declared.update(after.declared)
     gone = before - after.lines
     # one pass over MRREL: every row naming a restated concept, and the rows that may still make a gone edge
-    pairs: set[tuple[str, str]] = set()
+    pairs: set[tuple[bytes, bytes]] = set()
+    cut = len(held.namespace)
     for line in gone:
         subject, _, obj = line[1:-3].split("> <")
-        a, b = subject[len(held.namespace):], obj[len(held.namespace):]
+        a, b = subject[cut:].encode(), obj[cut:].encode()
         pairs.update(((a, b), (b, a)))
     still: set[str] = set()
     if "MRREL.RRF" in changes.new_files and (restated or pairs):
-        firsts = {cui.encode() for cui in restated} | {a.encode() for a, _ in pairs}
-        picked = rows.picked_lines("MRREL.RRF", [(0, firsts), (4, {cui.encode() for cui in restated})])
-        theirs = [line for line in picked if not by_row(line)]
-        mark_ends(theirs)
-        compared.take(rows.edge_lines(theirs))
-        still = _edges(rows.edge_lines((line for line in picked if _ends(line[1]) in pairs), quiet=True)) & gone
+        named_restated = {cui.encode() for cui in restated}
+
+        def wanted(raw: bytes) -> bool:  # on the raw bytes: the rows a byte pick lets through, most not wanted
+            fields = raw.split(b"|", 5)
+            return len(fields) > 5 and ((fields[0], fields[4]) in pairs or fields[0] in named_restated or
+                                        fields[4] in named_restated)
+
+        picked = rows.picked_lines("MRREL.RRF", [(0, named_restated | {a for a, _ in pairs}), (4, named_restated)],
+                                   wanted)
+        mine = by_row(picked)
+        if restated:
+            theirs = [line for line in picked if not restated.isdisjoint(_ends(line[1]))]
+            mark_ends(theirs)
+            compared.take(rows.edge_lines(theirs))
+        still = _edges(rows.edge_lines(mine, quiet=True)) & gone
 
     old_lines = set(pattern_lines(store, graph, graph))
     for cui in concepts:
