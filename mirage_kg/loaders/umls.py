@@ -175,7 +175,8 @@ def rrf_blocks(path: Path, problem: Problem, advance: Callable[[float], None] | 
     names (``row_pick``), each its own block, the others skipped unread (an update's scope). Fields are checked by
     the reader (``rrf_rows``, ``bad_row``)."""
     if pick is not None:
-        for number, text in read_picked_lines(path, problem, pick, b"|"):
+        # id_pick's block test keys a field's bytes (up to 24: a CUI is 8), whatever they spell; RRF rows are regular
+        for number, text in read_picked_lines(path, problem, pick, b"|", numeric_ids=True):
             yield number, text.encode("utf-8") + b"\n"
         return
     empty = True
@@ -595,7 +596,7 @@ class UmlsRows:
                      keep: Callable[[bytes], bool] | None = None) -> list[tuple[int, str]]:
         """The lines of the release's ``name`` that ``pick`` names (and ``keep`` keeps, by their raw bytes),
         numbered (MRREL's reader takes lines)."""
-        return list(read_picked_lines(self.files[name], self.problem, pick, b"|", keep=keep))
+        return list(read_picked_lines(self.files[name], self.problem, pick, b"|", numeric_ids=True, keep=keep))
 
     def lines(self, path: Path, rows: Iterable[tuple[int, bytes]], problem: Problem | None = None) -> list[tuple[int, str]]:
         """Raw numbered lines of ``path`` (rows found changed), checked as a whole read checks them."""

@@ -11,6 +11,9 @@ import datetime as _dt
 import hashlib
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,16 +57,47 @@ class ReleaseInfo:
         return f"{name} {self.release}".strip()
 
 
+#: within ``hashes_remembered``: file -> (size, mtime in ns, SHA-256) of files already read whole
+_REMEMBERED: ContextVar[dict[Path, tuple[int, int, str]] | None] = ContextVar("mirage_kg_hashes", default=None)
+
+
+@contextmanager
+def hashes_remembered() -> Iterator[None]:
+    """Within one ``load --update``, a release file read whole to be diffed (``line_scope.line_digests`` hashes it
+    on the way) is not read again to be recorded: the record names the bytes the update compared. A file whose
+    size or modification time moved since is hashed again."""
+    token = _REMEMBERED.set({})
+    try:
+        yield
+    finally:
+        _REMEMBERED.reset(token)
+
+
+def remember_hash(path: Path, sha256: str) -> None:
+    """Keep ``path``'s SHA-256 for ``file_hashes`` while ``hashes_remembered`` is in force (else nothing)."""
+    remembered = _REMEMBERED.get()
+    if remembered is not None:
+        stat = path.stat()
+        remembered[path.resolve()] = (stat.st_size, stat.st_mtime_ns, sha256)
+
+
 def file_hashes(path: Path) -> dict[str, str]:
     """SHA-256 of a file, or of every file under a release folder (relative names), read in 1 MiB blocks."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    remembered = _REMEMBERED.get() or {}
     out = {}
     for item in files:
-        digest = hashlib.sha256()
-        with open(item, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        out[item.name if item == path else str(item.relative_to(path))] = digest.hexdigest()
+        known = remembered.get(item.resolve())
+        stat = item.stat() if known else None
+        if known and stat is not None and known[:2] == (stat.st_size, stat.st_mtime_ns):
+            hexdigest = known[2]
+        else:
+            digest = hashlib.sha256()
+            with open(item, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            hexdigest = digest.hexdigest()
+        out[item.name if item == path else str(item.relative_to(path))] = hexdigest
     return out
 
 

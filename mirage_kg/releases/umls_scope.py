@@ -29,7 +29,13 @@ from mirage_kg.loaders.nt_terms import ALT, PREF, TYPE
 from mirage_kg.loaders.umls import UmlsRows, locate_release, read_inverses
 from mirage_kg.namespaces import MKG, OWL, RDF, SKOS, SKOS_NOTATION, prefixes
 from mirage_kg.releases.diff import TripleDifference, parse_lines, pattern_lines, triple_difference
-from mirage_kg.releases.line_scope import MAX_CHANGED_IN_MEMORY, MAX_CHANGED_SHARE, RowChanges, row_changes
+from mirage_kg.releases.line_scope import (
+    MAX_CHANGED_IN_MEMORY,
+    MAX_CHANGED_SHARE,
+    RowChanges,
+    line_digests,
+    row_changes,
+)
 from mirage_kg.releases.provenance import ReleaseInfo, file_hashes, options_record
 from mirage_kg.store.base import Store
 from mirage_kg.terms import iri_ref
@@ -66,12 +72,16 @@ def release_changes(previous: ReleaseInfo | None, path: Path, options: LoadOptio
     if set(old_files) != set(new_files):
         raise RowsNeedWholeRelease(f"the releases hold different RRF files ({', '.join(sorted(old_files))} and "
                                    f"{', '.join(sorted(new_files))})")
-    recorded: dict[str, str] = {}
-    for name, file in old_files.items():
-        relative = str(file.relative_to(old_root))
-        recorded[name] = previous.files.get(relative, "")
-        if recorded[name] != file_hashes(file)[file.name]:
+    recorded = {name: previous.files.get(str(file.relative_to(old_root)), "") for name, file in old_files.items()}
+
+    def check(name: str, sha256: str) -> None:
+        if sha256 != recorded[name]:
+            relative = old_files[name].relative_to(old_root)
             raise RowsNeedWholeRelease(f"the previous release's {relative} changed since it was loaded (SHA-256)")
+
+    for name, file in old_files.items():
+        if name not in CUI_COLUMNS:  # the diffed files are checked as they are read (one read each)
+            check(name, file_hashes(file)[file.name])
     quiet = Problem(LoadOptions(lenient=True), LoadReport())
     if "MRDOC.RRF" in old_files and read_inverses(old_files, quiet) != read_inverses(new_files, quiet):
         raise RowsNeedWholeRelease("MRDOC's relation inverses changed (every edge's direction may)")
@@ -80,20 +90,19 @@ def release_changes(previous: ReleaseInfo | None, path: Path, options: LoadOptio
     for name in CUI_COLUMNS:
         if name not in new_files:
             continue
-        if file_hashes(new_files[name])[name] == recorded[name]:  # the same bytes: no row changed (C-speed check)
-            lines += _line_count(new_files[name])
+        new = line_digests(new_files[name])  # its SHA-256 goes to the new release record
+        if new.sha256 == recorded[name]:  # the same bytes as the previous file: no row changed
+            check(name, file_hashes(old_files[name])[name])
+            lines += len(new.digests)
             continue
-        rows[name] = row_changes(old_files[name], new_files[name])
+        old = line_digests(old_files[name])
+        check(name, old.sha256)
+        rows[name] = row_changes(old, new)
         changed += len(rows[name].removed) + len(rows[name].added)
         lines += rows[name].lines
         if changed > max(MAX_CHANGED_SHARE * lines, MAX_CHANGED_IN_MEMORY):
             raise RowsNeedWholeRelease(f"more than {changed:,} rows of {name} and the files before it changed")
     return ReleaseChanges(old_files, new_files, rows, f"{changed:,} of {lines:,} rows changed")
-
-
-def _line_count(path: Path) -> int:
-    with open(path, "rb") as handle:
-        return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
 
 
 class _Graph:

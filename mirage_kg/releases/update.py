@@ -33,6 +33,7 @@ from mirage_kg.releases.line_scope import previous_file, row_difference, support
 from mirage_kg.releases.sorting import SortedLines
 from mirage_kg.releases.provenance import (
     ReleaseInfo,
+    hashes_remembered,
     new_release_info,
     options_record,
     release_record_update,
@@ -144,6 +145,12 @@ def subject_lines(store: Store, graph: str, subjects: list[str], workdir: str | 
 def update_release(store: Store, path: Path, loader: Loader, options: LoadOptions, report: LoadReport,
                    examples: int = 10) -> UpdateResult:
     """Bring the graph holding this source's previous release to the release at ``path``, atomically."""
+    with hashes_remembered():  # a file the difference read whole is not read again for the release record
+        return _update_release(store, path, loader, options, report, examples)
+
+
+def _update_release(store: Store, path: Path, loader: Loader, options: LoadOptions, report: LoadReport,
+                    examples: int) -> UpdateResult:
     graph = target_graph(store, loader, options.graph)
     previous = releases(store).get(graph)
     if previous is not None and loader.name == "snomed":

@@ -251,6 +251,26 @@ def test_umls_update_of_a_row_naming_an_unknown_concept_fails_as_a_fresh_load(tm
     assert data_export(lenient) == data_export(fresh)
 
 
+def test_a_remembered_hash_stands_only_for_the_bytes_it_was_made_from(tmp_path: Path) -> None:
+    """``load --update`` records the SHA-256 its diff read made (``hashes_remembered``); a file that changed since
+    is hashed again, and outside an update nothing is remembered."""
+    import hashlib
+
+    from mirage_kg.releases.line_scope import line_digests
+    from mirage_kg.releases.provenance import file_hashes, hashes_remembered, remember_hash
+
+    file = tmp_path / "MRREL.RRF"
+    file.write_bytes(b"a|\nb|\n")
+    with hashes_remembered():
+        assert line_digests(file).sha256 == hashlib.sha256(b"a|\nb|\n").hexdigest() == file_hashes(file)["MRREL.RRF"]
+        remember_hash(file, "not this file's hash")
+        assert file_hashes(file)["MRREL.RRF"] == "not this file's hash"  # read once: not read again
+        file.write_bytes(b"a|\nb|\nc|\n")
+        assert file_hashes(file)["MRREL.RRF"] == hashlib.sha256(b"a|\nb|\nc|\n").hexdigest()
+    remember_hash(file, "not this file's hash")  # no update in course: nothing kept
+    assert file_hashes(file)["MRREL.RRF"] == hashlib.sha256(b"a|\nb|\nc|\n").hexdigest()
+
+
 def test_umls_update_with_an_edited_previous_release_compares_the_whole_release(
         tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
     old, new = umls_pair
