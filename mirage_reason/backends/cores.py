@@ -167,9 +167,14 @@ def measured_threads() -> ThreadChoice:
         return choice
 
 
-def choose_threads(requested: int | None = None) -> ThreadChoice:
+def choose_threads(requested: int | None = None, *, reserve: int = 0) -> ThreadChoice:
     """The thread count for a llama.cpp engine: ``requested`` (the backend's ``threads=``) if given, else
-    ``$MIRAGE_KG_LLAMA_THREADS``, else the idle cores measured now."""
+    ``$MIRAGE_KG_LLAMA_THREADS``, else the idle cores measured now less ``reserve`` (at least 1).
+
+    ``reserve`` is the cores the caller's own Python needs while the engine decodes: 1 for llama.cpp in process,
+    where llama-cpp-python samples and checks stops for every token in Python between decode steps, and a
+    spin-waiting engine thread on that core slows both (measured on 2 idle cores, ``bench_ask``: 2 threads 45.5
+    generated tok/s, 1 thread 58.3); 0 for llama.cpp's server, a process of its own (2 threads 43.9, 1 thread 28.6)."""
     if requested is not None:
         if requested < 1:
             raise BackendError(f"threads= must be at least 1, not {requested}",
@@ -185,7 +190,11 @@ def choose_threads(requested: int | None = None) -> ThreadChoice:
             raise BackendError(f"${THREADS_ENV}={value!r} is not a whole number of threads of at least 1",
                                hint=f"set {THREADS_ENV} to e.g. 2, or unset it to use the idle cores")
         return ThreadChoice(threads, f"set by ${THREADS_ENV}")
-    return measured_threads()
+    measured = measured_threads()
+    if reserve <= 0 or measured.threads <= 1:
+        return measured
+    threads = max(1, measured.threads - reserve)
+    return ThreadChoice(threads, f"{measured.reason}, less {reserve} for this process's own Python between decode steps")
 
 
 def free_cores() -> int:

@@ -46,7 +46,7 @@ class LlamaCppBackend(BackendBase):
     ``n_ctx`` is the context window (prompt + completion); a request whose prompt does not fit fails with a
     non-retryable :class:`BackendError`, and one whose completion would not fit is asked for fewer tokens.
     ``threads`` defaults to ``$MIRAGE_KG_LLAMA_THREADS``, else the cores idle right now not counting this
-    process (:func:`~mirage_reason.backends.cores.choose_threads`); ``engine_info`` says which count and why. ``cache_mb`` bounds llama.cpp's RAM cache of
+    process, less one for this process's own Python (:func:`~mirage_reason.backends.cores.choose_threads`); ``engine_info`` says which count and why. ``cache_mb`` bounds llama.cpp's RAM cache of
     earlier prompts' states (0 turns it off). ``think="strip"`` drops finished ``<think>`` blocks. Other keyword
     arguments go to :class:`llama_cpp.Llama`.
     """
@@ -70,7 +70,7 @@ class LlamaCppBackend(BackendBase):
             raise MissingModelError(model_id, f"{path} is not a file; pass the path of a .gguf model or 'smollm2'")
         self.name = name or (SMOLLM2_ALIAS if model_id.lower() == SMOLLM2_ALIAS else path.stem)
         self.think: ThinkMode = think
-        self.thread_choice = choose_threads(threads)
+        self.thread_choice = choose_threads(threads, reserve=1)  # our Python samples each token: see there
         self.threads = self.thread_choice.threads
         self.engine_info = {"engine": "llama.cpp in process", **self.thread_choice.to_json()}
         try:

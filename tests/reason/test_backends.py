@@ -602,6 +602,23 @@ def test_thread_count_override_and_fallback(monkeypatch: pytest.MonkeyPatch) -> 
     assert cores.choose_threads() == cores.ThreadChoice(4, "measured")
 
 
+def test_in_process_llama_reserves_a_core_for_our_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A measured count leaves ``reserve`` cores to the caller's own Python (llama.cpp in process samples each
+    token in Python), never below 1; a count the user set is taken as it is."""
+    from mirage_reason.backends import cores
+
+    monkeypatch.delenv(cores.THREADS_ENV, raising=False)
+    monkeypatch.setattr(cores, "_cached", None)
+    monkeypatch.setattr(cores, "idle_cores", lambda **_: cores.ThreadChoice(2, "2.0 of 2 cores idle"))
+    assert cores.choose_threads().threads == 2  # the server: a process of its own
+    reserved = cores.choose_threads(reserve=1)
+    assert reserved.threads == 1 and "less 1 for this process's own Python" in reserved.reason
+    monkeypatch.setattr(cores, "_cached", None)
+    monkeypatch.setattr(cores, "idle_cores", lambda **_: cores.ThreadChoice(1, "0.6 of 2 cores idle"))
+    assert cores.choose_threads(reserve=1) == cores.ThreadChoice(1, "0.6 of 2 cores idle")
+    assert cores.choose_threads(2, reserve=1) == cores.ThreadChoice(2, "set by threads=")
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_idle_cores_on_this_machine_ignores_our_own_busy_thread() -> None:
     """The real /proc: a thread of ours spinning through the window is not counted against the idle cores (the
