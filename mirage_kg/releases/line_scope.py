@@ -16,7 +16,7 @@ import io
 import os
 from array import array
 from collections.abc import Iterable, Iterator
-from itertools import accumulate, compress, count
+from itertools import accumulate, compress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,6 @@ from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem, RowsNeedWho
 from mirage_kg.loaders.hygiene import MAX_LINE_BYTES, UTF8_BOM, check_encoding, decoded_row
 from mirage_kg.releases.diff import TripleDifference, parse_lines
 from mirage_kg.releases.provenance import ReleaseInfo, file_hashes, options_record, remember_hash
-
-#: a 0/1 flag a line, inverted by ``bytes.translate`` (C speed)
-_FLIP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 
 #: past this share of changed rows (and this many: the changed rows' triples are held in memory) the
 #: whole-release compare (bounded memory, sorted runs) is the better way
@@ -119,14 +116,53 @@ def line_digests(path: Path) -> LineDigests:
 def row_changes(old: Path | LineDigests, new: Path | LineDigests) -> RowChanges:
     """The lines only in ``old`` (removed) and only in ``new`` (added), with their numbers, and which lines of
     ``new`` the old file has too (from ``line_digests``, made here for a path)."""
+    import numpy as np  # a dependency, imported here: ``import mirage_kg`` stays light
+
     old = old if isinstance(old, LineDigests) else line_digests(old)
     new = new if isinstance(new, LineDigests) else line_digests(new)
-    only_old = set(old.digests)
-    kept = bytearray(map(only_old.__contains__, new.digests))
-    only_old.difference_update(new.digests)  # now the digests of removed lines: no second set to build
-    added = _lines_at(new, compress(count(), kept.translate(_FLIP))) if 0 in kept else []
-    removed = _lines_at(old, compress(count(), map(only_old.__contains__, old.digests))) if only_old else []
+    old_digests = np.frombuffer(old.digests, dtype=np.int64) if len(old.digests) else np.zeros(0, np.int64)
+    new_digests = np.frombuffer(new.digests, dtype=np.int64) if len(new.digests) else np.zeros(0, np.int64)
+    # sorted arrays, not Python sets: the digests only one file has come from a merge of the two sorted files
+    # (ascending needles: cheap), then each file's lines are tested against those few
+    old_sorted, new_sorted = np.sort(old_digests), np.sort(new_digests)
+    only_new = new_sorted[~_found_in(new_sorted, old_sorted)]
+    only_old = old_sorted[~_found_in(old_sorted, new_sorted)]
+    added_at, removed_at = _found_among(new_digests, only_new), _found_among(old_digests, only_old)
+    kept = bytearray((~added_at).view(np.uint8).tobytes())
+    added = _lines_at(new, np.flatnonzero(added_at).tolist())  # in file order
+    removed = _lines_at(old, np.flatnonzero(removed_at).tolist())
     return RowChanges(removed, added, kept, len(kept))
+
+
+def _found_in(digests: Any, sorted_digests: Any) -> Any:
+    """For each digest, whether ``sorted_digests`` (ascending) holds it: a boolean array."""
+    import numpy as np
+
+    if not len(sorted_digests):
+        return np.zeros(len(digests), dtype=bool)
+    at = np.searchsorted(sorted_digests, digests)
+    np.minimum(at, len(sorted_digests) - 1, out=at)
+    return sorted_digests[at] == digests
+
+
+#: the low bits of a digest that index ``_found_among``'s table (4 MiB, held in cache as millions are tested)
+_TABLE_BITS = 22
+
+
+def _found_among(digests: Any, few_sorted: Any) -> Any:
+    """``_found_in`` for a few sorted digests: a table of their low bits lets through the few that may match
+    (a random binary search a digest would miss the cache), and only those are searched."""
+    import numpy as np
+
+    found = np.zeros(len(digests), dtype=bool)
+    if not len(few_sorted):
+        return found
+    mask = (1 << _TABLE_BITS) - 1
+    table = np.zeros(1 << _TABLE_BITS, dtype=bool)
+    table[few_sorted & mask] = True
+    maybe = np.flatnonzero(table[digests & mask])
+    found[maybe] = _found_in(digests[maybe], few_sorted)
+    return found
 
 
 def _lines_at(file: LineDigests, indexes: Iterable[int]) -> list[tuple[int, bytes]]:

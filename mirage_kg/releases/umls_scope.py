@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,18 +122,31 @@ class _Graph:
     def holds_concept(self, cui: str) -> bool:
         held = self._held.get(cui)
         if held is None:
-            if self._raw is not None and _CUI.fullmatch(cui):
-                kind, concept, graph = self._type_concept_graph
-                found = self._raw.quads_for_pattern(ox.NamedNode(self.namespace + cui), kind, concept, graph)
-                held = next(found, None) is not None
-            else:
-                held = _has(self.store, self.graph, self.namespace + cui, _TYPE, _CONCEPT)
-            self._held[cui] = held
+            self.resolve((cui,))
+            held = self._held[cui]
         return held
+
+    def resolve(self, cuis: Iterable[str]) -> None:
+        """Look up, once each and in one sorted batch, whether the graph holds these concepts (a point lookup of
+        the quad in the embedded store: no iterator a CUI)."""
+        kind, concept, graph = self._type_concept_graph
+        raw, named, quad, namespace, held = self._raw, ox.NamedNode, ox.Quad, self.namespace, self._held
+        for cui in sorted(set(cuis).difference(held)):
+            if raw is not None and _CUI.fullmatch(cui):
+                held[cui] = quad(named(namespace + cui), kind, concept, graph) in raw
+            else:  # another store, or a name the loader never mints (not always a valid IRI): the pattern primitive
+                held[cui] = _has(self.store, self.graph, namespace + cui, _TYPE, _CONCEPT)
 
     def holds_edge(self, line: str) -> bool:
         subject, predicate, obj = line[1:-3].split("> <")  # ``<s> <p> <o> .``: an edge names three IRIs
-        return _has(self.store, self.graph, subject, predicate, obj)
+        if self._raw is None:
+            return _has(self.store, self.graph, subject, predicate, obj)
+        try:  # a point lookup of the quad, no iterator: thousands of added edges
+            quad = ox.Quad(ox.NamedNode(subject), ox.NamedNode(predicate), ox.NamedNode(obj),
+                           self._type_concept_graph[2])
+        except ValueError:
+            return False  # no quad holds an invalid IRI
+        return quad in self._raw
 
     def lines(self, cui: str, *, own_only: bool) -> Iterator[str]:
         """The concept's triples as subject (``own_only``: its labels, codes and types, no edge) and, without
@@ -162,6 +176,8 @@ def umls_difference(store: Store, graph: str, loader: object, path: Path, option
     named = {raw.split(b"|", 1)[0] for name in ("MRCONSO.RRF", "MRSTY.RRF") if name in changes.rows
              for _, raw in (*changes.rows[name].removed, *changes.rows[name].added)}  # picked as the bytes were
     concepts = {cui.decode("utf-8", "replace") for cui in named}
+    # every concept the row checks below ask about, looked up in one batch
+    held.resolve(chain(concepts, _ends_of(added_rows), _ends_of(removed_rows)))
     for cui in _ends_of(added_rows):
         if cui not in concepts and not held.holds_concept(cui):
             concepts.add(cui)

@@ -271,6 +271,26 @@ def test_a_remembered_hash_stands_only_for_the_bytes_it_was_made_from(tmp_path: 
     assert file_hashes(file)["MRREL.RRF"] == hashlib.sha256(b"a|\nb|\nc|\n").hexdigest()
 
 
+def test_row_changes_finds_the_lines_one_file_lacks_in_file_order(tmp_path: Path) -> None:
+    """The digest compare (sorted arrays): a line only in the old file is removed, only in the new one added,
+    each with its line number, in file order; a repeated or moved line is no change; ``kept`` flags new lines."""
+    from mirage_kg.releases.line_scope import row_changes
+
+    old, new, empty = tmp_path / "old.rrf", tmp_path / "new.rrf", tmp_path / "empty.rrf"
+    old.write_bytes(b"a|\nb|\nc|\nd|\nb|\n")
+    new.write_bytes(b"d|\nx|\na|\na|\ny|\nlast|")  # moved and repeated lines, a last line without its break
+    empty.write_bytes(b"")
+    changes = row_changes(old, new)
+    assert changes.removed == [(2, b"b|\n"), (3, b"c|\n"), (5, b"b|\n")]
+    assert changes.added == [(2, b"x|\n"), (5, b"y|\n"), (6, b"last|")]
+    assert changes.kept == bytearray([1, 0, 1, 1, 0, 0]) and changes.lines == 6
+    assert row_changes(old, old).removed == row_changes(old, old).added == []
+    from_nothing = row_changes(empty, new)
+    assert from_nothing.removed == [] and len(from_nothing.added) == 6 and not any(from_nothing.kept)
+    to_nothing = row_changes(old, empty)
+    assert len(to_nothing.removed) == 5 and to_nothing.added == [] and to_nothing.lines == 0
+
+
 def test_umls_update_with_an_edited_previous_release_compares_the_whole_release(
         tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
     old, new = umls_pair
