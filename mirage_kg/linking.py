@@ -27,6 +27,7 @@ from mirage_kg.errors import MirageError, MissingExtraError
 from mirage_kg.graph import Graph, pick_label
 from mirage_kg.model import Entity
 from mirage_kg.namespaces import RDFS_LABEL, SKOS_ALT, SKOS_PREF, compress, is_identifier
+from mirage_kg.sorted_arrays import held_in
 from mirage_kg.store.base import Store
 
 if TYPE_CHECKING:
@@ -1614,8 +1615,7 @@ class Linker:
                 continue
             held = np.zeros(len(ids), dtype=bool)
             for near_ids, _ in parts[word]:
-                at = np.minimum(np.searchsorted(near_ids, ids), len(near_ids) - 1)
-                held |= near_ids[at] == ids
+                held |= held_in(ids, near_ids)
             counts += held
             covered += held * len(word)
         order = np.lexsort((ids, np.abs(lens - size), -covered, -counts))

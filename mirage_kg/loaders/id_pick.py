@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterator
 from typing import Any, BinaryIO
 
 from mirage_kg.loaders.row_pick import Criteria, picked_lines
+from mirage_kg.sorted_arrays import held_in
 
 _BLOCK_BYTES = 8 << 20
 #: the bytes of a field's end that its key covers, and the zero bytes before a block so that every field has them
@@ -77,9 +78,7 @@ def picked_id_lines(handle: BinaryIO, criteria: Criteria, first_number: int, sep
         for (index, _), sorted_keys in zip(live, keys):
             first = starts if index == 0 else separators[:, index - 1] + 1
             found = _field_keys(np, words, first, separators[:, index])
-            at = np.searchsorted(sorted_keys, found)
-            at[at == len(sorted_keys)] = 0
-            hits |= sorted_keys[at] == found
+            hits |= held_in(found, sorted_keys)
         splits = max(index for index, _ in live) + 1
         for line in np.flatnonzero(hits).tolist():
             raw = buffer[starts[line]:ends[line] + 1]

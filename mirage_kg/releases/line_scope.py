@@ -26,6 +26,7 @@ from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem, RowsNeedWho
 from mirage_kg.loaders.hygiene import MAX_LINE_BYTES, UTF8_BOM, check_encoding, decoded_row
 from mirage_kg.releases.diff import TripleDifference, parse_lines
 from mirage_kg.releases.provenance import ReleaseInfo, file_hashes, options_record, remember_hash
+from mirage_kg.sorted_arrays import held_in
 
 #: past this share of changed rows (and this many: the changed rows' triples are held in memory) the
 #: whole-release compare (bounded memory, sorted runs) is the better way
@@ -125,8 +126,8 @@ def row_changes(old: Path | LineDigests, new: Path | LineDigests) -> RowChanges:
     # sorted arrays, not Python sets: the digests only one file has come from a merge of the two sorted files
     # (ascending needles: cheap), then each file's lines are tested against those few
     old_sorted, new_sorted = np.sort(old_digests), np.sort(new_digests)
-    only_new = new_sorted[~_found_in(new_sorted, old_sorted)]
-    only_old = old_sorted[~_found_in(old_sorted, new_sorted)]
+    only_new = new_sorted[~held_in(new_sorted, old_sorted)]
+    only_old = old_sorted[~held_in(old_sorted, new_sorted)]
     added_at, removed_at = _found_among(new_digests, only_new), _found_among(old_digests, only_old)
     kept = bytearray((~added_at).view(np.uint8).tobytes())
     added = _lines_at(new, np.flatnonzero(added_at).tolist())  # in file order
@@ -134,23 +135,12 @@ def row_changes(old: Path | LineDigests, new: Path | LineDigests) -> RowChanges:
     return RowChanges(removed, added, kept, len(kept))
 
 
-def _found_in(digests: Any, sorted_digests: Any) -> Any:
-    """For each digest, whether ``sorted_digests`` (ascending) holds it: a boolean array."""
-    import numpy as np
-
-    if not len(sorted_digests):
-        return np.zeros(len(digests), dtype=bool)
-    at = np.searchsorted(sorted_digests, digests)
-    np.minimum(at, len(sorted_digests) - 1, out=at)
-    return sorted_digests[at] == digests
-
-
 #: the low bits of a digest that index ``_found_among``'s table (4 MiB, held in cache as millions are tested)
 _TABLE_BITS = 22
 
 
 def _found_among(digests: Any, few_sorted: Any) -> Any:
-    """``_found_in`` for a few sorted digests: a table of their low bits lets through the few that may match
+    """``held_in`` for a few sorted digests: a table of their low bits lets through the few that may match
     (a random binary search a digest would miss the cache), and only those are searched."""
     import numpy as np
 
@@ -161,7 +151,7 @@ def _found_among(digests: Any, few_sorted: Any) -> Any:
     table = np.zeros(1 << _TABLE_BITS, dtype=bool)
     table[few_sorted & mask] = True
     maybe = np.flatnonzero(table[digests & mask])
-    found[maybe] = _found_in(digests[maybe], few_sorted)
+    found[maybe] = held_in(digests[maybe], few_sorted)
     return found
 
 
