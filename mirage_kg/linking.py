@@ -48,10 +48,12 @@ _LEVELS = ((1.0, "exact"), (0.98, "synonym"), (0.96, "normalised"), (0.94, "syno
 _EMBEDDING_CAP = 0.93
 _RARE_BLOCK = 600  # fuzzy matching looks only at words whose 4-letter block holds at most this many labels
 _BLOCK_CACHE = 64  # decoded blocks (and word postings) kept: the spans of one text share their words
-_FULL_SCAN = 500_000  # an index this small (the default KG: 0.25M) may be scanned whole when nothing else matched;
-# past it, fuzzy matching compares the labels whose words are one edit from the mention's, at most this many:
+# An index this small (the default KG: 0.25M) may be scanned whole when nothing else matched: a scan costs ~0.12 us
+# per label (40 ms at 0.33M, capping such mentions at 25/s), so past it, fuzzy matching compares only the labels
+# whose words are one edit from the mention's (from memory, whatever the size), at most this many:
+_FULL_SCAN = 300_000
 _FUZZY_CANDIDATES = 200
-_INDEX_VERSION = 8
+_INDEX_VERSION = 9
 _COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
@@ -698,6 +700,18 @@ class LabelIndex:
                     near.setdefault(word, set()).add(found)
         return near
 
+    def near_postings(self, words: Iterable[str]) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
+        """For each of ``words``, the postings (``postings``) of the index's content words at most one edit from
+        it (itself included), in word order; words near none are left out. From memory when the index is packed."""
+        words = [w for w in words if _encodable(w)]
+        packed = self._lookup()
+        if packed is not None:
+            return packed.near_postings(words)
+        near = self.near_words(words)
+        postings = self.postings(set().union(*near.values())) if near else {}
+        found = {w: [postings[n] for n in sorted(near.get(w, ())) if n in postings] for w in words}
+        return {w: parts for w, parts in found.items() if parts}
+
     def postings(self, words: Iterable[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """The choices holding each of these content words (ids, sorted) and their lengths; absent words left out."""
         import numpy as np
@@ -741,6 +755,9 @@ class LabelIndex:
 
     def choice_entities(self, ids: Iterable[int]) -> list[tuple[int, int]]:
         """(choice, entity) of every label folded to one of these choices."""
+        packed = self._lookup()
+        if packed is not None:
+            return packed.choice_entities(ids)
         return self._rows("SELECT c.id, l.idx FROM choices c JOIN labels l ON l.folded = c.folded WHERE c.id IN "
                           "(SELECT value FROM json_each(?))", (json.dumps(list(ids)),))
 
@@ -1182,11 +1199,81 @@ def _pack_lookup(db: sqlite3.Connection) -> bool:
         text_ends.append(len(texts))
     parts.update(choice_text=bytes(texts), choice_ends=text_ends)
     for name, value in parts.items():
-        data = value if isinstance(value, bytes) else value.tobytes()
-        db.executemany("INSERT INTO packed VALUES (?, ?, ?)", ((name, part, data[start:start + _PART_BYTES])
-                                                               for part, start in enumerate(
-                                                                   range(0, max(len(data), 1), _PART_BYTES))))
+        _put_packed(db, name, value)
+    del parts, texts, text_ends
+    _pack_fuzzy(db)
     return True
+
+
+def _put_packed(db: sqlite3.Connection, name: str, value: Any) -> None:
+    """One packed array into the ``packed`` table, in parts of at most ``_PART_BYTES``."""
+    data = value if isinstance(value, bytes) else value.tobytes()
+    db.executemany("INSERT INTO packed VALUES (?, ?, ?)", ((name, part, data[start:start + _PART_BYTES])
+                                                           for part, start in enumerate(
+                                                               range(0, max(len(data), 1), _PART_BYTES))))
+
+
+def _variant_digest(variant: str) -> int:
+    """A deletion variant's 64-bit key in the packed fuzzy lookup. A clash only brings a word that is then
+    checked against the variant (``_one_deletion``), so it costs a comparison, never a wrong near word."""
+    digest = hashlib.blake2b(variant.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def _one_deletion(word: str, variant: str) -> bool:
+    """Whether ``variant`` is ``word`` or ``word`` less one letter (one of ``_variants(word)``)."""
+    if len(word) == len(variant):
+        return word == variant
+    if len(word) != len(variant) + 1:
+        return False
+    at = 0
+    while at < len(variant) and variant[at] == word[at]:
+        at += 1
+    return word[at + 1:] == variant[at:]
+
+
+def _pack_fuzzy(db: sqlite3.Connection) -> None:
+    """The packed part of fuzzy matching on a large index, from ``words`` and ``labels``: the content words
+    (sorted) with their postings (the choices holding each, and their lengths) one after another, every
+    deletion variant's digest (sorted) with its word, and each choice's entities. A mention's fuzzy lookup then
+    reads no SQLite page: on a freshly opened index those reads were cold, most of its time by the wall clock."""
+    import numpy as np
+    from array import array
+
+    word_text, word_ends = bytearray(), array("q", [0])
+    posting_ids, posting_lens, posting_ends = bytearray(), bytearray(), array("q", [0])
+    variant_keys, variant_words = array("q"), array("i")
+    for number, (word, ids, lens) in enumerate(_stream(db, "SELECT word, ids, lens FROM words ORDER BY word")):
+        word_text += word.encode("utf-8", "surrogatepass")
+        word_ends.append(len(word_text))
+        posting_ids += ids
+        posting_lens += lens
+        posting_ends.append(len(posting_ids) // 4)
+        for variant in _variants(word):
+            variant_keys.append(_variant_digest(variant))
+            variant_words.append(number)
+    keys = np.frombuffer(variant_keys, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")  # stable: a key's words stay in word order
+    del variant_keys
+    for name, value in (("word_text", bytes(word_text)), ("word_ends", word_ends), ("posting_ids", bytes(posting_ids)),
+                        ("posting_lens", bytes(posting_lens)), ("posting_ends", posting_ends),
+                        ("variant_keys", keys[order]), ("variant_words", np.frombuffer(variant_words,
+                                                                                         dtype=np.int32)[order])):
+        _put_packed(db, name, value)
+    del word_text, posting_ids, posting_lens, keys, order, variant_words
+    # each choice's entities: its labels' entities, in label order (ids an update left free hold none)
+    choice_ids, entity_ids = array("i"), array("i")
+    for choice_id, idx in _stream(db, "SELECT c.id, l.idx FROM labels l JOIN choices c ON c.folded = l.folded "
+                                      "ORDER BY l.seq"):
+        choice_ids.append(choice_id)
+        entity_ids.append(idx)
+    top = int(db.execute("SELECT COALESCE(MAX(id), -1) FROM choices").fetchone()[0]) + 1
+    by_choice = np.frombuffer(choice_ids, dtype=np.int32)
+    order = np.argsort(by_choice, kind="stable")
+    ends = np.zeros(top + 1, dtype=np.int64)
+    np.cumsum(np.bincount(by_choice, minlength=top), out=ends[1:])
+    _put_packed(db, "choice_entity_idx", np.frombuffer(entity_ids, dtype=np.int32)[order])
+    _put_packed(db, "choice_entity_ends", ends)
 
 
 class _Packed:
@@ -1209,11 +1296,51 @@ class _Packed:
         self._iri_text, self._iri_ends = read("iri_text"), memoryview(read("iri_ends")).cast("q")
         self._name_text, self._name_ends = read("name_text"), memoryview(read("name_ends")).cast("q")
         self._choice_text, self._choice_ends = read("choice_text"), memoryview(read("choice_ends")).cast("q")
+        # fuzzy matching on a large index: content words, their postings, deletion variants, choices' entities
+        self._word_text, self._word_ends = read("word_text"), memoryview(read("word_ends")).cast("q")
+        self._posting_ids = np.frombuffer(read("posting_ids"), dtype=np.int32)
+        self._posting_lens = np.frombuffer(read("posting_lens"), dtype=np.uint16)
+        self._posting_ends = memoryview(read("posting_ends")).cast("q")
+        self._variant_keys = np.frombuffer(read("variant_keys"), dtype=np.int64)
+        self._variant_words = memoryview(read("variant_words")).cast("i")
+        self._choice_entity_idx = memoryview(read("choice_entity_idx")).cast("i")
+        self._choice_entity_ends = memoryview(read("choice_entity_ends")).cast("q")
 
     def choice_texts(self, ids: Sequence[int]) -> list[str]:
         """The word-sorted texts of these choices."""
         text, ends = self._choice_text, self._choice_ends
         return [text[ends[i]:ends[i + 1]].decode("utf-8") for i in ids]
+
+    def near_postings(self, words: Iterable[str]) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
+        """For each of ``words``, the postings (choice ids, sorted, and their lengths) of the content words at
+        most one edit from it (itself included), in word order; words near none are left out."""
+        import numpy as np
+
+        by_variant: dict[str, list[str]] = {}
+        for word in words:
+            for variant in _variants(word):
+                by_variant.setdefault(variant, []).append(word)
+        if not by_variant:
+            return {}
+        keys = np.array([_variant_digest(v) for v in by_variant], dtype=np.int64)
+        lows = self._variant_keys.searchsorted(keys, "left").tolist()
+        highs = self._variant_keys.searchsorted(keys, "right").tolist()
+        near: dict[str, set[int]] = {}
+        text, ends, found = self._word_text, self._word_ends, self._variant_words
+        for (variant, wanting), low, high in zip(by_variant.items(), lows, highs):
+            for at in range(low, high):
+                number = found[at]
+                if _one_deletion(text[ends[number]:ends[number + 1]].decode("utf-8", "surrogatepass"), variant):
+                    for word in wanting:
+                        near.setdefault(word, set()).add(number)
+        ids, lens, bounds = self._posting_ids, self._posting_lens, self._posting_ends
+        return {word: [(ids[bounds[n]:bounds[n + 1]], lens[bounds[n]:bounds[n + 1]]) for n in sorted(numbers)]
+                for word, numbers in near.items()}
+
+    def choice_entities(self, ids: Iterable[int]) -> list[tuple[int, int]]:
+        """(choice, entity) of every label folded to one of these choices."""
+        idxs, ends = self._choice_entity_idx, self._choice_entity_ends
+        return [(choice, idxs[at]) for choice in ids for at in range(ends[choice], ends[choice + 1])]
 
     def _group(self, form: str) -> int:
         """The group of ``form``'s rows, -1 when no label has that form."""
@@ -1324,6 +1451,8 @@ class Linker:
     def _load_index(self) -> LabelIndex:
         index = self._open_index()
         index._lookup()  # the packed lookup is read with the index, not by the first mention
+        import rapidfuzz.fuzz  # noqa: F401 - fuzzy matching's scorer: imported (~20 ms) with the index, not by
+        import rapidfuzz.process  # noqa: F401 - the first typo
         return index
 
     def _open_index(self) -> LabelIndex:
@@ -1593,10 +1722,8 @@ class Linker:
 
         index = self.index
         words = sorted(_content_words(key))
-        near = index.near_words(words)
-        postings = index.postings(set().union(*near.values())) if near else {}
-        parts = {w: [postings[n] for n in sorted(near.get(w, ())) if n in postings] for w in words}
-        present = [w for w in words if parts[w]]
+        parts = index.near_postings(words)
+        present = [w for w in words if w in parts]
         if not present:
             return [], []
         rarest = min(present, key=lambda w: (sum(len(p[0]) for p in parts[w]), w))

@@ -190,6 +190,10 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
     assert best(near["hypertensoin"]) == ("KG:Hypertension", "fuzzy")
     exact = {m: packed.index.exact(m) for m in mentions}
     rows = [packed.index._entity_row(i) for i in range(len(packed.index))]
+    words = ["hypertensoin", "panik", "disorder", "comon", "alias", "nmae", "xqzvw"]
+    postings = packed.index.near_postings(words)
+    assert "xqzvw" not in postings and len(postings["panik"]) == 1  # "panic", one swap away
+    choices = sorted(packed.index.choice_entities(range(packed.index.choice_count)))
     text = "Shared name with panic disorders after a heart attack"
     linked = packed.link(text)
     assert len(answers[("Shared name", 20)]) == 19 and answers[("Shared name", 5)][0].method == "exact"
@@ -202,6 +206,18 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
     assert [plain.index._entity_row(i) for i in range(len(plain.index))] == rows
     assert plain.link(text) == linked
     assert {m: plain.link_one(m) for m in typos} == near
+    same = lambda a, b: a.keys() == b.keys() and all(  # noqa: E731
+        len(a[w]) == len(b[w]) and all((x[0] == y[0]).all() and (x[1] == y[1]).all() for x, y in zip(a[w], b[w]))
+        for w in a)
+    assert same(plain.index.near_postings(words), postings)
+    assert sorted(plain.index.choice_entities(range(plain.index.choice_count))) == choices
+    monkeypatch.undo()
+    monkeypatch.setattr(linking, "_FULL_SCAN", 0)
+    monkeypatch.setattr(linking, "_variant_digest", lambda variant: len(variant) % 2)  # variants clash: checked
+    clashing = Linker(store, embedding_model="none", cache_dir=tmp_path / "clashing")
+    assert clashing.index._lookup() is not None
+    assert same(clashing.index.near_postings(words), postings)
+    assert {m: clashing.link_one(m) for m in typos} == near
     with pytest.raises(IndexError):
         packed.index._entity_row(len(packed.index))
 
