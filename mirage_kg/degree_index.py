@@ -3,7 +3,10 @@ one native aggregate over the store and kept in a SQLite file beside it, so a qu
 instead of holding millions of them in a dict (a small store keeps a dict).
 
 The build groups by node only, with no ``DISTINCT`` over the triples (which held every fact triple in the engine's
-memory at once: gigabytes at UMLS size); see ``degree_rows``."""
+memory at once: gigabytes at UMLS size); see ``degree_rows``. The same file keeps the whole adjacency of the
+best-connected nodes (``FILED_DEGREE`` edges or more, at most ``FILED_EDGES`` edges in all): bridge asks it which of
+many nodes a hub is linked to in one indexed lookup, where the store would need two seeks per node or a read of
+every edge at the hub (each decoded term a separate read in the engine)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,11 @@ from pathlib import Path
 from mirage_kg.store.base import Store
 from mirage_kg.terms import iri_ref
 
-FORMAT = "2"  # bump when the file's layout or the degree's definition changes
+FORMAT = "3"  # bump when the file's layout or the degree's definition changes
+#: nodes with at least this many fact edges have their adjacency on file (the heavy tail: 17 nodes at 2.2M
+#: triples, ~600 at UMLS size), the best connected first, until ``FILED_EDGES`` edges are on file
+FILED_DEGREE = 1_000
+FILED_EDGES = 4_000_000  # ~60 bytes each on disk; a query process holds none of them
 _CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
 _MEMO = 50_000  # degrees kept in memory after a lookup (bounded: the index itself stays on disk)
 
@@ -35,6 +42,12 @@ class DiskDegrees(Mapping[str, int]):
         #: the fact predicates the index counted (a hub's relations are probed among these)
         self.predicates: list[str] = json.loads(self._meta("predicates") or "[]")
         self._memo: dict[str, int] = {}
+        try:  # node -> its id in ``links`` for the nodes whose adjacency is on file (a few hundred at most)
+            self._filed: dict[str, int] = dict(self._db.execute("SELECT iri, id FROM filed"))
+        except sqlite3.Error:  # a file of an older format: the caller rebuilds it
+            self._db.close()
+            raise
+        self._relations: list[str] = json.loads(self._meta("filed_relations") or "[]")
 
     def _meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -71,6 +84,28 @@ class DiskDegrees(Mapping[str, int]):
         self._memo.update((iri, out[iri]) for iri in missing if iri in out)
         return out
 
+    def is_filed(self, iri: str) -> bool:
+        """Whether ``iri``'s whole adjacency is on file (``filed_links``, ``filed_links_to``)."""
+        return iri in self._filed
+
+    def filed_links(self, iri: str) -> list[tuple[str, str, str]]:
+        """(relation, "forward"|"backward", other node) of every fact edge at a node on file, in no set order."""
+        relations = self._relations
+        rows = self._db.execute("SELECT other, relation, forward FROM links WHERE node = ?", (self._filed[iri],))
+        return [(relations[r], "forward" if f else "backward", other) for other, r, f in rows]
+
+    def filed_links_to(self, iri: str, others: Iterable[str]) -> list[tuple[str, str, str]]:
+        """The edges of ``filed_links(iri)`` whose other end is among ``others``: one indexed lookup per chunk."""
+        relations, node, wanted = self._relations, self._filed[iri], list(others)
+        out = []
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start:start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.execute(f"SELECT other, relation, forward FROM links WHERE node = ? AND other IN ({marks})",
+                                    (node, *chunk))
+            out.extend((relations[r], "forward" if f else "backward", other) for other, r, f in rows)
+        return out
+
     def __iter__(self) -> Iterator[str]:
         for (iri,) in self._db.execute("SELECT iri FROM degrees ORDER BY iri"):
             yield iri
@@ -89,6 +124,9 @@ class MemoryDegrees(dict[str, int]):
 
     def many(self, iris: Iterable[str]) -> dict[str, int]:
         return {iri: self[iri] for iri in iris if iri in self}
+
+    def is_filed(self, iri: str) -> bool:  # a small store reads every adjacency from the store itself
+        return False
 
 
 def fact_predicates(store: Store, non_fact: frozenset[str]) -> list[str]:
@@ -167,10 +205,15 @@ def open_on_disk(path: Path, fingerprint: str) -> DiskDegrees | None:
     return None
 
 
+Adjacency = Callable[[str], Iterable[tuple[str, str, str]]]  # node -> its fact edges (relation, direction, other)
+
+
 def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]], predicates: list[str],
-                  fallback: Callable[[], MemoryDegrees]) -> DiskDegrees | MemoryDegrees:
+                  fallback: Callable[[], MemoryDegrees], adjacency: Adjacency | None = None,
+                  ) -> DiskDegrees | MemoryDegrees:
     """Write the index to a temporary file and move it into place in one rename (a killed build leaves no index);
-    where the folder cannot be written, the index stays in memory (``fallback``)."""
+    where the folder cannot be written, the index stays in memory (``fallback``). ``adjacency`` gives the edges
+    filed for the best-connected nodes (``file_adjacency``)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.unlink(missing_ok=True)
@@ -180,7 +223,10 @@ def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
     try:
         db.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; "
                          "CREATE TABLE degrees (iri TEXT PRIMARY KEY, degree INTEGER NOT NULL) WITHOUT ROWID; "
-                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);")
+                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); "
+                         "CREATE TABLE filed (id INTEGER PRIMARY KEY, iri TEXT NOT NULL UNIQUE); "
+                         "CREATE TABLE links (node INTEGER NOT NULL, other TEXT NOT NULL, relation INTEGER NOT NULL, "
+                         "forward INTEGER NOT NULL, PRIMARY KEY (node, other, relation, forward)) WITHOUT ROWID;")
         upsert = ("INSERT INTO degrees (iri, degree) VALUES (?, ?) "
                   "ON CONFLICT (iri) DO UPDATE SET degree = degree + excluded.degree")
         batch: list[tuple[str, int]] = []
@@ -191,9 +237,10 @@ def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
                 batch.clear()
         db.executemany(upsert, batch)
         count = db.execute("SELECT COUNT(*) FROM degrees").fetchone()[0]
+        relations = file_adjacency(db, adjacency) if adjacency is not None else []
         db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
                        [("fingerprint", fingerprint), ("format", FORMAT), ("count", str(count)),
-                        ("predicates", json.dumps(predicates))])
+                        ("predicates", json.dumps(predicates)), ("filed_relations", json.dumps(relations))])
         db.commit()
         db.close()
         os.replace(tmp, path)
@@ -202,3 +249,22 @@ def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
         tmp.unlink(missing_ok=True)
         return fallback()
     return DiskDegrees(path)
+
+
+def file_adjacency(db: sqlite3.Connection, adjacency: Adjacency) -> list[str]:
+    """Write the fact edges of the nodes with ``FILED_DEGREE`` edges or more, the best connected first, while the
+    total stays within ``FILED_EDGES``; returns the relations, whose positions the rows store."""
+    relations: dict[str, int] = {}
+    budget = FILED_EDGES
+    chosen = db.execute("SELECT iri, degree FROM degrees WHERE degree >= ? ORDER BY degree DESC, iri",
+                        (FILED_DEGREE,)).fetchall()
+    for number, (iri, degree) in enumerate(chosen):
+        if degree > budget:
+            continue  # a smaller node may still fit
+        edges = {(other, relations.setdefault(p, len(relations)), 1 if d == "forward" else 0)
+                 for p, d, other in adjacency(iri)}
+        budget -= len(edges)
+        db.execute("INSERT INTO filed (id, iri) VALUES (?, ?)", (number, iri))
+        db.executemany("INSERT INTO links (node, other, relation, forward) VALUES (?, ?, ?, ?)",
+                       ((number, other, r, f) for other, r, f in edges))
+    return sorted(relations, key=relations.__getitem__)

@@ -373,6 +373,14 @@ class Graph:
         ``per_relation``, a hub (over ``HUB_DEGREE`` edges) gives at most that many per relation and direction."""
         if per_relation is not None and self.degrees([iri])[iri] > HUB_DEGREE:
             return self._hub_neighbours(iri, relations, per_relation)
+        filed = self._state().degrees
+        if filed is not None and filed.is_filed(iri):  # a well-connected node: its edges from the index's file
+            return sorted(Neighbour(p, d, o) for p, d, o in filed.filed_links(iri)  # type: ignore[union-attr]
+                          if relations is None or p in relations)
+        return self._stored_neighbours(iri, relations)
+
+    def _stored_neighbours(self, iri: str, relations: frozenset[str] | None) -> list[Neighbour]:
+        """``neighbours`` read from the store's index."""
         non = self._state().non_concepts
         seen: set[Neighbour] = set()
         # a few relations: an index range each, instead of every edge at the node
@@ -476,7 +484,8 @@ class Graph:
             return degree_index.in_memory(rows(predicates), predicates)
         (folder / "degrees.json").unlink(missing_ok=True)  # the dict this file replaces (before this file)
         return degree_index.build_on_disk(path, fingerprint, rows(predicates), predicates,
-                                          lambda: degree_index.in_memory(rows(predicates), predicates))
+                                          lambda: degree_index.in_memory(rows(predicates), predicates),
+                                          lambda iri: self._stored_neighbours(iri, None))
 
     # --- merged concepts and specificity ------------------------------------------------------------------------
     @property
@@ -786,20 +795,33 @@ class Graph:
                       rels: frozenset[str] | None, real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
                       ends: tuple[str, ...] = ()) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
         """Fact edges between a node of ``xs`` and a different node of ``ys``, as steps walked from x to y: from
-        adjacency already in hand, else whichever is cheaper of point lookups per pair and expanding one side
-        (estimated from the degree index when it is built)."""
+        adjacency already in hand, else whichever is cheaper of point lookups per pair, expanding one side, and,
+        for the nodes whose adjacency is on file (``degree_index.FILED_DEGREE``), asking the file which of the
+        other side's nodes they link to (estimated from the degree index when it is built)."""
         out: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
         adj = self._adjacency_of(rels, memo, real, ends)
+        merged = real is not None and bool(self.groups.members)
+        # the file holds stored triples, so not across merged concepts
+        table = self._state().degrees if self.store.indexed and not merged else None
+
+        def filed(n: str) -> bool:
+            return table is not None and n not in memo and table.is_filed(n)
+
+        def edges_from(n: str, others: set[str]) -> Iterable[tuple[str, str, str]]:
+            if filed(n):  # one indexed lookup for all of ``others``, not a read of every edge at a hub
+                return [e for e in table.filed_links_to(n, others)  # type: ignore[union-attr]
+                        if rels is None or e[0] in rels]
+            return adj(n)
 
         def from_xs() -> None:
             for x in xs:
-                for p, d, n in adj(x):
+                for p, d, n in edges_from(x, ys):
                     if n in ys and n != x:
                         out.setdefault((x, n), []).append((x, p, n, "forward") if d == "forward" else (n, p, x, "backward"))
 
         def from_ys() -> None:
             for y in ys:
-                for p, d, n in adj(y):
+                for p, d, n in edges_from(y, xs):
                     if n in xs and n != y:
                         out.setdefault((n, y), []).append((y, p, n, "backward") if d == "forward" else (n, p, y, "forward"))
 
@@ -809,12 +831,20 @@ class Graph:
         if all(y in memo for y in ys):
             from_ys()
             return out
-        merged = real is not None and bool(self.groups.members)
-        unknown = [n for n in xs | ys if n not in memo]
         if self.store.indexed:
+            # a filed node's lookup costs about a quarter of an edge read per node asked about
+            filed_x = sum(len(ys) / 4 for x in xs if filed(x)) + len(xs)
+            filed_y = sum(len(xs) / 4 for y in ys if filed(y)) + len(ys)
+            if filed_x <= filed_y and all(x in memo or filed(x) for x in xs):
+                from_xs()  # every x is in hand or on file, and cheaper than any plan: no degree to look up
+                return out
+            if filed_y < filed_x and all(y in memo or filed(y) for y in ys):
+                from_ys()
+                return out
+            unknown = [n for n in xs | ys if n not in memo and not filed(n)]
             degree = self._node_degrees(unknown) if merged else self.degrees(unknown)
-            cost_x = sum(degree[x] for x in xs if x not in memo) + len(xs)
-            cost_y = sum(degree[y] for y in ys if y not in memo) + len(ys)
+            cost_x = sum(degree[x] for x in xs if x in degree) + filed_x
+            cost_y = sum(degree[y] for y in ys if y in degree) + filed_y
         else:  # no index: assume a typical degree
             cost_x, cost_y = 32 * len(xs), 32 * len(ys)
         # a membership check is two index seeks (one each way): about two edge reads when the store's pages are

@@ -87,6 +87,7 @@ def is_identifier(text: str) -> bool:
     return " " not in text.strip()
 
 
+@lru_cache(maxsize=1 << 15)  # ids are compressed again and again (every sort of bridge's paths): ~5 MB at most
 def compress(iri: str) -> str:
     """Full IRI -> CURIE when a known namespace matches, else the IRI itself."""
     for prefix, ns in prefixes().items():

@@ -527,3 +527,82 @@ def test_bridge_walks_through_a_hub_along_its_capped_edges_only(
         assert as_raw(kg.bridge(b, a, max_hops=3, max_paths=10**6, rank="degree")) == \
             [path for path in reference_paths(graph, b, a, 3) if allowed(path)]
     assert bitten  # the cap took paths away somewhere
+
+
+def heavy_tailed_turtle(nodes: int, seed: int) -> str:
+    """A graph whose low-numbered nodes are hubs (log-uniform edge targets, as bench_scale's release), with a
+    self-loop, a fact stored both ways and three relations: enough shapes for every path the search can take."""
+    rng = random.Random(seed)
+    lines = ["@prefix KG: <https://w3id.org/mirage-kg/entity/> . @prefix ex: <http://example.org/rel/> ."]
+    for n in range(1, nodes + 1):
+        for _ in range(rng.choice((1, 2, 3))):
+            other = rng.randint(1, nodes) if rng.random() < 0.5 else int(nodes ** rng.random())
+            if other >= 1:
+                lines.append(f"KG:N{n} ex:{rng.choice(('a', 'b', 'c'))} KG:N{other} .")
+    lines += ["KG:N1 ex:a KG:N1 .", "KG:N2 ex:b KG:N7 .", "KG:N7 ex:b KG:N2 ."]
+    return "\n".join(lines) + "\n"
+
+
+def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes with ``FILED_DEGREE`` edges or more keep their whole adjacency in the degree index's file, the best
+    connected first while ``FILED_EDGES`` allows; ``neighbours`` reads it, and bridge asks the file which nodes of
+    the other side a filed node links to (no seek per pair, no read of every edge at a hub). Every answer equals
+    the one found with nothing on file: bridge at h = 2 and 3 (hubs at an end and inside a path, capped, with a
+    relation filter) and anchor."""
+    import mirage_kg.degree_index as degree_module
+    import mirage_kg.graph as graph_module
+    from mirage_kg.degree_index import DiskDegrees
+
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 40)  # the top hubs are walked through along capped edges
+    monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 4)
+    store = OxigraphStore()
+    ensure_schema(store)
+    load_text(store, heavy_tailed_turtle(800, seed=5), TEST_GRAPH)  # degrees 77, 52, 46, 37, 22, ...
+    monkeypatch.setattr(degree_module, "FILED_DEGREE", 10**9)
+    plain = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path / "plain")
+    degree = dict(plain._degree_table())
+    assert not any(plain._degree_table().is_filed(n) for n in degree)
+
+    monkeypatch.setattr(degree_module, "FILED_DEGREE", 14)
+    monkeypatch.setattr(degree_module, "FILED_EDGES", 250)
+    filed = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path / "filed")
+    table = filed._degree_table()
+    assert isinstance(table, DiskDegrees)
+    budget, expected = 250, []
+    for n in sorted((n for n in degree if degree[n] >= 14), key=lambda n: (-degree[n], n)):
+        if degree[n] <= budget:
+            budget -= len(filed._stored_neighbours(n, None))
+            expected.append(n)
+    assert sorted(n for n in degree if table.is_filed(n)) == sorted(expected)
+    assert 3 <= len(expected) < sum(1 for n in degree if degree[n] >= 14)  # the budget bites, and nodes are filed
+    for n in expected:
+        assert sorted(graph_module.Neighbour(*e) for e in table.filed_links(n)) == filed._stored_neighbours(n, None)
+
+    asked = []
+    original = DiskDegrees.filed_links_to
+
+    def spy(self: DiskDegrees, iri: str, others: Any) -> list[tuple[str, str, str]]:
+        asked.append(iri)
+        return original(self, iri, others)
+
+    monkeypatch.setattr(DiskDegrees, "filed_links_to", spy)
+    rng = random.Random(8)
+    small = sorted(n for n in degree if n not in expected)
+    pairs = [(hub, rng.choice(small)) for hub in expected for _ in range(3)] + \
+            [(rng.choice(small), rng.choice(small)) for _ in range(20)]
+    found = 0
+    for a, b in pairs:
+        for hops in (2, 3):
+            for x, y in ((a, b), (b, a)):
+                got = filed.bridge(x, y, max_hops=hops, max_paths=10**6)
+                assert got == plain.bridge(x, y, max_hops=hops, max_paths=10**6)
+                found += len(got)
+        assert filed.bridge(a, b, relations=[f"http://example.org/rel/{r}" for r in "ab"]) == \
+            plain.bridge(a, b, relations=[f"http://example.org/rel/{r}" for r in "ab"])
+    assert found and asked  # paths were found, and the file was asked for a hub's links
+    for n in expected + small[:30]:
+        assert filed.anchor(n, k=3) == plain.anchor(n, k=3)
+        assert filed.anchor(n, k=3, rank="degree", relations=["http://example.org/rel/c"]) == \
+            plain.anchor(n, k=3, rank="degree", relations=["http://example.org/rel/c"])
