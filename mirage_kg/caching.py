@@ -1,5 +1,6 @@
 """Store identity and the on-disk cache folders derived from it: the manifest's load records, a fingerprint that
-changes whenever a load commits, and where caches built from a store (degree index, label index, embeddings) live."""
+changes whenever the store's content may have, and where caches built from a store (degree index, label index,
+embeddings) live."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
+
+from mirage_kg.errors import StoreStateWarning
 
 from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, Store
 
@@ -24,11 +28,23 @@ def load_records(store: Store) -> tuple[tuple[str, ...], ...]:
 
 
 def store_fingerprint(store: Store, triple_count: int | None = None) -> str:
-    """A short hash of the store's load records and triple count (``triple_count`` when the caller has just
-    counted: a count reads every quad): caches built from the store are keyed by it."""
+    """The key that caches built from the store (degree index, label index, embeddings) are filed under: the
+    store's own content key where it has one (an on-disk embedded store: a listing of its files, no quad read;
+    see ``mirage_kg.store.content_key``), else a short hash of its load records and triple count
+    (``triple_count`` when the caller has just counted: a count reads every quad). What the store says about its
+    key (why its caches are rebuilt, or why it had to be counted) is told once, as a ``StoreStateWarning``."""
+    cheap = store.content_key()
+    if cheap.note and (store.location, cheap.note) not in _told:
+        _told.add((store.location, cheap.note))
+        warnings.warn(cheap.note, StoreStateWarning, stacklevel=2)
+    if cheap.key is not None:
+        return cheap.key
     payload = json.dumps([store.location if store.location != "memory" else "", load_records(store),
                           store.triple_count() if triple_count is None else triple_count])
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:20]
+
+
+_told: set[tuple[str, str]] = set()
 
 
 def cache_folder(store: Store, fingerprint: str, cache_dir: Path | None = None) -> Path:

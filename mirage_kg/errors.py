@@ -9,6 +9,8 @@
      +-- QueryError            a SPARQL query is invalid, not read-only, or timed out
      |    +-- UpdateRefusedError  an update (INSERT, DELETE, LOAD, ...) where only a query is allowed
      +-- MissingExtraError     an optional dependency is not installed (names the pip command)
+
+    StoreStateWarning (a UserWarning): a store changed outside mirage-kg, so the caches built from it are rebuilt
 """
 
 from __future__ import annotations
@@ -78,3 +80,8 @@ class MissingExtraError(MirageError):
         self.package = package
         self.extra = extra
         super().__init__(f"{package} is not installed; run: pip install 'mirage-kg[{extra}]'")
+
+
+class StoreStateWarning(UserWarning):
+    """A store was changed outside mirage-kg (or is being written): the caches built from it are rebuilt, or it is
+    counted whole to key them. Not an error: every answer stays right; the message says what it costs."""

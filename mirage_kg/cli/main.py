@@ -57,6 +57,13 @@ class MirageGroup(click.Group):
         return getattr(importlib.import_module(module), attr, None)
 
     def invoke(self, ctx: click.Context) -> Any:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except MirageError as exc:
@@ -66,6 +73,19 @@ class MirageGroup(click.Group):
             raise click.ClickException(f"{where}{exc.strerror or exc}") from None
         except KeyboardInterrupt:
             raise click.ClickException("interrupted; nothing was half-written (loads are atomic)") from None
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: Any = None, line: str | None = None) -> None:
+    """Our own warnings (``StoreStateWarning``) as one line on stderr, not Python's file-and-source form."""
+    from mirage_kg.errors import StoreStateWarning
+
+    if issubclass(category, StoreStateWarning):
+        click.echo(f"warning: {message}", err=True)
+    else:
+        import warnings
+
+        click.echo(warnings.formatwarning(message, category, filename, lineno, line), err=True, nl=False)
 
 
 @click.group(cls=MirageGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

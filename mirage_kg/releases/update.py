@@ -172,8 +172,8 @@ def _update_release(store: Store, path: Path, loader: Loader, options: LoadOptio
 
 
 def _may_hold_label_index(store: Store) -> bool:
-    """Whether a label index may be cached for the store (the fingerprint it needs counts every quad: seconds at
-    millions): False only for an on-disk store whose own cache folder holds none."""
+    """Whether a label index may be cached for the store (an endpoint's or a memory store's fingerprint counts
+    every quad: seconds at millions): False only for an on-disk store whose own cache folder holds none."""
     if store.path is None:
         return True
     folder = store.path / ".mirage-cache"  # ``caching.cache_folder``'s choice for an on-disk store

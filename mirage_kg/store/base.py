@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, NamedTuple
 
 from mirage_kg.namespaces import GRAPH, MKG
+from mirage_kg.store.content_key import ContentKey
 from mirage_kg.store.sparql_text import query_form
 from mirage_kg.terms import Term, iri_ref, literal
 
@@ -162,6 +163,12 @@ class Store(abc.ABC):
     #: a number that changes whenever this store object writes (None: unknown, other writers may change it):
     #: the graph layer re-reads the manifest only when it moved
     version: int | None = None
+
+    def content_key(self) -> ContentKey:
+        """A key naming the store's content that reads none of it, for the caches built from the store (the
+        degree index, the label index, embeddings); ``ContentKey(None)`` when the store has none, and
+        ``caching.store_fingerprint`` counts the store instead. An endpoint has none: any client may write to it."""
+        return ContentKey(None)
 
     def links(self, node: str, direction: str, predicate: str | None = None) -> Iterator[tuple[str, str]]:
         """(predicate, the other end) of each quad at ``node`` whose other end is an IRI: ``direction``

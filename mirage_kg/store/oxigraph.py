@@ -9,6 +9,7 @@ import shutil
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -18,6 +19,7 @@ import pyoxigraph as ox
 from mirage_kg.errors import QueryError, StoreError
 from mirage_kg.namespaces import MKG
 from mirage_kg.store import checkpoints
+from mirage_kg.store.content_key import ContentKey, files_key, key_of, record, steady_open
 from mirage_kg.store.base import MANIFEST_GRAPH, PENDING, LineReader, LoadReceipt, Quad, Store
 from mirage_kg.terms import Term, iri_ref, literal
 
@@ -47,7 +49,7 @@ class _Interrupt:
     """Whether Ctrl-C was pressed, readable from any thread even while the main thread is inside native code.
 
     Python runs a signal handler only when the main thread is back in Python, which a native bulk load does not
-    do until its segment ends (tens of seconds under load); but the C-level handler writes the signal number to
+    do until the load ends (minutes for a big one); but the C-level handler writes the signal number to
     the wakeup pipe at once, so the thread feeding the parser sees it within one chunk."""
 
     def __init__(self, wakeup: int | None) -> None:
@@ -103,54 +105,23 @@ def _deferred_interrupt() -> Iterator[_Interrupt | None]:
         raise KeyboardInterrupt
 
 
-#: bytes of N-Triples in the first native bulk load of a load; each next segment doubles, up to
-#: ``MAX_SEGMENT_BYTES``. Both are past any input now: a load is one native bulk load, as pyoxigraph's own
-#: ``bulk_load`` of a file is. The native loader already holds its memory to a few batches of 1M quads whatever the
-#: input's size, and a Ctrl-C does not wait for a segment (the parser is cut off), so segments only cost: each one's
-#: SST files were ingested on their own and left for compaction. UMLS-shaped, 0.9M triples (2026-12-01, load 9):
-#: 64 MB segments 269-282 MB on disk, one load 166-196 MB (``bulk_load``'s store: 162 MB), CPU within noise
-#: (14.2 / 13.7 vs 14.7 / 13.9 s), peak 393 vs 725 MiB (``bulk_load``: 656 MiB).
-SEGMENT_BYTES = 1 << 62
-MAX_SEGMENT_BYTES = 1 << 62
+def _pump(reader: LineReader, interrupted: _Interrupt | None, sink: IO[bytes]) -> None:
+    """Copy the loader's N-Triples lines to ``sink`` (the native bulk loader's pipe) a MiB at a time, checking for
+    Ctrl-C between chunks: an interrupted load ends its input with a syntax error, so the parser stops there.
 
-
-class _Segmenter:
-    """Cuts a stream of N-Triples bytes into segments that end at a line break."""
-
-    def __init__(self, reader: LineReader, interrupted: _Interrupt | None,
-                 segment_bytes: int | None = None) -> None:
-        self.reader = reader
-        self.interrupted = interrupted
-        self.segment_bytes = segment_bytes or SEGMENT_BYTES
-        self.carry = b""
-        self.whole = False  # a blank node label was seen: no more cuts
-        self.last = b""
-
-    def feed(self, sink: IO[bytes]) -> bool:
-        """Write the next segment to ``sink``; whether more may follow."""
-        sent = len(self.carry)
-        if self.carry:
-            sink.write(self.carry)
-            self.carry = b""
-        while True:
-            if self.interrupted is not None and self.interrupted.is_set():
-                sink.write(b"\n<interrupted by the user\n")  # a syntax error: the parser stops here
-                return False
-            chunk = self.reader.read(1 << 20)
-            if not chunk:
-                return False
-            if not self.whole and (b"_:" in chunk or self.last == b"_" and chunk[:1] == b":"):
-                self.whole = True
-            self.last = chunk[-1:]
-            cut = chunk.rfind(b"\n") + 1 if not self.whole and sent + len(chunk) >= self.segment_bytes else 0
-            if not cut:
-                sink.write(chunk)
-                sent += len(chunk)
-                continue
-            sink.write(chunk[:cut])
-            self.carry = chunk[cut:]
-            self.segment_bytes = max(self.segment_bytes, min(2 * self.segment_bytes, MAX_SEGMENT_BYTES))
-            return True
+    A load is one native bulk load, as pyoxigraph's own ``bulk_load`` of a file is: the native loader holds its
+    memory to a few batches of 1M quads whatever the input's size. (Cutting the input into several loads only
+    cost: each one's table files were ingested on their own and left for compaction. UMLS-shaped, 0.9M triples,
+    2026-12-01: 64 MB segments made 269-282 MB on disk against 166-196 MB for one load, CPU within noise, peak
+    725 vs 393 MiB.)"""
+    while True:
+        if interrupted is not None and interrupted.is_set():
+            sink.write(b"\n<interrupted by the user\n")  # a syntax error: the parser stops here
+            return
+        chunk = reader.read(1 << 20)
+        if not chunk:
+            return
+        sink.write(chunk)
 
 
 class _InterruptibleReader:
@@ -209,11 +180,18 @@ class OxigraphStore(Store):
         self._lock = threading.RLock()  # pyoxigraph is thread-safe for reads; serialise writes for the journal
         self._writer_lock: checkpoints.WriterLock | None = None
         self._checkpoint: checkpoints.Checkpoint | None = None
+        #: what names the content for caches (``content_key``), valid while ``version`` is ``_content_version``
+        self._content = ContentKey(None)
+        self._content_version = self.version
         if self.path is None:
             self.raw = ox.Store()
         elif self.read_only:
             self.raw = self._open_for_reading(self.path)
         else:
+            # the files before this writer opens name what it opens (opening changes them, not the content)
+            # (a killed load's checkpoint may be put back on open: then the content is named anew)
+            files = files_key(self.path) if self.is_store(self.path) and not checkpoints.any_found(self.path) \
+                else None
             self.raw = self._open_for_writing(self.path)
             try:
                 self._settle_checkpoints()
@@ -222,6 +200,8 @@ class OxigraphStore(Store):
             except BaseException:
                 self.close()
                 raise
+            if files is not None and self.version == self._content_version:  # nothing settled or recovered
+                self._content = key_of(self.path, files, self.location)
 
     # --- opening -------------------------------------------------------------------------------------------
     @staticmethod
@@ -265,12 +245,24 @@ class OxigraphStore(Store):
             what = f"no store at {path}" if not path.exists() else \
                 f"{path} is not a mirage-kg store (no store files in it; only `load` makes one)"
             raise StoreError(f"{what}; create one with `mirage-kg load FILE --store {path}`")
-        raw = self._read_only_handle(path)
+        raw, files = steady_open(path, lambda: self._read_only_handle(path))
         if self._has_leftovers(raw):
             del raw
             self._repair(path)
-            raw = self._read_only_handle(path)
+            raw, files = steady_open(path, lambda: self._read_only_handle(path))
+        self._content = key_of(path, files, self.location)
         return raw
+
+    def content_key(self) -> ContentKey:
+        """On disk: a read-only handle's content is named at open (the record of the last mirage-kg writer, or
+        its files); a writer's content is named anew after each of its own writes (and recorded at close, with
+        the files it leaves). In memory: None (the caller counts: a memory store lives in this process only)."""
+        if self.path is None:
+            return ContentKey(None)
+        if not self.read_only and (self._content.key is None or self._content_version != self.version):
+            self._content = ContentKey("w" + uuid.uuid4().hex[:19])
+            self._content_version = self.version
+        return self._content
 
     @staticmethod
     def _repair(path: Path) -> None:
@@ -582,6 +574,7 @@ class OxigraphStore(Store):
             raise StoreError(f"store {self.location}: cannot roll the load back now ({exc}); the next "
                              "`mirage-kg load` or read of this store rolls it back") from exc
         checkpoints.restore(self.path, checkpoint)
+        self.version += 1  # the content is the checkpoint's now
         self.raw = self._open_for_writing(self.path)
 
     def _settle_checkpoints(self) -> None:
@@ -638,30 +631,15 @@ class OxigraphStore(Store):
 
     def _bulk_load_lines(self, reader: LineReader, fmt: ox.RdfFormat, graph: str, base_iri: str | None) -> None:
         """Python makes the lines in one thread while Rust parses and indexes them in another, through a pipe:
-        pyoxigraph reads the pipe's file descriptor without the GIL, so the two overlap on two cores.
-
-        The lines may go in segments of ``SEGMENT_BYTES`` (cut at a line break), one native bulk load each; by
-        default one segment holds the whole load (see ``SEGMENT_BYTES``). A Ctrl-C is acted on within one chunk
-        of lines either way (the parser is cut off). Blank node labels only mean the same node within one parse,
-        so from the first ``_:`` on, the rest of the lines go in one segment."""
-        interrupted = self._interrupted
-        segmenter = _Segmenter(reader, interrupted)
-        while True:
-            if interrupted is not None and interrupted.is_set():
-                raise KeyboardInterrupt
-            if not self._load_segment(segmenter, fmt, graph, base_iri):
-                return
-
-    def _load_segment(self, segmenter: _Segmenter, fmt: ox.RdfFormat, graph: str, base_iri: str | None) -> bool:
-        """One native bulk load of the next segment; whether more lines may follow."""
+        pyoxigraph reads the pipe's file descriptor without the GIL, so the two overlap on two cores. A Ctrl-C
+        is acted on within one chunk of lines (the parser is cut off, see ``_pump``)."""
         read_fd, write_fd = os.pipe()
         failure: list[BaseException] = []
-        more: list[bool] = [False]
 
         def produce() -> None:
             try:
                 with os.fdopen(write_fd, "wb", buffering=1 << 20) as sink:
-                    more[0] = segmenter.feed(sink)
+                    _pump(reader, self._interrupted, sink)
             except BrokenPipeError:
                 pass  # the parser stopped first; its own error is raised below
             except BaseException as exc:  # the loader's error (bad row): re-raised in the caller's thread
@@ -677,7 +655,6 @@ class OxigraphStore(Store):
             producer.join()
         if failure:
             raise failure[0]
-        return more[0]
 
     # --- staging, committing, rolling back and recovering in bounded memory ---------------------------------
     # A pyoxigraph transaction holds all its changes in memory, and deleting is slow (each quad from every
@@ -787,13 +764,15 @@ class OxigraphStore(Store):
 
     def recover(self) -> list[str]:
         """Finish the swaps a killed process had committed to, then drop the loads it left pending."""
-        self.version += 1
         manifest = ox.NamedNode(MANIFEST_GRAPH)
         for quad in list(self.raw.quads_for_pattern(None, ox.NamedNode(COMMIT_INTO), None, manifest)):
             mode = next(iter(self.raw.quads_for_pattern(quad.subject, ox.NamedNode(COMMIT_MODE), None, manifest)),
                         None)
+            self.version += 1
             self._roll_forward(quad.subject.value, quad.object.value, mode.object.value if mode else "merge")
         dropped = super().recover()
+        if dropped:
+            self.version += 1
         if self.path is not None:  # scratch folders no journal entry names (killed before its first mark)
             for folder in self.path.glob("staging-*"):
                 shutil.rmtree(folder, ignore_errors=True)
@@ -815,12 +794,20 @@ class OxigraphStore(Store):
         triples.dump(output=out, format=fmt, from_graph=ox.DefaultGraph())
 
     def close(self) -> None:
+        """Close the native store; a writer then records which files its content key names (``content_key``), so
+        the next process to open the store finds the caches built from this content."""
         self._scratch = None  # a scratch store left by an interrupted swap is reopened by recovery
         raw = self.__dict__.pop("raw", None)
-        if raw is not None and self.path is not None and not self.read_only:
+        writer = raw is not None and self.path is not None and not self.read_only
+        key = self.content_key().key if writer else None
+        flushed = False
+        if writer:
             try:
                 raw.flush()
+                flushed = True
             except (OSError, RuntimeError):  # RuntimeError: a read-only instance has nothing to flush
                 pass
         del raw  # the last reference: the native store closes now, not when a traceback is freed
+        if flushed and key is not None and self.path is not None:
+            record(self.path, files_key(self.path), key)  # still under our writer lock
         self._release_writer_lock()

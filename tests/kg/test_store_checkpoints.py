@@ -208,13 +208,12 @@ def test_a_killed_merge_or_replace_keeps_the_old_graph(tmp_path: Path, replace: 
 def test_ctrl_c_reaches_the_loader_inside_one_native_call(tmp_path: Path) -> None:
     """Python runs a SIGINT handler only when the main thread is back in Python, which a native bulk load is not
     until it ends: Ctrl-C used to wait for the segment being indexed (45 s at 64 MB on a busy machine). The
-    feeding thread now sees the signal through the wakeup pipe and cuts the parser off, so even a load that is one
-    native call (the segment size raised past the input) stops reading its input and is put back."""
+    feeding thread now sees the signal through the wakeup pipe and cuts the parser off, so a load, which is one
+    native call, stops reading its input and is put back."""
     folder = tmp_path / "kg"
     script = textwrap.dedent(f"""
         import sys
         import mirage_kg.store.oxigraph as oxigraph
-        oxigraph.SEGMENT_BYTES = 1 << 40  # the whole load in one native call
         store = oxigraph.OxigraphStore({str(folder)!r})
         consumed = [0]
         def lines():
