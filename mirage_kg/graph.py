@@ -297,6 +297,16 @@ class Graph:
                         ) -> dict[str, dict[str, list[tuple[str, str | None]]]]:
         """iri -> predicate -> [(value, language)] of the literals each IRI has for ``keys``, in any graph."""
         found: dict[str, dict[str, list[tuple[str, str | None]]]] = {}
+        if self.store.indexed:
+            # point lookups: Oxigraph plans the VALUES query below as a scan of every quad of each key (every
+            # label in the store: a second at 2M quads, the first anchor of a process waited for it)
+            for iri in dict.fromkeys(iris):
+                for key in keys:
+                    for quad in self.store.quads(iri, key):
+                        if quad.object.kind == "literal":
+                            found.setdefault(iri, {}).setdefault(key, []).append((quad.object.value,
+                                                                                  quad.object.lang))
+            return found
         for chunk in _chunks(iris):
             rows = self.store.select(
                 f"SELECT ?s ?k ?v WHERE {{ VALUES ?s {{ {' '.join(iri_ref(i) for i in chunk)} }} "
@@ -471,14 +481,19 @@ class Graph:
         def rows(predicates: list[str]) -> Iterable[tuple[str, int]]:
             return degree_index.degree_rows(self.store, predicates, self._DEGREE_QUERY)
 
-        size = self.store.triple_count()
+        # where the store names its content without a count (on disk), a cached file is looked for first and the
+        # store's size is bounded only when building; else the count that keys the cache decides too
+        size = None if self.store.content_key().key is not None else self.store.triple_count()
         fingerprint = store_fingerprint(self.store, size)
-        folder = cache_folder(self.store, fingerprint, self.cache_dir) if size > DEGREE_INDEX_ON_DISK else None
+        on_disk = size > DEGREE_INDEX_ON_DISK if size is not None else True
+        folder = cache_folder(self.store, fingerprint, self.cache_dir) if on_disk else None
         path = folder / "degrees.sqlite" if folder is not None else None
         if path is not None:
             found = degree_index.open_on_disk(path, fingerprint)
             if found is not None:
                 return found
+            if size is None and not self._holds_more_than(DEGREE_INDEX_ON_DISK):
+                folder = path = None
         predicates = degree_index.fact_predicates(self.store, NON_FACT_PREDICATES)
         if folder is None or path is None:
             return degree_index.in_memory(rows(predicates), predicates)
@@ -486,6 +501,12 @@ class Graph:
         return degree_index.build_on_disk(path, fingerprint, rows(predicates), predicates,
                                           lambda: degree_index.in_memory(rows(predicates), predicates),
                                           lambda iri: self._stored_neighbours(iri, None))
+
+    def _holds_more_than(self, count: int) -> bool:
+        """Whether the store holds more than ``count`` quads, reading at most that many (not a whole count)."""
+        rows = self.store.select(f"SELECT (COUNT(*) AS ?n) WHERE {{ SELECT * WHERE {{ GRAPH ?g {{ ?s ?p ?o }} }} "
+                                 f"LIMIT {count + 1} }}")
+        return int(rows[0]["n"].value) > count
 
     # --- merged concepts and specificity ------------------------------------------------------------------------
     @property
