@@ -224,7 +224,8 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool) -> dict[s
     out: dict[str, Any] = {"degree_index_s": degree_index_s, "hub_degree": kg.degrees([iri[hubs[0]]])[iri[hubs[0]]],
                            "typical_degree_p50": statistics.median(kg.degrees([iri[c] for c in typical]).values())}
     for group, nodes in (("typical", typical), ("hub", hubs)):
-        out[f"anchor_{group}"] = _times(lambda c: kg.anchor(c, k=10), nodes)
+        out[f"anchor_{group}_cpu"] = []
+        out[f"anchor_{group}"] = _times(lambda c: kg.anchor(c, k=10), nodes, out[f"anchor_{group}_cpu"])
         out[f"anchor_{group}_raw"] = _times(raw_edges, nodes)
     # bridge pairs: typical = a random walk of 2-3 steps from a typical node (connected) or a random pair;
     # hub = a hub and a typical node
@@ -240,8 +241,10 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool) -> dict[s
     hub_pairs = list(zip(hubs, typical))
     out["bridge_connected"] = 0
     for hops in (2, 3):
-        out[f"bridge{hops}_typical"] = _times(lambda p: kg.bridge(p[0], p[1], max_hops=hops), walk_pairs)
-        out[f"bridge{hops}_hub"] = _times(lambda p: kg.bridge(p[0], p[1], max_hops=hops), hub_pairs)
+        for group, pairs in (("typical", walk_pairs), ("hub", hub_pairs)):
+            out[f"bridge{hops}_{group}_cpu"] = []
+            out[f"bridge{hops}_{group}"] = _times(lambda p: kg.bridge(p[0], p[1], max_hops=hops), pairs,
+                                                  out[f"bridge{hops}_{group}_cpu"])
     out["bridge_connected"] = sum(1 for a, b in walk_pairs if kg.bridge(a, b, max_hops=3, max_paths=1))
     out["bridge_pairs"] = len(walk_pairs)
     sparql: list[float] = []
@@ -256,12 +259,16 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool) -> dict[s
     return out
 
 
-def _times(func: Any, items: list[Any]) -> list[float]:
+def _times(func: Any, items: list[Any], cpu: list[float] | None = None) -> list[float]:
+    """Milliseconds each call took by the wall clock; with ``cpu``, this process's CPU milliseconds per call too
+    (what tells a slow call from a call that waited for a busy machine)."""
     out = []
     for item in items:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         func(item)
         out.append((time.perf_counter() - started) * 1000)
+        if cpu is not None:
+            cpu.append((time.process_time() - started_cpu) * 1000)
     return out
 
 
@@ -462,12 +469,20 @@ def table(result: dict[str, Any]) -> list[dict[str, Any]]:
             b50, b95 = _p(r[f"anchor_{group}_raw"])
             row("query", f"anchor {group} p50", p50, b50, "raw quad fetch of its edges", "<= 1" if group == "typical" else "", "ms")
             row("query", f"anchor {group} p95", p95, b95, "raw quad fetch of its edges", "<= 10" if group == "typical" else "", "ms")
+            if f"anchor_{group}_cpu" in r:  # CPU per call: the same figure with the machine's contention taken out
+                c50, c95 = _p(r[f"anchor_{group}_cpu"])
+                row("query", f"anchor {group} CPU p50", c50, None, "", "", "ms")
+                row("query", f"anchor {group} CPU p95", c95, None, "", "", "ms")
             for hops in (2, 3):
                 p50, p95 = _p(r[f"bridge{hops}_{group}"])
                 base = _p(r["bridge2_typical_sparql"])[0] if hops == 2 and group == "typical" else None
                 row("query", f"bridge h={hops} {group} p50", p50, base, "pyoxigraph SPARQL hop query" if base else "",
                     "<= 10" if hops == 3 else "", "ms")
                 row("query", f"bridge h={hops} {group} p95", p95, None, "", "<= 100" if hops == 3 else "", "ms")
+                if hops == 3 and f"bridge3_{group}_cpu" in r:
+                    c50, c95 = _p(r[f"bridge3_{group}_cpu"])
+                    row("query", f"bridge h=3 {group} CPU p50", c50, None, "", "", "ms")
+                    row("query", f"bridge h=3 {group} CPU p95", c95, None, "", "", "ms")
         row("query", "degree index (once)", r["degree_index_s"], None, "", "", "s")
         row("query", "hub degree", r["hub_degree"], r["typical_degree_p50"], "typical node's degree", "", "")
         row("query", "peak RSS", r["rss_mib"], None, "", "", "MiB")

@@ -277,9 +277,9 @@ class Graph:
         if self.store.indexed:  # point lookups in the index beat one VALUES query
             for iri in wanted:
                 for predicate, bucket in ((SKOS_PREF, pref), (RDFS_LABEL, plain)):
-                    for quad in self.store.quads(iri, predicate):
-                        if quad.object.kind == "literal":
-                            bucket.setdefault(iri, []).append((quad.object.value, quad.object.lang))
+                    found = list(self.store.literals(iri, predicate))
+                    if found:
+                        bucket[iri] = found
                     if iri in pref:
                         break
         else:
@@ -825,11 +825,10 @@ class Graph:
         # the file holds stored triples, so not across merged concepts
         table = self._state().degrees if self.store.indexed and not merged else None
 
-        def filed(n: str) -> bool:
-            return table is not None and n not in memo and table.is_filed(n)
+        on_file = set() if table is None else {n for n in xs | ys if n not in memo and table.is_filed(n)}
 
         def edges_from(n: str, others: set[str]) -> Iterable[tuple[str, str, str]]:
-            if filed(n):  # one indexed lookup for all of ``others``, not a read of every edge at a hub
+            if n in on_file:  # one indexed lookup for all of ``others``, not a read of every edge at a hub
                 return [e for e in table.filed_links_to(n, others)  # type: ignore[union-attr]
                         if rels is None or e[0] in rels]
             return adj(n)
@@ -854,15 +853,15 @@ class Graph:
             return out
         if self.store.indexed:
             # a filed node's lookup costs about a quarter of an edge read per node asked about
-            filed_x = sum(len(ys) / 4 for x in xs if filed(x)) + len(xs)
-            filed_y = sum(len(xs) / 4 for y in ys if filed(y)) + len(ys)
-            if filed_x <= filed_y and all(x in memo or filed(x) for x in xs):
+            filed_x = len(ys) / 4 * len(on_file & xs) + len(xs)
+            filed_y = len(xs) / 4 * len(on_file & ys) + len(ys)
+            unknown = [n for n in xs | ys if n not in memo and n not in on_file]
+            if filed_x <= filed_y and xs.isdisjoint(unknown):
                 from_xs()  # every x is in hand or on file, and cheaper than any plan: no degree to look up
                 return out
-            if filed_y < filed_x and all(y in memo or filed(y) for y in ys):
+            if filed_y < filed_x and ys.isdisjoint(unknown):
                 from_ys()
                 return out
-            unknown = [n for n in xs | ys if n not in memo and not filed(n)]
             degree = self._node_degrees(unknown) if merged else self.degrees(unknown)
             cost_x = sum(degree[x] for x in xs if x in degree) + filed_x
             cost_y = sum(degree[y] for y in ys if y in degree) + filed_y

@@ -183,6 +183,13 @@ class Store(abc.ABC):
                 if quad.subject.kind == "uri":
                     yield quad.predicate.value, quad.subject.value
 
+    def literals(self, subject: str, predicate: str) -> Iterator[tuple[str, str | None]]:
+        """(value, language tag or None) of each literal ``subject predicate ?o`` in the named graphs: what
+        labels are read with, one index lookup per node on an indexed store, with no ``Quad`` per value."""
+        for quad in self.quads(subject, predicate, None):
+            if quad.object.kind == "literal":
+                yield quad.object.value, quad.object.lang
+
     def predicates_between(self, subject: str, obj: str) -> Iterator[str]:
         """The predicates of the quads ``subject ?p obj``: a membership check with both ends bound (one index
         lookup on an indexed store), which the path search uses instead of reading a hub's edges."""

@@ -449,6 +449,17 @@ class OxigraphStore(Store):
                 if type(other) is iri and type(quad.graph_name) is named:
                     yield quad.predicate.value, other.value
 
+    def literals(self, subject: str, predicate: str) -> Iterator[tuple[str, str | None]]:
+        try:
+            found = self.raw.quads_for_pattern(ox.NamedNode(subject), ox.NamedNode(predicate), None)
+        except ValueError:
+            return
+        literal, named = ox.Literal, ox.NamedNode
+        for quad in found:
+            value = quad.object
+            if type(value) is literal and type(quad.graph_name) is named:
+                yield value.value, value.language
+
     def predicates_between(self, subject: str, obj: str) -> Iterator[str]:
         try:
             found = self.raw.quads_for_pattern(ox.NamedNode(subject), None, ox.NamedNode(obj))

@@ -53,8 +53,9 @@ def test_streamed_rows_match_select(store: Store) -> None:
 
 def test_links_and_predicates_between_read_the_index_as_quads_do(store: Store) -> None:
     """``links`` (the path search's adjacency primitive) gives (predicate, other end) for the IRI-valued quads at
-    a node, either way and for one predicate; ``predicates_between`` the predicates with both ends bound; a
-    node no quad names (or an IRI no store can hold) gives nothing."""
+    a node, either way and for one predicate; ``predicates_between`` the predicates with both ends bound;
+    ``literals`` a node's literal values of one predicate with their language; a node no quad names (or an IRI
+    no store can hold) gives nothing."""
     load_file(store, "tiny.ttl", "rdf")
     asthma, wheezing = f"{ENTITY}Asthma", f"{ENTITY}Wheezing"
     has_symptom = "https://w3id.org/mirage-kg/schema#has_symptom"
@@ -68,6 +69,10 @@ def test_links_and_predicates_between_read_the_index_as_quads_do(store: Store) -
     assert list(store.predicates_between(asthma, wheezing)) == [has_symptom]
     assert list(store.predicates_between(wheezing, asthma)) == []
     assert list(store.links(f"{ENTITY}Nothing", "forward")) == []
+    labels = {(q.object.value, q.object.lang) for q in store.quads(asthma, SKOS_ALT) if q.object.kind == "literal"}
+    assert labels and sorted(store.literals(asthma, SKOS_ALT)) == sorted(labels)  # the label lookup's primitive
+    assert list(store.literals(asthma, has_symptom)) == []  # IRIs are not literals
+    assert list(store.literals(f"{ENTITY}Nothing", SKOS_PREF)) == []
 
 
 def test_hostile_literal_round_trips(store: Store) -> None:
