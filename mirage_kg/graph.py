@@ -302,10 +302,9 @@ class Graph:
             # label in the store: a second at 2M quads, the first anchor of a process waited for it)
             for iri in dict.fromkeys(iris):
                 for key in keys:
-                    for quad in self.store.quads(iri, key):
-                        if quad.object.kind == "literal":
-                            found.setdefault(iri, {}).setdefault(key, []).append((quad.object.value,
-                                                                                  quad.object.lang))
+                    values = list(self.store.literals(iri, key))
+                    if values:
+                        found.setdefault(iri, {})[key] = values
             return found
         for chunk in _chunks(iris):
             rows = self.store.select(
