@@ -53,7 +53,7 @@ _BLOCK_CACHE = 64  # decoded blocks (and word postings) kept: the spans of one t
 # whose words are one edit from the mention's (from memory, whatever the size), at most this many:
 _FULL_SCAN = 300_000
 _FUZZY_CANDIDATES = 200
-_INDEX_VERSION = 9
+_INDEX_VERSION = 10
 _COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
@@ -1214,10 +1214,9 @@ def _put_packed(db: sqlite3.Connection, name: str, value: Any) -> None:
 
 
 def _variant_digest(variant: str) -> int:
-    """A deletion variant's 64-bit key in the packed fuzzy lookup. A clash only brings a word that is then
-    checked against the variant (``_one_deletion``), so it costs a comparison, never a wrong near word."""
-    digest = hashlib.blake2b(variant.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True)
+    """A deletion variant's 32-bit key (CRC-32) in the packed fuzzy lookup. A clash only brings a word that is
+    then checked against the variant (``_one_deletion``), so it costs a comparison, never a wrong near word."""
+    return zlib.crc32(variant.encode("utf-8", "surrogatepass"))
 
 
 def _one_deletion(word: str, variant: str) -> bool:
@@ -1242,7 +1241,7 @@ def _pack_fuzzy(db: sqlite3.Connection) -> None:
 
     word_text, word_ends = bytearray(), array("q", [0])
     posting_ids, posting_lens, posting_ends = bytearray(), bytearray(), array("q", [0])
-    variant_keys, variant_words = array("q"), array("i")
+    variant_keys, variant_words = array("I"), array("i")
     for number, (word, ids, lens) in enumerate(_stream(db, "SELECT word, ids, lens FROM words ORDER BY word")):
         word_text += word.encode("utf-8", "surrogatepass")
         word_ends.append(len(word_text))
@@ -1252,7 +1251,7 @@ def _pack_fuzzy(db: sqlite3.Connection) -> None:
         for variant in _variants(word):
             variant_keys.append(_variant_digest(variant))
             variant_words.append(number)
-    keys = np.frombuffer(variant_keys, dtype=np.int64)
+    keys = np.frombuffer(variant_keys, dtype=np.uint32)
     order = np.argsort(keys, kind="stable")  # stable: a key's words stay in word order
     del variant_keys
     for name, value in (("word_text", bytes(word_text)), ("word_ends", word_ends), ("posting_ids", bytes(posting_ids)),
@@ -1278,8 +1277,9 @@ def _pack_fuzzy(db: sqlite3.Connection) -> None:
 
 class _Packed:
     """The packed lookup read into memory (the ``packed`` table): a dictionary match and an entity's IRI and name
-    without an SQLite statement, which cost most of an exact lookup. About 30 bytes per form and 100 per
-    entity: some 1.2 GB at UMLS size."""
+    without an SQLite statement, which cost most of an exact lookup (about 30 bytes per form and 100 per
+    entity: some 0.8-1.2 GB at UMLS size); and a large index's fuzzy lookup, near words to the labels holding
+    them to their entities, without one either (~110 bytes per content word, ~25 per label: ~0.3 GB there)."""
 
     def __init__(self, read: Any) -> None:
         import numpy as np
@@ -1301,7 +1301,9 @@ class _Packed:
         self._posting_ids = np.frombuffer(read("posting_ids"), dtype=np.int32)
         self._posting_lens = np.frombuffer(read("posting_lens"), dtype=np.uint16)
         self._posting_ends = memoryview(read("posting_ends")).cast("q")
-        self._variant_keys = np.frombuffer(read("variant_keys"), dtype=np.int64)
+        raw = read("variant_keys")
+        self._variant_keys = np.frombuffer(raw, dtype=np.uint32)  # searched by numpy, read one by one as a view
+        self._variant_key_at = memoryview(raw).cast("I")
         self._variant_words = memoryview(read("variant_words")).cast("i")
         self._choice_entity_idx = memoryview(read("choice_entity_idx")).cast("i")
         self._choice_entity_ends = memoryview(read("choice_entity_ends")).cast("q")
@@ -1322,16 +1324,20 @@ class _Packed:
                 by_variant.setdefault(variant, []).append(word)
         if not by_variant:
             return {}
-        keys = np.array([_variant_digest(v) for v in by_variant], dtype=np.int64)
-        lows = self._variant_keys.searchsorted(keys, "left").tolist()
-        highs = self._variant_keys.searchsorted(keys, "right").tolist()
+        keys = [_variant_digest(v) for v in by_variant]
+        starts = self._variant_keys.searchsorted(np.array(keys, dtype=np.uint32)).tolist()
         near: dict[str, set[int]] = {}
         text, ends, found = self._word_text, self._word_ends, self._variant_words
-        for (variant, wanting), low, high in zip(by_variant.items(), lows, highs):
-            for at in range(low, high):
+        key_at, size = self._variant_key_at, len(self._variant_key_at)
+        for (variant, wanting), key, at in zip(by_variant.items(), keys, starts):
+            while at < size and key_at[at] == key:  # the rows of this key, from its first on
                 number = found[at]
-                if _one_deletion(text[ends[number]:ends[number + 1]].decode("utf-8", "surrogatepass"), variant):
-                    for word in wanting:
+                at += 1
+                # a word the same as the mention's shares all its variants: checked once
+                todo = [w for w in wanting if number not in near.get(w, ())]
+                if todo and _one_deletion(text[ends[number]:ends[number + 1]].decode("utf-8", "surrogatepass"),
+                                          variant):
+                    for word in todo:
                         near.setdefault(word, set()).add(number)
         ids, lens, bounds = self._posting_ids, self._posting_lens, self._posting_ends
         return {word: [(ids[bounds[n]:bounds[n + 1]], lens[bounds[n]:bounds[n + 1]]) for n in sorted(numbers)]
@@ -1688,7 +1694,8 @@ class Linker:
         """rapidfuzz token-sort ratio against some of the labels. In an index up to ``_FULL_SCAN``: those sharing a
         word beginning or ending like one of the key's, its rarer words' blocks only (a common word such as
         "abnormal" would pull in thousands), else the smallest block; when nothing matched and ``full_scan``,
-        every label. In a larger one: the labels ``_near`` finds (bounded, whatever the size of the KG)."""
+        every label. In a larger one: the labels ``_near`` finds (bounded, whatever the size of the KG, and read
+        from memory when the index is packed)."""
         index = self.index
         if len(key) < 4:
             return
@@ -1740,9 +1747,9 @@ class Linker:
         for word in present:
             if word == rarest or not len(ids):
                 continue
-            held = np.zeros(len(ids), dtype=bool)
-            for near_ids, _ in parts[word]:
-                held |= held_in(ids, near_ids)
+            near_ids = parts[word][0][0] if len(parts[word]) == 1 else np.sort(np.concatenate(
+                [p[0] for p in parts[word]]))  # one search for all of the word's near words
+            held = held_in(ids, near_ids)
             counts += held
             covered += held * len(word)
         order = np.lexsort((ids, np.abs(lens - size), -covered, -counts))
