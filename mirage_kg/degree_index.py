@@ -106,6 +106,17 @@ class DiskDegrees(Mapping[str, int]):
             out.extend((relations[r], "forward" if f else "backward", other) for other, r, f in rows)
         return out
 
+    def filed_common_links(self, iri: str, other: str) -> list[tuple[str, str, str, str, str]]:
+        """(node x, relation, direction seen from ``iri``, relation, direction seen from ``other``) for each pair
+        of edges ``iri - x - other``, both nodes on file: one join in the file, where reading ``iri``'s edges and
+        asking ``other`` about each end would bind every one of them."""
+        relations = self._relations
+        rows = self._db.execute(
+            "SELECT a.other, a.relation, a.forward, b.relation, b.forward FROM links a "
+            "JOIN links b ON b.node = ? AND b.other = a.other WHERE a.node = ?", (self._filed[other], self._filed[iri]))
+        return [(x, relations[r1], "forward" if f1 else "backward", relations[r2], "forward" if f2 else "backward")
+                for x, r1, f1, r2, f2 in rows]
+
     def __iter__(self) -> Iterator[str]:
         for (iri,) in self._db.execute("SELECT iri FROM degrees ORDER BY iri"):
             yield iri

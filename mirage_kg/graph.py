@@ -719,10 +719,21 @@ class Graph:
         # either end, or next to it, is never expanded when the other side is small; any split finds the same paths
         left: list[tuple[list[str], list[tuple[str, str, str, str]]]] = [([a], [])]
         right: list[tuple[list[str], list[tuple[str, str, str, str]]]] = [([b], [])]
-        for _ in range(hops - 1):
+        table = self._state().degrees if self.store.indexed and not merged else None
+        joined: list[tuple[tuple[str, str, str, str], ...]] = []
+        for extension in range(hops - 1):
+            # the last edge added next to an untouched end on file: partial paths ending at a node on file are
+            # finished by one join of the two nodes' edges in the file, not by binding each of their neighbours
+            last = extension == hops - 2 and table is not None
             if self._fan_out(left, memo, merged, rels) <= self._fan_out(right, memo, merged, rels):
+                if last and right == [([b], [])] and table.is_filed(b):  # type: ignore[union-attr]
+                    left, done = self._joined_on_file(left, b, rels, from_right=False)
+                    joined += done
                 left = _extend(left, adj, avoid=b)
             else:
+                if last and left == [([a], [])] and table.is_filed(a):  # type: ignore[union-attr]
+                    right, done = self._joined_on_file(right, a, rels, from_right=True)
+                    joined += done
                 right = _extend(right, adj, avoid=a)
         left_ends: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
         right_ends: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
@@ -740,7 +751,40 @@ class Graph:
                     back = [(s, p, o, "backward" if d == "forward" else "forward") for s, p, o, d in reversed(rsteps)]
                     for edge in edges:
                         out.append(tuple(lsteps) + (edge,) + tuple(back))
-        return out if merged else self._through_capped_hubs(out, rels)
+        return out if merged else self._through_capped_hubs(out + joined, rels)
+
+    def _joined_on_file(self, layer: list[tuple[list[str], list[tuple[str, str, str, str]]]], far: str,
+                        rels: frozenset[str] | None, from_right: bool,
+                        ) -> tuple[list[tuple[list[str], list[tuple[str, str, str, str]]]],
+                                   list[tuple[tuple[str, str, str, str], ...]]]:
+        """The partial paths of ``layer`` whose end is on file (and not a hub walked through: its capped edges
+        are in hand, and the cap's filter would drop the others), finished two edges further at ``far`` (an end on file) by one join per end node in the file;
+        returns the partial paths left to extend and the finished paths, walked from ``a`` to ``b``
+        (``from_right``: ``layer`` grew from ``b``)."""
+        table = self._state().degrees
+        rest, by_end = [], {}
+        for nodes, steps in layer:
+            y = nodes[-1]
+            if y == far or not table.is_filed(y) or (len(nodes) > 1 and self._is_path_hub(y)):  # type: ignore[union-attr]
+                rest.append((nodes, steps))
+            else:
+                by_end.setdefault(y, []).append((nodes, steps))
+        done: list[tuple[tuple[str, str, str, str], ...]] = []
+        for y, partials in by_end.items():
+            for x, rel_y, from_y, rel_far, from_far in table.filed_common_links(y, far):  # type: ignore[union-attr]
+                if x == far or (rels is not None and (rel_y not in rels or rel_far not in rels)):
+                    continue
+                # each step walked from the layer's side: y to x, then x to far (the far end sees that edge reversed)
+                y_to_x = (y, rel_y, x, "forward") if from_y == "forward" else (x, rel_y, y, "backward")
+                x_to_far = (far, rel_far, x, "backward") if from_far == "forward" else (x, rel_far, far, "forward")
+                for nodes, steps in partials:
+                    if x in nodes:
+                        continue
+                    walk = steps + [y_to_x, x_to_far]
+                    if from_right:  # walked from b: read it back from a
+                        walk = [(s, p, o, "backward" if d == "forward" else "forward") for s, p, o, d in reversed(walk)]
+                    done.append(tuple(walk))
+        return rest, done
 
     def _through_capped_hubs(self, paths: list[tuple[tuple[str, str, str, str], ...]], rels: frozenset[str] | None,
                              ) -> list[tuple[tuple[str, str, str, str], ...]]:

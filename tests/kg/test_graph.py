@@ -539,7 +539,8 @@ def heavy_tailed_turtle(nodes: int, seed: int) -> str:
             other = rng.randint(1, nodes) if rng.random() < 0.5 else int(nodes ** rng.random())
             if other >= 1:
                 lines.append(f"KG:N{n} ex:{rng.choice(('a', 'b', 'c'))} KG:N{other} .")
-    lines += ["KG:N1 ex:a KG:N1 .", "KG:N2 ex:b KG:N7 .", "KG:N7 ex:b KG:N2 ."]
+    lines += ["KG:N1 ex:a KG:N1 .", "KG:N2 ex:b KG:N7 .", "KG:N7 ex:b KG:N2 .", "KG:N4 ex:c KG:N1 .",
+              "KG:N4 ex:a KG:N4 .", "KG:N5 ex:c KG:N4 ."]
     return "\n".join(lines) + "\n"
 
 
@@ -547,7 +548,8 @@ def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nodes with ``FILED_DEGREE`` edges or more keep their whole adjacency in the degree index's file, the best
     connected first while ``FILED_EDGES`` allows; ``neighbours`` reads it, and bridge asks the file which nodes of
-    the other side a filed node links to (no seek per pair, no read of every edge at a hub). Every answer equals
+    the other side a filed node links to (no seek per pair, no read of every edge at a hub) and finishes the
+    paths between two filed nodes by one join of their edges. Every answer equals
     the one found with nothing on file: bridge at h = 2 and 3 (hubs at an end and inside a path, capped, with a
     relation filter) and anchor."""
     import mirage_kg.degree_index as degree_module
@@ -555,11 +557,11 @@ def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
     from mirage_kg.degree_index import DiskDegrees
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
-    monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 40)  # the top hubs are walked through along capped edges
+    monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 45)  # the top hubs are walked through along capped edges
     monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 4)
     store = OxigraphStore()
     ensure_schema(store)
-    load_text(store, heavy_tailed_turtle(800, seed=5), TEST_GRAPH)  # degrees 77, 52, 46, 37, 22, ...
+    load_text(store, heavy_tailed_turtle(800, seed=5), TEST_GRAPH)  # degrees 78, 52, 46, 41, 23, ...
     monkeypatch.setattr(degree_module, "FILED_DEGREE", 10**9)
     plain = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path / "plain")
     degree = dict(plain._degree_table())
@@ -588,10 +590,27 @@ def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
         return original(self, iri, others)
 
     monkeypatch.setattr(DiskDegrees, "filed_links_to", spy)
+    joins = []
+    original_join = DiskDegrees.filed_common_links
+
+    def join_spy(self: DiskDegrees, iri: str, other: str) -> list[tuple[str, str, str, str, str]]:
+        joins.append(original_join(self, iri, other))
+        return joins[-1]
+
+    monkeypatch.setattr(DiskDegrees, "filed_common_links", join_spy)
     rng = random.Random(8)
     small = sorted(n for n in degree if n not in expected)
     pairs = [(hub, rng.choice(small)) for hub in expected for _ in range(3)] + \
             [(rng.choice(small), rng.choice(small)) for _ in range(20)]
+    # next to a filed node that is no hub: the paths from a filed end through it are finished by a join (N4's
+    # self-loop and its edge from N5 make N4 itself a common neighbour of N5 and N4, which a simple path skips)
+    pairs += [(hub, n) for hub in expected[:4] for middle in expected if degree[middle] <= 45
+              for n in [e.node for e in filed._stored_neighbours(middle, None)][:2] +
+              [e.node for e in filed._stored_neighbours(middle, None) if degree[e.node] == 1][:2] if n != hub]
+    # an end next to both: the join also finds it as the middle node, which a simple path cannot take
+    pairs += [(hub, n) for hub in expected[:3] for middle in expected if degree[middle] <= 45
+              for n in sorted({e.node for e in filed._stored_neighbours(middle, None)} &
+                              {e.node for e in filed._stored_neighbours(hub, None)})[:2] if n != hub]
     found = 0
     for a, b in pairs:
         for hops in (2, 3):
@@ -602,6 +621,7 @@ def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
         assert filed.bridge(a, b, relations=[f"http://example.org/rel/{r}" for r in "ab"]) == \
             plain.bridge(a, b, relations=[f"http://example.org/rel/{r}" for r in "ab"])
     assert found and asked  # paths were found, and the file was asked for a hub's links
+    assert any(joins)  # and paths were finished by joining two filed nodes' edges
     for n in expected + small[:30]:
         assert filed.anchor(n, k=3) == plain.anchor(n, k=3)
         assert filed.anchor(n, k=3, rank="degree", relations=["http://example.org/rel/c"]) == \
