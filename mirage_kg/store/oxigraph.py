@@ -124,6 +124,37 @@ def _pump(reader: LineReader, interrupted: _Interrupt | None, sink: IO[bytes]) -
         sink.write(chunk)
 
 
+#: the native store's methods that write (``_WritesCounted`` counts them)
+_WRITE_METHODS = frozenset({"add", "remove", "update", "extend", "bulk_extend", "load", "bulk_load", "clear",
+                            "clear_graph", "remove_graph", "add_graph"})
+
+
+class _WritesCounted:
+    """An on-disk writer's native store, as ``OxigraphStore.raw``: every write through it, ours or a caller's
+    (``store.raw.add(...)``), moves the owner's ``version``, so no cache is keyed by content it no longer has. It
+    holds a shared counter, not its owner, so dropping it closes the native store at once (no reference cycle)."""
+
+    __slots__ = ("_native", "_writes")
+
+    def __init__(self, native: ox.Store, writes: list[int]) -> None:
+        self._native = native
+        self._writes = writes
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _WRITE_METHODS:
+            self._writes[0] += 1
+        return getattr(self._native, name)
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def __iter__(self) -> Iterator[ox.Quad]:
+        return iter(self._native)
+
+    def __contains__(self, quad: object) -> bool:
+        return quad in self._native
+
+
 class _InterruptibleReader:
     """A binary stream that stops (raising) once the load is interrupted, so the native parser pulling it ends."""
 
@@ -169,15 +200,25 @@ class OxigraphStore(Store):
     searches SPARQL would make slow (bridge search, adjacency, components)."""
 
     indexed = True
-    #: only this object writes to its store (another process opens it read-only, as it was), so a count of its
-    #: writes tells the graph layer when to re-read the manifest
-    version = 0
+    _own_writes = 0
+
+    @property
+    def version(self) -> int:  # type: ignore[override]
+        """A count of this object's writes (only it writes to its store; another process opens it read-only, as
+        it was), through its methods or its ``raw`` store: the graph layer re-reads the manifest, and caches are
+        keyed anew, only when it moved."""
+        return self._own_writes + self._raw_writes[0]
+
+    @version.setter
+    def version(self, value: int) -> None:
+        self._own_writes = value - self._raw_writes[0]
 
     def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
         self.path = Path(path) if path is not None else None
         self.location = str(self.path) if self.path else "memory"
         self.read_only = read_only and self.path is not None
         self._lock = threading.RLock()  # pyoxigraph is thread-safe for reads; serialise writes for the journal
+        self._raw_writes = [0]  # writes through ``raw`` (``_WritesCounted``)
         self._writer_lock: checkpoints.WriterLock | None = None
         self._checkpoint: checkpoints.Checkpoint | None = None
         #: what names the content for caches (``content_key``), valid while ``version`` is ``_content_version``
@@ -192,7 +233,7 @@ class OxigraphStore(Store):
             # (a killed load's checkpoint may be put back on open: then the content is named anew)
             files = files_key(self.path) if self.is_store(self.path) and not checkpoints.any_found(self.path) \
                 else None
-            self.raw = self._open_for_writing(self.path)
+            self.raw = _WritesCounted(self._open_for_writing(self.path), self._raw_writes)
             try:
                 self._settle_checkpoints()
                 self.remove_orphans()
@@ -586,7 +627,7 @@ class OxigraphStore(Store):
                              "`mirage-kg load` or read of this store rolls it back") from exc
         checkpoints.restore(self.path, checkpoint)
         self.version += 1  # the content is the checkpoint's now
-        self.raw = self._open_for_writing(self.path)
+        self.raw = _WritesCounted(self._open_for_writing(self.path), self._raw_writes)
 
     def _settle_checkpoints(self) -> None:
         """On a writer's open: finish what killed loads left (put back a checkpoint whose load had not committed,

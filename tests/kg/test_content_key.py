@@ -183,3 +183,15 @@ def test_the_cli_says_in_one_line_why_the_caches_are_rebuilt(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     assert f"warning: store {folder} changed since mirage-kg last wrote it" in result.output
     assert "urn:e:30" in result.output or "e:30" in result.output
+
+
+def test_a_raw_write_through_our_own_writer_handle_also_gives_a_new_key(tmp_path: Path, no_count: None) -> None:
+    folder = tmp_path / "kg"
+    make(folder)
+    before, _ = key_of_reader(folder)
+    store = OxigraphStore(folder)
+    assert store_fingerprint(store) == before
+    store.raw.add(ox.Quad(ox.NamedNode("urn:e:3"), ox.NamedNode(P), ox.NamedNode("urn:e:30"), ox.NamedNode(GRAPH)))
+    in_writer = store_fingerprint(store)
+    store.close()
+    assert in_writer != before and key_of_reader(folder) == (in_writer, [])
