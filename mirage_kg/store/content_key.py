@@ -104,6 +104,7 @@ def key_of(folder: Path, files: str | None, location: str) -> ContentKey:
         return ContentKey(found[1])
     key = "f" + files[:19]
     why = "was last written by an older mirage-kg or another tool" if found is None else \
-        "changed since mirage-kg last wrote it (another tool wrote to it, or a write was killed)"
+        "changed since mirage-kg last wrote it (a mirage-kg load is under way or was killed, or another tool " \
+        "wrote to it)"
     record(folder, files, key)
     return ContentKey(key, f"store {location} {why}: caches built from it before are not used (they are rebuilt)")
