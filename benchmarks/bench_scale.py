@@ -256,6 +256,7 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool) -> dict[s
             break
     out["bridge2_typical_sparql"] = sparql
     out["rss_mib"] = _rss_mib()
+    store.close()  # closed: a store left open is keyed anew by the next process, whose caches then rebuild
     return out
 
 
@@ -292,6 +293,7 @@ def child_index(store_dir: str, cache: str) -> dict[str, Any]:
     started = time.perf_counter()
     index = kg.linker.index
     build_s = time.perf_counter() - started
+    kg.store.close()  # closed: a store left open is keyed anew by the next process, whose caches then rebuild
     return {"build_s": build_s, "labels": index.label_count, "entities": len(index), "choices": index.choice_count,
             "disk_bytes": Path(index.path).stat().st_size, "from_cache": kg.linker.index_from_cache}
 
@@ -361,6 +363,7 @@ def child_link(store_dir: str, seed: int, quick: bool, cache: str) -> dict[str, 
         process.extract(" ".join(sorted(fold(text).split())), every, scorer=fuzz.ratio, limit=10,
                         score_cutoff=linker.fuzzy_cutoff, processor=None)
     rows["fuzzy"]["baseline_per_s"] = len(unblocked) / (time.perf_counter() - started)
+    store.close()  # closed: a store left open is keyed anew by the next process, whose caches then rebuild
     return {"labels": index.label_count, "entities": len(index), "from_cache": linker.index_from_cache,
             "open_s": open_s, "index_mib": resident, "index_anon_mib": anon, "rss_mib": _rss_mib(), "rows": rows,
             "retrieve": retrieve_ms, "retrieve_link": link_ms, "questions": len(questions),
