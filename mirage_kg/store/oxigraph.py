@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
@@ -10,6 +11,7 @@ import signal
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -43,6 +45,17 @@ REBUILD_SHARE = 1.5
 _QUAD_FORMATS = {"application/n-quads", "application/trig"}
 _XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 T = TypeVar("T")
+#: on-disk writers not yet closed. At a normal interpreter exit each is closed (``_close_writers_left_open``): a
+#: native store dropped at exit instead rewrites its files after the last record (RocksDB flushes and compacts),
+#: and the next process would then rebuild every cache (the degree and label indexes: minutes at UMLS size)
+_OPEN_WRITERS: "weakref.WeakSet[OxigraphStore]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_writers_left_open() -> None:
+    for store in list(_OPEN_WRITERS):
+        with contextlib.suppress(Exception):  # exiting: a store that cannot close now is keyed by its files next
+            store.close()
 
 
 class _Interrupt:
@@ -243,6 +256,11 @@ class OxigraphStore(Store):
                 raise
             if files is not None and self.version == self._content_version:  # nothing settled or recovered
                 self._content = key_of(self.path, files, self.location)
+                if self._content.key is not None:
+                    # opening rewrote RocksDB's MANIFEST, OPTIONS and log, not the content: name the files as
+                    # they are now, so a writer that is killed before it writes (no close) costs no rebuild
+                    record(self.path, files_key(self.path), self._content.key)
+            _OPEN_WRITERS.add(self)
 
     # --- opening -------------------------------------------------------------------------------------------
     @staticmethod
@@ -848,6 +866,7 @@ class OxigraphStore(Store):
     def close(self) -> None:
         """Close the native store; a writer then records which files its content key names (``content_key``), so
         the next process to open the store finds the caches built from this content."""
+        _OPEN_WRITERS.discard(self)
         self._scratch = None  # a scratch store left by an interrupted swap is reopened by recovery
         raw = self.__dict__.pop("raw", None)
         writer = raw is not None and self.path is not None and not self.read_only
