@@ -1,9 +1,13 @@
 """The key the caches of an on-disk store are filed under (``mirage_kg.store.content_key``): read from a listing
 of the store's files and the record its last writer left, never from a count of its quads. Reused while nothing
-changed; new after every kind of write (ours, and a raw pyoxigraph one behind our back, which is said once)."""
+changed (also across a writer that ends without ``close()``); new after every kind of write (ours, and a raw
+pyoxigraph one behind our back, which is said once)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,3 +199,47 @@ def test_a_raw_write_through_our_own_writer_handle_also_gives_a_new_key(tmp_path
     in_writer = store_fingerprint(store)
     store.close()
     assert in_writer != before and key_of_reader(folder) == (in_writer, [])
+
+
+# --- a writer that never closes (a script, a notebook, a killed worker) ---
+
+def writer_process(folder: Path, then: str) -> str:
+    """The key a writer in a child process used; it then ends as ``then`` says, never calling ``close()``."""
+    ending = {
+        "exit": "",
+        "killed": "os._exit(0)",
+        "write-then-killed": "store.raw.add(ox.Quad(ox.NamedNode('urn:x'), ox.NamedNode('urn:p'), "
+                             "ox.NamedNode('urn:y'), ox.NamedNode('urn:g'))); os._exit(0)",
+    }[then]
+    script = textwrap.dedent(f"""
+        import os, sys, pyoxigraph as ox
+        from mirage_kg.caching import store_fingerprint
+        from mirage_kg.store import OxigraphStore
+        store = OxigraphStore(sys.argv[1])
+        print(store_fingerprint(store), flush=True)
+        list(store.raw.quads_for_pattern(None, None, None))
+        {ending}
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[-1]
+
+
+@pytest.mark.parametrize("then", ["exit", "killed"])
+def test_a_writer_that_never_closes_leaves_its_key_to_the_next_process(tmp_path: Path, then: str) -> None:
+    make(tmp_path / "kg")
+    first = writer_process(tmp_path / "kg", then)
+    again = writer_process(tmp_path / "kg", then)  # and the one after it, too
+    key, told = key_of_reader(tmp_path / "kg")
+    assert first == again == key
+    assert told == []
+
+
+def test_a_writer_that_writes_and_is_killed_gives_a_new_key_and_says_so(tmp_path: Path) -> None:
+    make(tmp_path / "kg")
+    before, _ = key_of_reader(tmp_path / "kg")
+    used = writer_process(tmp_path / "kg", "write-then-killed")
+    key, told = key_of_reader(tmp_path / "kg")
+    assert used == before  # the writer had written nothing when it asked
+    assert key != before
+    assert told and "changed since mirage-kg last wrote it" in told[0]
