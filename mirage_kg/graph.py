@@ -725,7 +725,7 @@ class Graph:
             # the last edge added next to an untouched end on file: partial paths ending at a node on file are
             # finished by one join of the two nodes' edges in the file, not by binding each of their neighbours
             last = extension == hops - 2 and table is not None
-            if self._fan_out(left, memo, merged, rels) <= self._fan_out(right, memo, merged, rels):
+            if self._fan_out(left, memo, merged, rels, (a, b)) <= self._fan_out(right, memo, merged, rels, (a, b)):
                 if last and right == [([b], [])] and table.is_filed(b):  # type: ignore[union-attr]
                     left, done = self._joined_on_file(left, b, rels, from_right=False)
                     joined += done
@@ -822,18 +822,26 @@ class Graph:
         return cache[key]
 
     def _fan_out(self, layer: list[tuple[list[str], list[tuple[str, str, str, str]]]],
-                 memo: dict[str, list[tuple[str, str, str]]], merged: bool, rels: frozenset[str] | None) -> int:
+                 memo: dict[str, list[tuple[str, str, str]]], merged: bool, rels: frozenset[str] | None,
+                 search_ends: tuple[str, ...] = ()) -> int:
         """How many partial paths extending ``layer`` by one edge would make (edges in hand are counted, the
-        others estimated by degree)."""
+        others estimated by degree; a hub capped in an earlier search counts its capped edges, unless it is one of
+        this search's ``search_ends``, whose whole adjacency ``_adjacency_of`` reads)."""
         ends: dict[str, int] = {}
         for nodes, _ in layer:
             ends[nodes[-1]] = ends.get(nodes[-1], 0) + 1
         unknown = [n for n in ends if n not in memo]
         degree = (self._node_degrees(unknown) if merged else self.degrees(unknown)) if unknown else {}
         capped = self._state().path_hub_edges
-        for n in unknown:  # a hub walked before: its capped edges are in hand
-            if (n, rels) in capped:
+        for n in unknown:
+            if n in search_ends:  # an end's whole adjacency is what extending it reads
+                continue
+            if (n, rels) in capped:  # a hub walked before: its capped edges are in hand
                 degree[n] = len(capped[(n, rels)])
+            elif not merged and self.store.indexed and degree[n] > PATH_HUB_DEGREE:
+                # a hub is walked through along its capped edges: counting all its edges made the side next to a
+                # hub look dearer than a hub end of 50k-200k edges, which was then expanded whole (seconds)
+                degree[n] = len(self._path_hub_edges(n, rels))
         return sum(count * (len(memo[n]) if n in memo else degree[n]) for n, count in ends.items())
 
     def _adjacency_of(self, rels: frozenset[str] | None, memo: dict[str, list[tuple[str, str, str]]],

@@ -544,6 +544,45 @@ def heavy_tailed_turtle(nodes: int, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def test_bridge_never_expands_a_hub_end_whole_for_the_side_next_to_a_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which side a search extends counts a hub inside a path (past ``PATH_HUB_DEGREE``) by its capped edges, the
+    ones walked, and a hub at an end by all of its edges, even after an earlier search capped it. Counting the
+    inner hub whole, or the end hub capped, extended the hub end instead: every one of its edges became a partial
+    path (at S = 1.0, 50k-211k of them: 1-3.7 s a bridge). Answers equal either way."""
+    import mirage_kg.graph as graph_module
+
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 40)
+    monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 3)
+    lines = ["@prefix KG: <https://w3id.org/mirage-kg/entity/> . @prefix ex: <http://example.org/rel/> ."]
+    lines += [f"KG:H ex:a KG:L{i} ." for i in range(100)]  # the hub end: 100 edges
+    lines += [f"KG:M ex:b KG:R{i} ." for i in range(120)]  # the hub next to the typical end: more
+    lines += ["KG:T ex:a KG:M .", "KG:T ex:a KG:U .", "KG:U ex:c KG:L3 .", "KG:M ex:c KG:L7 .", "KG:X ex:a KG:H .",
+              "KG:H ex:b KG:Y ."]
+    store = OxigraphStore()
+    ensure_schema(store)
+    load_text(store, "\n".join(lines) + "\n", TEST_GRAPH)
+    kg = KnowledgeGraph(store, embedding_model="none")
+    hub, typical = f"{ENTITY}H", f"{ENTITY}T"
+    read_whole = []
+    original = KnowledgeGraph._stored_neighbours
+
+    def spy(self: KnowledgeGraph, iri: str, relations: Any) -> Any:
+        read_whole.append(iri)
+        return original(self, iri, relations)
+
+    monkeypatch.setattr(KnowledgeGraph, "_stored_neighbours", spy)
+    first = kg.bridge(hub, typical, max_hops=3, max_paths=10**6)
+    assert hub not in read_whole  # T's side was extended: M counted by its capped edges
+    assert {frozenset(n.id for s in p.steps for n in (s.subject, s.object)) for p in first} == \
+        {frozenset({"KG:H", "KG:L3", "KG:U", "KG:T"}), frozenset({"KG:H", "KG:L7", "KG:M", "KG:T"})}
+    kg.bridge(f"{ENTITY}X", f"{ENTITY}Y", max_hops=2)  # walks through H along its capped edges, kept per graph
+    assert (hub, None) in kg._state().path_hub_edges
+    read_whole.clear()
+    again = kg.bridge(hub, typical, max_hops=3, max_paths=10**6)
+    assert hub not in read_whole and again == first  # H at an end still counts its 100 edges, not the 3 capped
+
+
 def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nodes with ``FILED_DEGREE`` edges or more keep their whole adjacency in the degree index's file, the best
