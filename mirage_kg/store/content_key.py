@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +40,18 @@ class ContentKey:
 def files_key(folder: Path) -> str:
     """A hash of the names and sizes of the store's RocksDB files and its IDENTITY: a listing, no data read."""
     digest = hashlib.sha256(b"rocksdb-files-1")
+    found = []
     with os.scandir(folder) as entries:
-        found = sorted((entry.name, entry.stat().st_size) for entry in entries
-                       if _DATA_FILE.fullmatch(entry.name) and entry.is_file())
-    for name, size in found:
+        for entry in entries:
+            if not (_DATA_FILE.fullmatch(entry.name) and entry.is_file()):
+                continue
+            try:
+                found.append((entry.name, entry.stat().st_size))
+            except FileNotFoundError:
+                # RocksDB deleted it between the listing and the stat (an open writer's compaction): no longer
+                # one of the store's files; the listing then differs from the next, which costs a rebuild at most
+                continue
+    for name, size in sorted(found):
         digest.update(f"{name}\t{size}\n".encode())
     try:
         digest.update((folder / "IDENTITY").read_bytes())
@@ -63,6 +72,21 @@ def steady_open(folder: Path, open_handle: Callable[[], T]) -> tuple[T, str | No
             return handle, before
         del handle
     return open_handle(), None
+
+
+def settled_files_key(folder: Path, pause: float = 0.03, attempts: int = 10) -> str:
+    """The files key once a freshly opened writer's background work (RocksDB compacts and purges files right
+    after an open) has stopped changing the listing: two listings ``pause`` apart agree, or the last one after
+    ``attempts``. Only a best effort: a compaction still running later costs the next process a rebuild, never
+    a stale cache."""
+    key = files_key(folder)
+    for _ in range(attempts):
+        time.sleep(pause)
+        again = files_key(folder)
+        if again == key:
+            break
+        key = again
+    return key
 
 
 def record_file(folder: Path) -> Path:

@@ -21,7 +21,7 @@ import pyoxigraph as ox
 from mirage_kg.errors import QueryError, StoreError
 from mirage_kg.namespaces import MKG
 from mirage_kg.store import checkpoints
-from mirage_kg.store.content_key import ContentKey, files_key, key_of, record, steady_open
+from mirage_kg.store.content_key import ContentKey, files_key, key_of, record, settled_files_key, steady_open
 from mirage_kg.store.base import MANIFEST_GRAPH, PENDING, LineReader, LoadReceipt, Quad, Store
 from mirage_kg.terms import Term, iri_ref, literal
 
@@ -257,9 +257,10 @@ class OxigraphStore(Store):
             if files is not None and self.version == self._content_version:  # nothing settled or recovered
                 self._content = key_of(self.path, files, self.location)
                 if self._content.key is not None:
-                    # opening rewrote RocksDB's MANIFEST, OPTIONS and log, not the content: name the files as
-                    # they are now, so a writer that is killed before it writes (no close) costs no rebuild
-                    record(self.path, files_key(self.path), self._content.key)
+                    # opening rewrote RocksDB's MANIFEST, OPTIONS and log (and starts compactions), not the
+                    # content: name the files once they settle, so a writer killed before it writes (no close)
+                    # costs no rebuild
+                    record(self.path, settled_files_key(self.path), self._content.key)
             _OPEN_WRITERS.add(self)
 
     # --- opening -------------------------------------------------------------------------------------------

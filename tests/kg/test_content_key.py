@@ -243,3 +243,29 @@ def test_a_writer_that_writes_and_is_killed_gives_a_new_key_and_says_so(tmp_path
     assert used == before  # the writer had written nothing when it asked
     assert key != before
     assert told and "changed since mirage-kg last wrote it" in told[0]
+
+
+def test_a_file_removed_while_the_store_is_listed_is_left_out_not_an_error(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """An open writer's compaction deletes table files at any moment: one that goes between the listing and its
+    size is no longer the store's (CI once failed a `load --update` with "000052.sst: No such file")."""
+    folder = tmp_path / "store"
+    make(folder)
+    (folder / "000999.sst").write_bytes(b"x" * 10)
+    with_it = content_key.files_key(folder)
+    real_scandir = content_key.os.scandir
+
+    class CompactedMeanwhile:
+        def __enter__(self) -> list[object]:
+            with real_scandir(folder) as entries:
+                listed = list(entries)
+            (folder / "000999.sst").unlink()  # listed, then deleted before its size is read
+            return listed
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(content_key.os, "scandir", lambda path: CompactedMeanwhile())
+    without_it = content_key.files_key(folder)
+    monkeypatch.undo()
+    assert without_it == content_key.files_key(folder) != with_it
