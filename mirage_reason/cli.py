@@ -56,8 +56,10 @@ def _scripted(path: str) -> Backend:
 
 
 def build_backend(kind: str, model: str | None, base_url: str | None = None, *, max_in_flight: int = 32,
-                  announce: bool = False) -> tuple[Backend, bool]:
-    """The backend for ``--backend/--model/--base-url``, and whether it runs the small CPU model (small budgets)."""
+                  announce: bool = False, seeded: bool = False) -> tuple[Backend, bool]:
+    """The backend for ``--backend/--model/--base-url``, and whether it runs the small CPU model (small budgets).
+    ``seeded`` (``--seed`` given): a llama.cpp engine's thread count does not follow the load (see
+    :func:`~mirage_reason.backends.cores.choose_threads`), so the seed gives the same chains again."""
     from mirage_reason.backends import get_backend
 
     if kind == "openai":
@@ -68,7 +70,8 @@ def build_backend(kind: str, model: str | None, base_url: str | None = None, *, 
     if announce and model is None and is_small_model(chosen):
         click.echo(f"no CUDA GPU: using SmolLM2-135M-Instruct (offline, on the CPU, {engine}) instead of "
                    f"{DEFAULT_GPU_MODEL}, with small length budgets; pass --model to choose a model", err=True)
-    return get_backend(engine, model=chosen), is_small_model(chosen)
+    steady = {"steady_threads": True} if seeded and engine in ("llamacpp", "llamacpp-server") else {}
+    return get_backend(engine, model=chosen, **steady), is_small_model(chosen)
 
 
 def _backend(kind: str, model: str | None, base_url: str | None, script: str | None) -> tuple[Backend, bool]:
@@ -180,7 +183,8 @@ def ask(question: str, store: str | None, endpoint: str | None, backend_kind: st
         if script is not None:
             backend, small = _scripted(script), False
         else:
-            backend, small = build_backend(backend_kind, model, base_url, max_in_flight=max_in_flight, announce=True)
+            backend, small = build_backend(backend_kind, model, base_url, max_in_flight=max_in_flight,
+                                               announce=True, seeded=seed is not None)
         config = _config(pipeline, small, max_new_tokens, settings, n_q=n_q, n_r=n_r, k=k, max_hops=max_hops,
                          samples=samples, seed=seed, kinds=kinds_files, no_support=no_support)
         answer = Mirage(kg, backend, config).answer(question)

@@ -167,9 +167,12 @@ def measured_threads() -> ThreadChoice:
         return choice
 
 
-def choose_threads(requested: int | None = None, *, reserve: int = 0) -> ThreadChoice:
+def choose_threads(requested: int | None = None, *, reserve: int = 0, steady: bool = False) -> ThreadChoice:
     """The thread count for a llama.cpp engine: ``requested`` (the backend's ``threads=``) if given, else
-    ``$MIRAGE_KG_LLAMA_THREADS``, else the idle cores measured now less ``reserve`` (at least 1).
+    ``$MIRAGE_KG_LLAMA_THREADS``, else the idle cores measured now less ``reserve`` (at least 1); with ``steady``
+    (a seeded run) every core this process may use less ``reserve``, whatever the load: llama.cpp's float rounding
+    follows its thread count (SmolLM2 on its server, seed 7: 1 and 2 threads sample different third chains), so
+    a count that moved with the load made the same ``--seed`` give different chains on a busy machine.
 
     ``reserve`` is the cores the caller's own Python needs while the engine decodes: 1 for llama.cpp in process,
     where llama-cpp-python samples and checks stops for every token in Python between decode steps, and a
@@ -190,6 +193,11 @@ def choose_threads(requested: int | None = None, *, reserve: int = 0) -> ThreadC
             raise BackendError(f"${THREADS_ENV}={value!r} is not a whole number of threads of at least 1",
                                hint=f"set {THREADS_ENV} to e.g. 2, or unset it to use the idle cores")
         return ThreadChoice(threads, f"set by ${THREADS_ENV}")
+    if steady:
+        threads = max(1, usable_cores() - max(0, reserve))
+        return ThreadChoice(threads, f"a seed is set: the {usable_cores()} usable core(s)"
+                                     + (f" less {reserve} for this process's own Python" if reserve > 0 else "")
+                                     + ", not the idle ones, so the seed samples the same whatever the load")
     measured = measured_threads()
     if reserve <= 0 or measured.threads <= 1:
         return measured

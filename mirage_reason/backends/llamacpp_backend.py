@@ -57,6 +57,7 @@ class LlamaCppBackend(BackendBase):
         *,
         n_ctx: int = 8192,
         threads: int | None = None,
+        steady_threads: bool = False,
         cache_mb: int = 512,
         think: ThinkMode = "keep",
         name: str | None = None,
@@ -70,7 +71,7 @@ class LlamaCppBackend(BackendBase):
             raise MissingModelError(model_id, f"{path} is not a file; pass the path of a .gguf model or 'smollm2'")
         self.name = name or (SMOLLM2_ALIAS if model_id.lower() == SMOLLM2_ALIAS else path.stem)
         self.think: ThinkMode = think
-        self.thread_choice = choose_threads(threads, reserve=1)  # our Python samples each token: see there
+        self.thread_choice = choose_threads(threads, reserve=1, steady=steady_threads)  # our Python samples each token: see there
         self.threads = self.thread_choice.threads
         self.engine_info = {"engine": "llama.cpp in process", **self.thread_choice.to_json()}
         try:

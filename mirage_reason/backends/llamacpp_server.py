@@ -71,6 +71,7 @@ class LlamaServerBackend(OpenAIBackend):
         parallel: int = 8,
         ctx: int = 4096,
         threads: int | None = None,
+        steady_threads: bool = False,
         batch: int = 2048,
         ubatch: int = 512,
         cache_ram_mb: int = 256,
@@ -92,7 +93,7 @@ class LlamaServerBackend(OpenAIBackend):
             raise BackendError(where + INSTALL_HINT, hint=INSTALL_HINT)
         alias = name or (SMOLLM2_ALIAS if model_id.lower() == SMOLLM2_ALIAS else path.stem)
         self.parallel = max(1, parallel)
-        self.thread_choice = choose_threads(threads)
+        self.thread_choice = choose_threads(threads, steady=steady_threads)
         self.threads = self.thread_choice.threads
         port = _free_port()
         self.log_path = Path(tempfile.mkstemp(prefix="mirage-llama-server-", suffix=".log")[1])

@@ -619,6 +619,31 @@ def test_in_process_llama_reserves_a_core_for_our_python(monkeypatch: pytest.Mon
     assert cores.choose_threads(2, reserve=1) == cores.ThreadChoice(2, "set by threads=")
 
 
+def test_a_seeded_run_takes_its_thread_count_from_the_cores_not_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a seed the count must not follow the load (llama.cpp samples a seed differently on 1 and 2 threads):
+    every usable core less ``reserve``; a count the user set still wins; ``ask --seed`` asks for it."""
+    from mirage_reason import cli
+    from mirage_reason.backends import cores
+
+    monkeypatch.delenv(cores.THREADS_ENV, raising=False)
+    monkeypatch.setattr(cores, "_cached", None)
+    monkeypatch.setattr(cores, "usable_cores", lambda: 4)
+    for idle in (1, 3):
+        monkeypatch.setattr(cores, "_cached", None)
+        monkeypatch.setattr(cores, "idle_cores", lambda idle=idle, **_: cores.ThreadChoice(idle, f"{idle} idle"))
+        assert cores.choose_threads().threads == idle
+        steady = cores.choose_threads(steady=True)
+        assert steady.threads == 4 and "a seed is set" in steady.reason
+        assert cores.choose_threads(reserve=1, steady=True).threads == 3
+    assert cores.choose_threads(2, steady=True) == cores.ThreadChoice(2, "set by threads=")
+    built: list[dict[str, Any]] = []
+    monkeypatch.setattr("mirage_reason.backends.get_backend", lambda engine, **kw: built.append(kw) or object())
+    monkeypatch.setattr(cli, "choose_engine", lambda kind, model: ("llamacpp-server", "smollm2"))
+    cli.build_backend("llamacpp-server", "smollm2", seeded=True)
+    cli.build_backend("llamacpp-server", "smollm2")
+    assert built == [{"model": "smollm2", "steady_threads": True}, {"model": "smollm2"}]
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_idle_cores_on_this_machine_ignores_our_own_busy_thread() -> None:
     """The real /proc: a thread of ours spinning through the window is not counted against the idle cores (the
