@@ -6,7 +6,11 @@ The build groups by node only, with no ``DISTINCT`` over the triples (which held
 memory at once: gigabytes at UMLS size); see ``degree_rows``. The same file keeps the whole adjacency of the
 best-connected nodes (``FILED_DEGREE`` edges or more, at most ``FILED_EDGES`` edges in all): bridge asks it which of
 many nodes a hub is linked to in one indexed lookup, where the store would need two seeks per node or a read of
-every edge at the hub (each decoded term a separate read in the engine)."""
+every edge at the hub (each decoded term a separate read in the engine).
+
+Beside each degree the file keeps the node's display label (the one ``Graph.labels`` picks): anchor and bridge
+show labels of many nodes at random places in the store, one point read each, while the same nodes' degrees are
+on the same pages of this small file (see ``LabelRow``)."""
 
 from __future__ import annotations
 
@@ -15,17 +19,25 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
+from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import Store
 from mirage_kg.terms import iri_ref
 
-FORMAT = "3"  # bump when the file's layout or the degree's definition changes
+FORMAT = "4"  # bump when the file's layout or the degree's definition changes
 #: nodes with at least this many fact edges have their adjacency on file (the heavy tail: 17 nodes at 2.2M
 #: triples, ~600 at UMLS size), the best connected first, until ``FILED_EDGES`` edges are on file
 FILED_DEGREE = 1_000
 FILED_EDGES = 4_000_000  # ~60 bytes each on disk; a query process holds none of them
 _CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
 _MEMO = 50_000  # degrees kept in memory after a lookup (bounded: the index itself stays on disk)
+_BATCH = 50_000  # rows per executemany while building
+
+#: one label literal of a node, as the builder streams them: (node, rank, text), ``rank`` being the tuple of
+#: integers and strings the choice rule sorts by (the smallest wins: ``Graph.labels``' rule, see ``label_rank``
+#: in ``mirage_kg.graph``); its strings compare in SQLite as in Python (UTF-8 bytes keep code point order)
+LabelRow = tuple[str, tuple[int, int, str], str]
 
 
 class DiskDegrees(Mapping[str, int]):
@@ -48,6 +60,8 @@ class DiskDegrees(Mapping[str, int]):
             self._db.close()
             raise
         self._relations: list[str] = json.loads(self._meta("filed_relations") or "[]")
+        #: whether the file holds each node's display label (``labels``)
+        self.labelled = self._meta("labelled") == "1"
 
     def _meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -82,6 +96,19 @@ class DiskDegrees(Mapping[str, int]):
         if len(self._memo) + len(missing) > _MEMO:
             self._memo.clear()
         self._memo.update((iri, out[iri]) for iri in missing if iri in out)
+        return out
+
+    def labels(self, iris: Iterable[str]) -> dict[str, str | None]:
+        """The display label on file of each IRI the index holds (None: the node has no label literal, so its
+        CURIE is shown); an IRI the index lacks (no facts) is absent. Empty when the file holds no labels."""
+        if not self.labelled:
+            return {}
+        wanted = list(iris)
+        out: dict[str, str | None] = {}
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start:start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            out.update(self._db.execute(f"SELECT iri, label FROM degrees WHERE iri IN ({marks})", chunk))
         return out
 
     def is_filed(self, iri: str) -> bool:
@@ -138,6 +165,9 @@ class MemoryDegrees(dict[str, int]):
 
     def is_filed(self, iri: str) -> bool:  # a small store reads every adjacency from the store itself
         return False
+
+    def labels(self, iris: Iterable[str]) -> dict[str, str | None]:  # and its labels
+        return {}
 
 
 def fact_predicates(store: Store, non_fact: frozenset[str]) -> list[str]:
@@ -221,10 +251,11 @@ Adjacency = Callable[[str], Iterable[tuple[str, str, str]]]  # node -> its fact 
 
 def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]], predicates: list[str],
                   fallback: Callable[[], MemoryDegrees], adjacency: Adjacency | None = None,
-                  ) -> DiskDegrees | MemoryDegrees:
+                  labels: Iterable[LabelRow] | None = None) -> DiskDegrees | MemoryDegrees:
     """Write the index to a temporary file and move it into place in one rename (a killed build leaves no index);
     where the folder cannot be written, the index stays in memory (``fallback``). ``adjacency`` gives the edges
-    filed for the best-connected nodes (``file_adjacency``)."""
+    filed for the best-connected nodes (``file_adjacency``); ``labels`` streams every label literal, of which each
+    node keeps the one of smallest rank (``LabelRow``)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.unlink(missing_ok=True)
@@ -232,26 +263,35 @@ def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
     except (OSError, sqlite3.Error):
         return fallback()
     try:
-        db.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; "
-                         "CREATE TABLE degrees (iri TEXT PRIMARY KEY, degree INTEGER NOT NULL) WITHOUT ROWID; "
+        # the counts and the label candidates go to temporary tables (SQLite's temporary files), so the file
+        # holds one compact table written in key order, each node's degree and label side by side
+        db.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA temp_store = FILE; "
+                         "PRAGMA cache_size = -65536; "
+                         "CREATE TEMP TABLE counts (iri TEXT PRIMARY KEY, degree INTEGER NOT NULL) WITHOUT ROWID; "
+                         "CREATE TEMP TABLE label_candidates (iri TEXT NOT NULL, source INTEGER NOT NULL, "
+                         "grp INTEGER NOT NULL, lang TEXT NOT NULL, text TEXT NOT NULL); "
+                         "CREATE TABLE degrees (iri TEXT PRIMARY KEY, degree INTEGER NOT NULL, label TEXT) "
+                         "WITHOUT ROWID; "
                          "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); "
                          "CREATE TABLE filed (id INTEGER PRIMARY KEY, iri TEXT NOT NULL UNIQUE); "
                          "CREATE TABLE links (node INTEGER NOT NULL, other TEXT NOT NULL, relation INTEGER NOT NULL, "
                          "forward INTEGER NOT NULL, PRIMARY KEY (node, other, relation, forward)) WITHOUT ROWID;")
-        upsert = ("INSERT INTO degrees (iri, degree) VALUES (?, ?) "
+        upsert = ("INSERT INTO counts (iri, degree) VALUES (?, ?) "
                   "ON CONFLICT (iri) DO UPDATE SET degree = degree + excluded.degree")
-        batch: list[tuple[str, int]] = []
-        for row in rows:
-            batch.append(row)
-            if len(batch) >= 50_000:
-                db.executemany(upsert, batch)
-                batch.clear()
-        db.executemany(upsert, batch)
+        for batch in _batches(rows):
+            db.executemany(upsert, batch)
+        if labels is not None:
+            _stream_labels(db, labels)
+        db.execute("INSERT INTO degrees (iri, degree, label) SELECT c.iri, c.degree, "
+                   "(SELECT l.text FROM label_candidates l WHERE l.iri = c.iri "
+                   "ORDER BY l.source, l.grp, l.lang, l.text LIMIT 1) FROM counts c ORDER BY c.iri")
+        db.executescript("DROP TABLE temp.label_candidates; DROP TABLE temp.counts;")
         count = db.execute("SELECT COUNT(*) FROM degrees").fetchone()[0]
         relations = file_adjacency(db, adjacency) if adjacency is not None else []
         db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
                        [("fingerprint", fingerprint), ("format", FORMAT), ("count", str(count)),
-                        ("predicates", json.dumps(predicates)), ("filed_relations", json.dumps(relations))])
+                        ("predicates", json.dumps(predicates)), ("filed_relations", json.dumps(relations)),
+                        ("labelled", "1" if labels is not None else "0")])
         db.commit()
         db.close()
         os.replace(tmp, path)
@@ -260,6 +300,26 @@ def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
         tmp.unlink(missing_ok=True)
         return fallback()
     return DiskDegrees(path)
+
+
+def _batches(rows: Iterable[Any]) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= _BATCH:
+            yield batch
+            batch = []
+    yield batch
+
+
+def _stream_labels(db: sqlite3.Connection, labels: Iterable[LabelRow]) -> None:
+    """Every label literal into ``label_candidates``, then indexed in the order the choice takes (one sort)."""
+    with progress_bar("degree index: labels", unit="labels") as advance:
+        for batch in _batches(labels):
+            db.executemany("INSERT INTO label_candidates (iri, source, grp, lang, text) VALUES (?, ?, ?, ?, ?)",
+                           [(iri, *rank, text) for iri, rank, text in batch])
+            advance(len(batch))
+    db.execute("CREATE INDEX temp.label_order ON label_candidates (iri, source, grp, lang, text)")
 
 
 def file_adjacency(db: sqlite3.Connection, adjacency: Adjacency) -> list[str]:

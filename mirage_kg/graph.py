@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import string
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -90,16 +90,20 @@ def checked_iri(iri: str) -> str:
 
 # --- labels and relation metadata ---------------------------------------------------------------------------------
 
+def label_rank(lang: str | None) -> tuple[int, str]:
+    """How a label's language ranks (smaller first): English, then untagged, then any, by tag; then the text."""
+    low = (lang or "").lower()
+    return (0 if low == "en" or low.startswith("en-") else 1 if not low else 2), low
+
+
 def pick_label(values: Iterable[tuple[str, str | None]]) -> str | None:
     """The preferred one of several ``(text, language)`` labels: English, then untagged, then any; ties by text."""
-    def rank(item: tuple[str, str | None]) -> tuple[int, str, str]:
-        text, lang = item
-        low = (lang or "").lower()
-        group = 0 if low == "en" or low.startswith("en-") else 1 if not low else 2
-        return group, low, text
-
-    best = min(values, key=rank, default=None)
+    best = min(values, key=lambda item: (*label_rank(item[1]), item[0]), default=None)
     return best[0] if best is not None else None
+
+
+#: the label predicates ``Graph.labels`` reads, first that a node has (its values then chosen by ``pick_label``)
+LABEL_PREDICATES = (SKOS_PREF, RDFS_LABEL)
 
 
 def readable_name(iri: str) -> str:
@@ -158,6 +162,8 @@ class _State:
     relations: dict[str, Relation] = field(default_factory=dict)
     declared_relations: dict[str, str] | None = None  # lower-cased label/local name -> IRI
     degrees: DegreeTable | None = None  # embedded: the whole degree index (on disk past 200k triples)
+    degrees_version: int | None = None  # the store's write count when ``degrees`` was opened
+    degree_file_sought: bool = False  # whether labels looked for an index file already built for this state
     degree_cache: dict[str, int] = field(default_factory=dict)  # remote: degrees fetched so far
     groups: ConceptGroups | None = None  # concepts merged by exact match (mirage_kg.concepts)
     concept_count: int | None = None  # nodes with facts: the N of the specificity (IDF) ranking
@@ -234,11 +240,12 @@ class Graph:
             raise UnknownEntityError(ref, "an empty name links to nothing")
         if is_identifier(text):
             iri = checked_iri(expand(text))
-            if not self._exists(iri):
+            on_file = self._labels_on_file([iri])  # a node the degree index holds exists: no read of the store
+            if iri not in on_file and not self._exists(iri):
                 raise UnknownEntityError(ref)
             if iri in self._state().non_concepts:
                 raise UnknownEntityError(ref, "it is a relation or class declaration, not a concept")
-            return Entity(iri, self.labels([iri])[iri])
+            return Entity(iri, on_file[iri] or compress(iri) if iri in on_file else self.labels([iri])[iri])
         found = self.entities_named(text)
         if not found:
             raise UnknownEntityError(ref)
@@ -270,13 +277,17 @@ class Graph:
         return self.store.ask(f"ASK {{ {{ GRAPH ?g {{ {ref} ?p ?o }} }} UNION {{ GRAPH ?g {{ ?s ?p {ref} }} }} }}")
 
     def labels(self, iris: Iterable[str]) -> dict[str, str]:
-        """Preferred labels: skos:prefLabel (English first), else rdfs:label, else the CURIE."""
+        """Preferred labels: skos:prefLabel (English first), else rdfs:label, else the CURIE. The embedded store's
+        nodes with facts have theirs in the degree index's file once it is built (``_labels_on_file``)."""
         wanted = list(dict.fromkeys(iris))
+        on_file = self._labels_on_file(wanted)
         pref: dict[str, list[tuple[str, str | None]]] = {}
         plain: dict[str, list[tuple[str, str | None]]] = {}
         if self.store.indexed:  # point lookups in the index beat one VALUES query
             for iri in wanted:
-                for predicate, bucket in ((SKOS_PREF, pref), (RDFS_LABEL, plain)):
+                if iri in on_file:
+                    continue
+                for predicate, bucket in zip(LABEL_PREDICATES, (pref, plain)):
                     found = list(self.store.literals(iri, predicate))
                     if found:
                         bucket[iri] = found
@@ -290,8 +301,35 @@ class Graph:
                     plain[iri] = values[RDFS_LABEL]
         out = {}
         for iri in wanted:
-            out[iri] = pick_label(pref.get(iri) or plain.get(iri) or []) or compress(iri)
+            if iri in on_file:
+                out[iri] = on_file[iri] or compress(iri)
+            else:
+                out[iri] = pick_label(pref.get(iri) or plain.get(iri) or []) or compress(iri)
         return out
+
+    def _labels_on_file(self, iris: Sequence[str]) -> dict[str, str | None]:
+        """The labels the degree index's file holds for ``iris`` (None: no label literal), when the file was
+        built for this store state and nothing was written through this store since it was opened (a raw write
+        this process made is read live, as before the file); an IRI not on file is absent. A file left by an
+        earlier process is opened without building one; a store with no index file gives nothing."""
+        if not self.store.indexed:
+            return {}
+        state = self._state()
+        if state.degrees is None and not state.degree_file_sought:
+            state.degree_file_sought = True
+            state.degrees, state.degrees_version = self._degree_index(build=False), self.store.version
+        if state.degrees is None or state.degrees_version != self.store.version:
+            return {}
+        return state.degrees.labels(iris)
+
+    def _label_rows(self) -> Iterator[tuple[str, tuple[int, int, str], str]]:
+        """Every label literal of the store as ``degree_index.LabelRow``: (node, (predicate's place in
+        ``LABEL_PREDICATES``, *``label_rank``), text); the smallest per node is what ``labels`` picks (the
+        first predicate a node has, then ``pick_label``'s order)."""
+        for place, predicate in enumerate(LABEL_PREDICATES):
+            for quad in self.store.quads(None, predicate, None):
+                if quad.subject.kind == "uri" and quad.object.kind == "literal":
+                    yield quad.subject.value, (place, *label_rank(quad.object.lang)), quad.object.value
 
     def _literal_values(self, iris: Sequence[str], keys: Sequence[str]
                         ) -> dict[str, dict[str, list[tuple[str, str | None]]]]:
@@ -469,12 +507,13 @@ class Graph:
         """The embedded store's degree index (``mirage_kg.degree_index``), built on first use."""
         state = self._state()
         if state.degrees is None:
-            state.degrees = self._degree_index()
+            state.degrees, state.degrees_version = self._degree_index(), self.store.version
         return state.degrees
 
-    def _degree_index(self) -> DegreeTable:
+    def _degree_index(self, build: bool = True) -> DegreeTable | None:
         """Every entity's degree in one native pass over the store; past 200k triples kept in a SQLite file
-        beside the store, keyed by the store's fingerprint (built once; a query process holds none of it)."""
+        beside the store, keyed by the store's fingerprint (built once; a query process holds none of it).
+        ``build=False``: only a file already built for this store state, else None."""
         from mirage_kg import degree_index
 
         def rows(predicates: list[str]) -> Iterable[tuple[str, int]]:
@@ -482,24 +521,29 @@ class Graph:
 
         # where the store names its content without a count (on disk), a cached file is looked for first and the
         # store's size is bounded only when building; else the count that keys the cache decides too
-        size = None if self.store.content_key().key is not None else self.store.triple_count()
+        keyed = self.store.content_key().key is not None
+        if not build and not keyed:
+            return None  # a file is found only by the store's own key (a count would read every quad)
+        size = None if keyed else self.store.triple_count()
         fingerprint = store_fingerprint(self.store, size)
         on_disk = size > DEGREE_INDEX_ON_DISK if size is not None else True
         folder = cache_folder(self.store, fingerprint, self.cache_dir) if on_disk else None
         path = folder / "degrees.sqlite" if folder is not None else None
         if path is not None:
             found = degree_index.open_on_disk(path, fingerprint)
-            if found is not None:
+            if found is not None or not build:
                 return found
             if size is None and not self._holds_more_than(DEGREE_INDEX_ON_DISK):
                 folder = path = None
+        if not build:
+            return None
         predicates = degree_index.fact_predicates(self.store, NON_FACT_PREDICATES)
         if folder is None or path is None:
             return degree_index.in_memory(rows(predicates), predicates)
         (folder / "degrees.json").unlink(missing_ok=True)  # the dict this file replaces (before this file)
         return degree_index.build_on_disk(path, fingerprint, rows(predicates), predicates,
                                           lambda: degree_index.in_memory(rows(predicates), predicates),
-                                          lambda iri: self._stored_neighbours(iri, None))
+                                          lambda iri: self._stored_neighbours(iri, None), self._label_rows())
 
     def _holds_more_than(self, count: int) -> bool:
         """Whether the store holds more than ``count`` quads, reading at most that many (not a whole count)."""

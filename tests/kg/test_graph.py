@@ -665,3 +665,129 @@ def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
         assert filed.anchor(n, k=3) == plain.anchor(n, k=3)
         assert filed.anchor(n, k=3, rank="degree", relations=["http://example.org/rel/c"]) == \
             plain.anchor(n, k=3, rank="degree", relations=["http://example.org/rel/c"])
+
+
+def labelled_turtle(nodes: int) -> str:
+    """Labels of every shape the choice rule tells apart, for ``heavy_tailed_turtle``'s nodes: none; English;
+    untagged over another language; ``rdfs:label`` only; two English tags (the tag, then the text by code point, decides); an
+    empty label (the CURIE is shown); ``prefLabel`` over an English ``rdfs:label``; text that a query would have to
+    escape; code points past ASCII, whose order must be Python's."""
+    rows = ["@prefix KG: <https://w3id.org/mirage-kg/entity/> . "
+            "@prefix skos: <http://www.w3.org/2004/02/skos/core#> . "
+            "@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> ."]
+    for n in range(1, nodes + 1):
+        node, shape = f"KG:N{n}", n % 9
+        if shape == 1:
+            rows.append(f'{node} skos:prefLabel "name {n}"@en .')
+        elif shape == 2:
+            rows.append(f'{node} skos:prefLabel "Ärzte {n}"@de, "zeta {n}" .')
+        elif shape == 3:
+            rows.append(f'{node} rdfs:label "plain {n}", "another {n}"@fr .')
+        elif shape == 4:
+            rows.append(f'{node} skos:prefLabel "b {n}"@en-gb, "c {n}"@en, "D {n}"@en, "a {n}"@en-us .')
+        elif shape == 5:
+            rows.append(f'{node} skos:prefLabel ""@en ; rdfs:label "x {n}" .')
+        elif shape == 6:
+            rows.append(f'{node} skos:prefLabel "é {n}"@fr, "ｅ {n}"@fr, "e {n}"@fr ; rdfs:label "r {n}"@en .')
+        elif shape == 7:
+            rows.append(f'{node} skos:prefLabel "say \\"{n}\\" > \\n {{x}}"@en .')
+        elif shape == 8:
+            rows.append(f'{node} skos:prefLabel "\U0001F600 {n}"@en, "\uFFFD {n}"@en .')
+    return "\n".join(rows) + "\n"
+
+
+def test_labels_come_from_the_degree_index_file_as_the_store_gives_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The degree index's file keeps each node's display label beside its degree (one stream over the label
+    literals when it is built), so anchor and bridge read no label from the store: every label, anchor and bridge
+    equals the store-read one, for every shape of label; a load that relabels a node, a raw write through the
+    store (read live until the state is refreshed) and a raw write behind the store's back (a new content key)
+    never show the old label."""
+    import warnings
+
+    import pyoxigraph as ox
+
+    import mirage_kg.graph as graph_module
+    from mirage_kg.caching import StoreStateWarning
+    from mirage_kg.degree_index import DiskDegrees, MemoryDegrees
+    from mirage_kg.graph import Graph
+
+    facts, labels = heavy_tailed_turtle(400, seed=3), labelled_turtle(400)
+    store = OxigraphStore()
+    ensure_schema(store)
+    load_text(store, facts, TEST_GRAPH)
+    load_text(store, labels, TEST_GRAPH)
+    load_text(store, labels, "https://w3id.org/mirage-kg/graph/second")  # every label twice, in two graphs
+    with monkeypatch.context() as patch:
+        patch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 10**9)
+        plain = KnowledgeGraph(store, embedding_model="none")
+        assert isinstance(plain._degree_table(), MemoryDegrees)  # labels read from the store
+        nodes = sorted(plain._degree_table())  # the schema's classes too
+        expected = plain.labels(nodes + [f"{E}Nothing"])
+        concepts = [n for n in nodes if n.startswith(E)]
+        pairs = [(a, b) for a, b in zip(concepts[::7], concepts[3::11])]
+        expected_anchors = [plain.anchor(n, k=3) for n in concepts[::5]]
+        expected_bridges = [plain.bridge(a, b, max_hops=h) for a, b in pairs for h in (2, 3)]
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    filed = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path / "filed")
+    table = filed._degree_table()
+    assert isinstance(table, DiskDegrees) and table.labelled
+    assert {expected[n] for n in nodes} >= {"name 1", "zeta 2", "plain 3", "D 4", "KG:N5", "e 6",
+                                            'say "7" > \n {x}', "\uFFFD 8"}
+    read_from_store: list[str] = []
+    original = OxigraphStore.literals
+
+    def spy(self: OxigraphStore, subject: str, predicate: str) -> Any:
+        if subject.startswith(E):  # a concept's label, not a relation's metadata (read once per graph state)
+            read_from_store.append(subject)
+        return original(self, subject, predicate)
+
+    monkeypatch.setattr(OxigraphStore, "literals", spy)
+    assert filed.labels(nodes + [f"{E}Nothing"]) == expected
+    assert set(read_from_store) == {f"{E}Nothing"}  # only the node with no facts (not on file) is read from the store
+    assert [filed.anchor(n, k=3) for n in concepts[::5]] == expected_anchors
+    assert [filed.bridge(a, b, max_hops=h) for a, b in pairs for h in (2, 3)] == expected_bridges
+    assert filed.entity("KG:N7").label == 'say "7" > \n {x}'
+    assert set(read_from_store) == {f"{E}Nothing"}
+
+    # a load that relabels a node: a new graph state, so the file is rebuilt
+    relabel = '<https://w3id.org/mirage-kg/entity/N1> <http://www.w3.org/2004/02/skos/core#prefLabel> "aaa"@en .\n'
+    load_text(store, relabel, "https://w3id.org/mirage-kg/graph/third")
+    assert filed.labels([f"{E}N1"]) == {f"{E}N1": "aaa"}
+    assert {x.label for step in filed.anchor(f"{E}N1", k=3) for x in (step.subject, step.object)
+            if x.iri == f"{E}N1"} == {"aaa"}
+    assert filed._labels_on_file([f"{E}N1"]) == {f"{E}N1": "aaa"}  # from the rebuilt file
+    # a raw write through the store in this process: read live from the store until ``refresh``
+    store.update(f'INSERT DATA {{ GRAPH <{TEST_GRAPH}> {{ <{E}N1> <http://www.w3.org/2004/02/skos/core#prefLabel> '
+                 f'"Aaa"@en }} }}')
+    assert filed._labels_on_file([f"{E}N1"]) == {}
+    assert filed.labels([f"{E}N1"]) == {f"{E}N1": "Aaa"}
+    filed.refresh()
+    filed._degree_table()
+    assert filed._labels_on_file([f"{E}N1"]) == {f"{E}N1": "Aaa"}
+
+    # on disk: a reader finds the writer's file without building one; a raw write behind the store's back gives a
+    # new content key, so the old file is never read, and the new one has the new label
+    n2 = f"{E}N2"
+    folder = tmp_path / "kg"
+    writer = OxigraphStore(folder)
+    load_text(writer, facts, TEST_GRAPH)
+    load_text(writer, labels, TEST_GRAPH)
+    Graph(writer)._degree_table()
+    writer.close()
+    reader = OxigraphStore(folder, read_only=True)
+    assert Graph(reader)._labels_on_file([n2]) == {n2: "zeta 2"}
+    reader.close()
+    raw = ox.Store(str(folder))
+    raw.add(ox.Quad(ox.NamedNode(n2), ox.NamedNode("http://www.w3.org/2004/02/skos/core#prefLabel"),
+                    ox.Literal("new name", language="en"), ox.NamedNode(TEST_GRAPH)))
+    del raw
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoreStateWarning)
+        reader = OxigraphStore(folder, read_only=True)
+        fresh = Graph(reader)
+        assert fresh._labels_on_file([n2]) == {}  # the writer's file is for the old content
+        assert fresh.entity("KG:N2").label == "new name"
+        fresh._degree_table()
+        assert fresh._labels_on_file([n2]) == {n2: "new name"} and fresh.labels([n2]) == {n2: "new name"}
+        reader.close()
