@@ -13,7 +13,9 @@ Stages (each in its own child process, so its peak RSS from ``wait4`` counts nat
   pre-serialised as N-Triples (exported from the loaded graph, not timed); ratio, wall, peak RSS, disk per triple;
 - ``query``: anchor (k=10) and bridge (h=2, h=3) p50/p95 on typical and hub nodes; baseline: pyoxigraph's raw
   quad-pattern fetch of the same node's edges (anchor) and pyoxigraph's SPARQL engine on the hop query an
-  endpoint would get (bridge h=2, a small sample with a deadline);
+  endpoint would get (bridge h=2, a small sample with a deadline); with ``--cold``, the store's own files (not the
+  caches beside it) are dropped from the OS page cache before every timed call, as a full-size store (14.8 GB on a
+  24 GB machine) mostly is: a smaller S then shows the cost of pages read from disk;
 - ``link``: label-index build (its own process: time, peak RSS, size on disk), then, in another process, the
   index opened from its cache: resident memory and exact / normalised / synonym / fuzzy mentions per second
   against every name, each one product call ``Linker.link_one(mention, top=5)`` (what a search block's term and
@@ -195,8 +197,22 @@ def _anon_mib() -> float:
     return _rss_mib()
 
 
-def child_query(store_dir: str, concepts: int, seed: int, quick: bool) -> dict[str, Any]:
-    """Anchor and bridge on typical and hub nodes, each against the engine's own primitive."""
+def evict_store_pages(store_dir: str) -> None:
+    """Drop the store's own files from the OS page cache (this store's pages only; the caches in its
+    ``.mirage-cache`` folder stay, as files small enough to stay in memory do at full size). RocksDB's block cache
+    inside the process is not touched."""
+    for entry in os.scandir(store_dir):
+        if entry.is_file():
+            fd = os.open(entry.path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def child_query(store_dir: str, concepts: int, seed: int, quick: bool, cold: bool = False) -> dict[str, Any]:
+    """Anchor and bridge on typical and hub nodes, each against the engine's own primitive; ``cold``: each timed
+    call finds the store's files out of the page cache (``evict_store_pages``)."""
     os.environ["MIRAGE_KG_PROGRESS"] = "0"
     import pyoxigraph as ox
 
@@ -221,12 +237,13 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool) -> dict[s
         return sum(1 for _ in raw.quads_for_pattern(node, None, None)) + \
             sum(1 for _ in raw.quads_for_pattern(None, None, node))
 
-    out: dict[str, Any] = {"degree_index_s": degree_index_s, "hub_degree": kg.degrees([iri[hubs[0]]])[iri[hubs[0]]],
+    before = (lambda _: evict_store_pages(store_dir)) if cold else None
+    out: dict[str, Any] = {"cold": cold, "degree_index_s": degree_index_s, "hub_degree": kg.degrees([iri[hubs[0]]])[iri[hubs[0]]],
                            "typical_degree_p50": statistics.median(kg.degrees([iri[c] for c in typical]).values())}
     for group, nodes in (("typical", typical), ("hub", hubs)):
         out[f"anchor_{group}_cpu"] = []
-        out[f"anchor_{group}"] = _times(lambda c: kg.anchor(c, k=10), nodes, out[f"anchor_{group}_cpu"])
-        out[f"anchor_{group}_raw"] = _times(raw_edges, nodes)
+        out[f"anchor_{group}"] = _times(lambda c: kg.anchor(c, k=10), nodes, out[f"anchor_{group}_cpu"], before)
+        out[f"anchor_{group}_raw"] = _times(raw_edges, nodes, before=before)
     # bridge pairs: typical = a random walk of 2-3 steps from a typical node (connected) or a random pair;
     # hub = a hub and a typical node
     walk_pairs: list[tuple[str, str]] = []
@@ -244,7 +261,7 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool) -> dict[s
         for group, pairs in (("typical", walk_pairs), ("hub", hub_pairs)):
             out[f"bridge{hops}_{group}_cpu"] = []
             out[f"bridge{hops}_{group}"] = _times(lambda p: kg.bridge(p[0], p[1], max_hops=hops), pairs,
-                                                  out[f"bridge{hops}_{group}_cpu"])
+                                                  out[f"bridge{hops}_{group}_cpu"], before)
     out["bridge_connected"] = sum(1 for a, b in walk_pairs if kg.bridge(a, b, max_hops=3, max_paths=1))
     out["bridge_pairs"] = len(walk_pairs)
     sparql: list[float] = []
@@ -260,11 +277,13 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool) -> dict[s
     return out
 
 
-def _times(func: Any, items: list[Any], cpu: list[float] | None = None) -> list[float]:
+def _times(func: Any, items: list[Any], cpu: list[float] | None = None, before: Any = None) -> list[float]:
     """Milliseconds each call took by the wall clock; with ``cpu``, this process's CPU milliseconds per call too
-    (what tells a slow call from a call that waited for a busy machine)."""
+    (what tells a slow call from a call that waited for a busy machine); ``before(item)`` runs untimed before each."""
     out = []
     for item in items:
+        if before is not None:
+            before(item)
         started, started_cpu = time.perf_counter(), time.process_time()
         func(item)
         out.append((time.perf_counter() - started) * 1000)
@@ -580,6 +599,8 @@ def main() -> None:
     parser.add_argument("--workdir", help="keep the release and the store in this folder (reused when present)")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {','.join(STAGES)}")
     parser.add_argument("--quick", action="store_true", help="small query and mention samples")
+    parser.add_argument("--cold", action="store_true",
+                        help="query: drop the store's files from the page cache before every timed call")
     parser.add_argument("--json", metavar="FILE", help="write the measurements and the table as JSON here")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -592,7 +613,7 @@ def main() -> None:
         elif kind == "index":
             answer = child_index(rest[0], rest[1])
         elif kind == "query":
-            answer = child_query(rest[0], int(rest[1]), int(rest[2]), rest[3] == "1")
+            answer = child_query(rest[0], int(rest[1]), int(rest[2]), rest[3] == "1", rest[4:] == ["cold"])
         else:
             answer = child_link(rest[0], int(rest[1]), rest[2] == "1", rest[3])
         print(json.dumps(answer))
@@ -621,7 +642,8 @@ def main() -> None:
         quick = "1" if args.quick else "0"
         if "query" in stages:
             print("query ...", file=sys.stderr)
-            result["query"], _ = run_json_child("query", str(store), str(concepts), str(args.seed), quick)
+            result["query"], _ = run_json_child("query", str(store), str(concepts), str(args.seed), quick,
+                                                *(["cold"] if args.cold else []))
             result["query"].update(stage_first_answer(store, concepts))
         if "link" in stages or "retrieve" in stages:
             print("link and retrieve ...", file=sys.stderr)
@@ -646,7 +668,9 @@ def main() -> None:
     print(f"S={args.scale:g}: {concepts:,} concepts"
           + (f", {rel['names']:,} names, {rel['mrrel_rows']:,} MRREL rows ({rel['bytes'] / 1e6:,.0f} MB, generated in "
              f"{rel['seconds']:.0f} s)" if rel else "")
-          + f"; load average at start {result['load_average'][0]:.1f}, at end {os.getloadavg()[0]:.1f}")
+          + f"; load average at start {result['load_average'][0]:.1f}, at end {os.getloadavg()[0]:.1f}"
+          + ("; query cold: the store's files dropped from the page cache before every timed call"
+             if result.get("query", {}).get("cold") else ""))
     print_table(rows)
     if args.json:
         result["load_average_end"] = os.getloadavg()

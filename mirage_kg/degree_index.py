@@ -31,8 +31,9 @@ FORMAT = "4"  # bump when the file's layout or the degree's definition changes
 FILED_DEGREE = 1_000
 FILED_EDGES = 4_000_000  # ~60 bytes each on disk; a query process holds none of them
 _CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
-_MEMO = 50_000  # degrees kept in memory after a lookup (bounded: the index itself stays on disk)
+_MEMO = 50_000  # rows kept in memory after a lookup (bounded: the index itself stays on disk)
 _BATCH = 50_000  # rows per executemany while building
+_ABSENT: tuple[int, str | None] = (-1, None)  # the memo's entry for an IRI the index lacks (no facts)
 
 #: one label literal of a node, as the builder streams them: (node, rank, text), ``rank`` being the tuple of
 #: integers and strings the choice rule sorts by (the smallest wins: ``Graph.labels``' rule, see ``label_rank``
@@ -53,7 +54,7 @@ class DiskDegrees(Mapping[str, int]):
         self._count = int(self._meta("count") or 0)
         #: the fact predicates the index counted (a hub's relations are probed among these)
         self.predicates: list[str] = json.loads(self._meta("predicates") or "[]")
-        self._memo: dict[str, int] = {}
+        self._memo: dict[str, tuple[int, str | None]] = {}  # iri -> its row, or ``_ABSENT``
         try:  # node -> its id in ``links`` for the nodes whose adjacency is on file (a few hundred at most)
             self._filed: dict[str, int] = dict(self._db.execute("SELECT iri, id FROM filed"))
         except sqlite3.Error:  # a file of an older format: the caller rebuilds it
@@ -62,6 +63,9 @@ class DiskDegrees(Mapping[str, int]):
         self._relations: list[str] = json.loads(self._meta("filed_relations") or "[]")
         #: whether the file holds each node's display label (``labels``)
         self.labelled = self._meta("labelled") == "1"
+        #: whether the store held any annotation record (``rdf:subject`` / ``rdf:object``) when the file was built
+        #: (unknown: assumed so); none means anchor's ranking has no frequency to look up at any node
+        self.annotated = self._meta("annotated") != "0"
 
     def _meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -74,41 +78,47 @@ class DiskDegrees(Mapping[str, int]):
         return found[iri]
 
     def get(self, iri: str, default: int = 0) -> int:  # type: ignore[override]
-        memo = self._memo.get(iri)
-        if memo is not None:
-            return memo
+        row = self._memo.get(iri)
+        if row is not None:
+            return row[0] if row[0] >= 0 else default
         return self.many([iri]).get(iri, default)
 
     def many(self, iris: Iterable[str]) -> dict[str, int]:
         """The degree of each IRI the index holds (absent: no facts), a lookup per chunk of keys."""
-        out: dict[str, int] = {}
-        missing = []
-        for iri in iris:
-            memo = self._memo.get(iri)
-            if memo is not None:
-                out[iri] = memo
-            else:
-                missing.append(iri)
-        for start in range(0, len(missing), _CHUNK):
-            chunk = missing[start:start + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            out.update(self._db.execute(f"SELECT iri, degree FROM degrees WHERE iri IN ({marks})", chunk))
-        if len(self._memo) + len(missing) > _MEMO:
-            self._memo.clear()
-        self._memo.update((iri, out[iri]) for iri in missing if iri in out)
-        return out
+        return {iri: row[0] for iri, row in self._rows(iris).items()}
 
     def labels(self, iris: Iterable[str]) -> dict[str, str | None]:
         """The display label on file of each IRI the index holds (None: the node has no label literal, so its
         CURIE is shown); an IRI the index lacks (no facts) is absent. Empty when the file holds no labels."""
         if not self.labelled:
             return {}
-        wanted = list(iris)
-        out: dict[str, str | None] = {}
-        for start in range(0, len(wanted), _CHUNK):
-            chunk = wanted[start:start + _CHUNK]
+        return {iri: row[1] for iri, row in self._rows(iris).items()}
+
+    def _rows(self, iris: Iterable[str]) -> dict[str, tuple[int, str | None]]:
+        """(degree, label) of each IRI the index holds: from the memo, else one lookup per chunk of keys. A row
+        is read and kept whole, so the labels anchor shows after ranking by degree cost no second lookup."""
+        out: dict[str, tuple[int, str | None]] = {}
+        memo, missing = self._memo, []
+        for iri in iris:
+            row = memo.get(iri)
+            if row is None:
+                missing.append(iri)
+            elif row[0] >= 0:
+                out[iri] = row
+        if not missing:
+            return out
+        found: dict[str, tuple[int, str | None]] = {}
+        for start in range(0, len(missing), _CHUNK):
+            chunk = missing[start:start + _CHUNK]
             marks = ",".join("?" * len(chunk))
-            out.update(self._db.execute(f"SELECT iri, label FROM degrees WHERE iri IN ({marks})", chunk))
+            for iri, degree, label in self._db.execute(
+                    f"SELECT iri, degree, label FROM degrees WHERE iri IN ({marks})", chunk):
+                found[iri] = (degree, label)
+        if len(memo) + len(missing) > _MEMO:
+            memo.clear()
+        for iri in missing:
+            memo[iri] = found.get(iri, _ABSENT)
+        out.update(found)
         return out
 
     def is_filed(self, iri: str) -> bool:
@@ -162,6 +172,8 @@ class MemoryDegrees(dict[str, int]):
 
     def many(self, iris: Iterable[str]) -> dict[str, int]:
         return {iri: self[iri] for iri in iris if iri in self}
+
+    annotated = True  # not known: anchor looks its annotation records up in the store
 
     def is_filed(self, iri: str) -> bool:  # a small store reads every adjacency from the store itself
         return False
@@ -251,11 +263,12 @@ Adjacency = Callable[[str], Iterable[tuple[str, str, str]]]  # node -> its fact 
 
 def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]], predicates: list[str],
                   fallback: Callable[[], MemoryDegrees], adjacency: Adjacency | None = None,
-                  labels: Iterable[LabelRow] | None = None) -> DiskDegrees | MemoryDegrees:
+                  labels: Iterable[LabelRow] | None = None, annotated: bool = True,
+                  ) -> DiskDegrees | MemoryDegrees:
     """Write the index to a temporary file and move it into place in one rename (a killed build leaves no index);
     where the folder cannot be written, the index stays in memory (``fallback``). ``adjacency`` gives the edges
     filed for the best-connected nodes (``file_adjacency``); ``labels`` streams every label literal, of which each
-    node keeps the one of smallest rank (``LabelRow``)."""
+    node keeps the one of smallest rank (``LabelRow``); ``annotated``: whether the store holds annotation records."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.unlink(missing_ok=True)
@@ -291,7 +304,8 @@ def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
         db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
                        [("fingerprint", fingerprint), ("format", FORMAT), ("count", str(count)),
                         ("predicates", json.dumps(predicates)), ("filed_relations", json.dumps(relations)),
-                        ("labelled", "1" if labels is not None else "0")])
+                        ("labelled", "1" if labels is not None else "0"),
+                        ("annotated", "1" if annotated else "0")])
         db.commit()
         db.close()
         os.replace(tmp, path)

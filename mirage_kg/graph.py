@@ -312,15 +312,21 @@ class Graph:
         built for this store state and nothing was written through this store since it was opened (a raw write
         this process made is read live, as before the file); an IRI not on file is absent. A file left by an
         earlier process is opened without building one; a store with no index file gives nothing."""
+        table = self._current_degree_file()
+        return table.labels(iris) if table is not None else {}
+
+    def _current_degree_file(self) -> DegreeTable | None:
+        """The degree index for what it says beyond degrees (labels, whether any annotation exists): where it
+        was built or found for this store state and nothing was written through the store since; else None."""
         if not self.store.indexed:
-            return {}
+            return None
         state = self._state()
         if state.degrees is None and not state.degree_file_sought:
             state.degree_file_sought = True
             state.degrees, state.degrees_version = self._degree_index(build=False), self.store.version
         if state.degrees is None or state.degrees_version != self.store.version:
-            return {}
-        return state.degrees.labels(iris)
+            return None
+        return state.degrees
 
     def _label_rows(self) -> Iterator[tuple[str, tuple[int, int, str], str]]:
         """Every label literal of the store as ``degree_index.LabelRow``: (node, (predicate's place in
@@ -543,7 +549,13 @@ class Graph:
         (folder / "degrees.json").unlink(missing_ok=True)  # the dict this file replaces (before this file)
         return degree_index.build_on_disk(path, fingerprint, rows(predicates), predicates,
                                           lambda: degree_index.in_memory(rows(predicates), predicates),
-                                          lambda iri: self._stored_neighbours(iri, None), self._label_rows())
+                                          lambda iri: self._stored_neighbours(iri, None), self._label_rows(),
+                                          self._holds_annotation_records())
+
+    def _holds_annotation_records(self) -> bool:
+        """Whether any quad names an annotated edge's end (``rdf:subject`` / ``rdf:object``, what
+        ``ranking.annotation_frequencies`` walks from a concept): two index probes."""
+        return any(next(self.store.quads(None, RDF + end, None), None) is not None for end in ("subject", "object"))
 
     def _holds_more_than(self, count: int) -> bool:
         """Whether the store holds more than ``count`` quads, reading at most that many (not a whole count)."""
@@ -643,9 +655,11 @@ class Graph:
             score = {(p, d, n): by_node[n] for p, d, n, _, _ in edges}
         else:
             members = list(self.groups.of(center.iri))
+            # a store the degree index's file says has no annotation record needs no lookup at each anchor
+            table = self._current_degree_file()
+            frequencies = annotation_frequencies(self.store, members) if table is None or table.annotated else {}
             score = neighbour_scores([(p, d, n) for p, d, n, _, _ in edges], self._node_degrees(others),
-                                     self._concept_count(), annotation_frequencies(self.store, members), members,
-                                     self.groups.rep)
+                                     self._concept_count(), frequencies, members, self.groups.rep)
         real = {(p, d, n): (s, o) for p, d, n, s, o in edges}
         by_group: dict[tuple[str, str], list[str]] = {}
         for p, d, n, _, _ in edges:

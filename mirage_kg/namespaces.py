@@ -89,11 +89,24 @@ def is_identifier(text: str) -> bool:
 
 @lru_cache(maxsize=1 << 15)  # ids are compressed again and again (every sort of bridge's paths): ~5 MB at most
 def compress(iri: str) -> str:
-    """Full IRI -> CURIE when a known namespace matches, else the IRI itself."""
-    for prefix, ns in prefixes().items():
+    """Full IRI -> CURIE when a known namespace matches, else the IRI itself: the first namespace, longest
+    first, that ``iri`` starts with and goes on past."""
+    width, candidates = _namespaces_by_head()
+    for prefix, ns in candidates.get(iri[:width], ()):
         if iri.startswith(ns) and len(iri) > len(ns):
             return f"{prefix}:{iri[len(ns):]}"
     return iri
+
+
+@lru_cache(maxsize=1)
+def _namespaces_by_head() -> tuple[int, dict[str, list[tuple[str, str]]]]:
+    """The namespaces grouped by their first ``width`` characters (the shortest namespace's length), each group
+    in ``prefixes()`` order: a new node's id is tested against the few that can match, not all (~20 tests)."""
+    width = min((len(ns) for ns in prefixes().values()), default=0)
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for prefix, ns in prefixes().items():
+        groups.setdefault(ns[:width], []).append((prefix, ns))
+    return width, groups
 
 
 # Characters kept as they are in a minted IRI's local part; the rest is percent-encoded.

@@ -131,6 +131,24 @@ def test_merged_anchor_ranks_hallmarks_first_and_cites_stored_triples(kg: Knowle
                KnowledgeGraph(kg.store, embedding_model="none", merge_equivalents=False).anchor("MONDO:0007947"))
 
 
+def test_anchor_ranks_by_frequency_with_the_degree_index_on_disk(
+        store: OxigraphStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The degree index's file says whether the store holds annotation records at all (a store with none needs
+    no lookup at each anchor); this one does, so the file-backed ranking reads them, as the in-memory one does."""
+    import mirage_kg.graph as graph_module
+    from mirage_kg.degree_index import DiskDegrees
+
+    in_memory = KnowledgeGraph(store, embedding_model="none")
+    expected = [in_memory.anchor(c, k=4, relations=["MKG:has_phenotype"]) for c in ("OMIM:154700", "MONDO:0007947")]
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    on_disk = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
+    table = on_disk._degree_table()
+    assert isinstance(table, DiskDegrees) and table.annotated
+    assert [on_disk.anchor(c, k=4, relations=["MKG:has_phenotype"]) for c in ("OMIM:154700", "MONDO:0007947")] \
+        == expected
+    assert [s.end.label for s in expected[0]][0] == "Aortic root aneurysm"
+
+
 def test_merged_bridge_reaches_through_an_equivalence(kg: KnowledgeGraph) -> None:
     paths = kg.bridge("MONDO:0020066", "HP:0001382", max_hops=2)
     assert paths and [n.id for n in paths[0].nodes][0] == "MONDO:0020066"

@@ -731,7 +731,7 @@ def test_labels_come_from_the_degree_index_file_as_the_store_gives_them(
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
     filed = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path / "filed")
     table = filed._degree_table()
-    assert isinstance(table, DiskDegrees) and table.labelled
+    assert isinstance(table, DiskDegrees) and table.labelled and not table.annotated  # no annotation records
     assert {expected[n] for n in nodes} >= {"name 1", "zeta 2", "plain 3", "D 4", "KG:N5", "e 6",
                                             'say "7" > \n {x}', "\uFFFD 8"}
     read_from_store: list[str] = []
