@@ -41,9 +41,9 @@ def test_generated_release_has_the_rrf_layouts(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_smoke_run_reports_every_stage(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
-    done = subprocess.run([sys.executable, "benchmarks/bench_scale.py", "--scale", "0.0005", "--quick", "--json",
-                           str(out), "--workdir", str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run([sys.executable, "benchmarks/bench_scale.py", "--scale", "0.0005", "--quick", "--cold",
+                           "--json", str(out), "--workdir", str(tmp_path / "work")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = report["table"]
@@ -64,6 +64,7 @@ def test_smoke_run_reports_every_stage(tmp_path: Path) -> None:
         assert by[("query", f"anchor {group} p50")]["ours"] <= by[("query", f"anchor {group} p95")]["ours"]
         assert by[("query", f"bridge h=3 {group} p50")]["ours"] <= by[("query", f"bridge h=3 {group} p95")]["ours"]
     assert result["query"]["hub_degree"] > 5 * result["query"]["typical_degree_p50"]
+    assert result["query"]["cold"] and "query cold" in done.stdout  # the store's pages dropped before each call
     assert result["query"]["bridge_connected"] > 0
     for kind in ("exact", "normalised", "synonym"):
         assert by[("link", f"{kind} found@5")]["ours"] >= 0.9, kind  # names taken from the graph are found
