@@ -6,17 +6,20 @@ Data means every named graph except the schema and manifest graphs, as in ``mira
 
 from __future__ import annotations
 
+import heapq
 import time
-from sys import intern
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import islice
 
+import numpy as np
 
 from mirage_kg.namespaces import MKG, MKG_RELATION, OWL, RDF, RDFS, SCHEMA_GRAPH, SKOS, XSD, compress
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
 from mirage_kg.terms import Term, iri_ref
+from mirage_kg.validation.compact import ComponentLabels, IriTable, groups_with_several, hashes_of
 from mirage_kg.validation.report import Example, Finding, Level
 
 PREFIXES = f"""PREFIX rdf: <{RDF}>
@@ -182,8 +185,7 @@ class Context:
                                            f"GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}", ("s", "o"))
                 for subject, obj in rows:
                     if subject is not None and obj is not None:
-                        # one string per IRI, however many edges and sets name it (millions at UMLS size)
-                        yield intern(subject), intern(obj)
+                        yield subject, obj
             return
         for predicate in predicates:
             for quad in self.store.quads(predicate=predicate):
@@ -200,41 +202,46 @@ class Context:
         return [g for g in self.graphs if g not in (SCHEMA_GRAPH, MANIFEST_GRAPH)]
 
     @cached_property
-    def concepts(self) -> set[str]:
-        """Every concept's IRI (a few hundred thousand strings on a large KG): the IRIs a data graph types,
-        labels or links from, less vocabulary terms (META_TYPES) and what the schema graph describes.
+    def concepts(self) -> IriTable:
+        """Every concept's IRI (millions on a UMLS-size KG), each with an id in IRI order: the IRIs a data graph
+        types, labels or links from, less vocabulary terms (META_TYPES) and what the schema graph describes.
 
         Streamed through the pattern primitive, one predicate at a time, and subtracted here: as one SPARQL query
         (a DISTINCT over every such subject with two MINUS) Virtuoso 7.2 with its default MaxQueryMem never
         finished it on HPO ("Low query memory limit"; its LIMIT/OFFSET pages ran past a million rows for 41k
-        concepts), while simple pattern pages work on every endpoint and read the embedded store's index."""
+        concepts), while simple pattern pages work on every endpoint and read the embedded store's index.
+        Held as an ``IriTable`` (one blob and sorted hashes): the set of strings it replaces took ~120 bytes an
+        IRI, 0.4 GB at UMLS size, with a second such set beside it for prefLabels."""
         skip = {SCHEMA_GRAPH, MANIFEST_GRAPH}
-        found: set[str] = set()
         predicates = sorted(set(CONCEPT_PREDICATES) | set(self.concept_links))
-        if self.store.indexed:  # the embedded store dedupes natively: a row per concept, not per triple
-            for graph in self.data_graphs:
-                found.update(intern(s) for (s,) in self.store.iri_rows(
-                    f"SELECT DISTINCT ?s WHERE {{ {values('p', predicates)} GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}",
-                    ("s",)) if s is not None)
-        for predicate in predicates if not self.store.indexed else ():
-            found.update(q.subject.value for q in self.store.quads(predicate=predicate)
-                         if q.graph not in skip and q.subject.kind == "uri")
         vocabulary = {q.subject.value for meta in META_TYPES
                       for q in self.store.quads(predicate=RDF + "type", obj=Term("uri", meta))}
         described = {q.subject.value for q in self.store.quads(graph=SCHEMA_GRAPH)}
-        return found - vocabulary - described
+
+        def found() -> Iterator[str]:
+            if self.store.indexed:  # the embedded store dedupes natively: a row per concept, not per triple
+                for graph in self.data_graphs:
+                    yield from (s for (s,) in self.store.iri_rows(
+                        f"SELECT DISTINCT ?s WHERE {{ {values('p', predicates)} GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}",
+                        ("s",)) if s is not None)
+                return
+            for predicate in predicates:
+                yield from (q.subject.value for q in self.store.quads(predicate=predicate)
+                            if q.graph not in skip and q.subject.kind == "uri")
+
+        return IriTable(s for s in found() if s not in vocabulary and s not in described)
 
     @cached_property
-    def components(self) -> list[list[str]]:
+    def components(self) -> Components:
         return _components(self)
 
-    def subjects(self, predicate: str) -> set[str]:
-        """IRIs that have ``predicate`` in any graph (the store's pattern primitive)."""
+    def subjects(self, predicate: str) -> Iterator[str]:
+        """IRIs that have ``predicate`` in any graph (the store's pattern primitive), streamed."""
         if self.store.indexed:
             rows = self.store.iri_rows(f"SELECT DISTINCT ?s WHERE {{ GRAPH ?g {{ ?s {iri_ref(predicate)} ?o }} }}",
                                        ("s",))
-            return {s for (s,) in rows if s is not None}
-        return {q.subject.value for q in self.store.quads(predicate=predicate) if q.subject.kind == "uri"}
+            return (s for (s,) in rows if s is not None)
+        return (q.subject.value for q in self.store.quads(predicate=predicate) if q.subject.kind == "uri")
 
     @cached_property
     def subclass_edges(self) -> list[tuple[str, str]]:
@@ -319,53 +326,106 @@ def dangling_reference(ctx: Context) -> tuple[int, list[Example]]:
 
 
 def missing_preflabel(ctx: Context) -> tuple[int, list[Example]]:
-    missing = sorted(ctx.concepts - ctx.subjects(SKOS + "prefLabel"))
-    return len(missing), [_example(x, "no skos:prefLabel") for x in missing[: ctx.max_examples]]
+    missing = np.flatnonzero(~ctx.concepts.mask(ctx.subjects(SKOS + "prefLabel")))  # ids: in IRI order
+    return len(missing), [_example(x, "no skos:prefLabel") for x in ctx.concepts.iris(missing[: ctx.max_examples])]
+
+
+def _hashed_rows(ctx: Context, query: str, *parts: Callable[[dict], object]) -> list[np.ndarray]:
+    """One pass over a SELECT's rows (streamed): for each function in ``parts``, the hashes of its value on every
+    row. The grouping checks count with these instead of a GROUP BY, which the embedded store holds whole (a
+    hash set per group: 2-3 GB for the notations or prefLabels of a UMLS-size KG)."""
+    hashed: list[list[np.ndarray]] = [[] for _ in parts]
+    rows = iter(ctx.store.select_all(PREFIXES + query))
+    while chunk := list(islice(rows, ROW_BATCH)):
+        for out, part in zip(hashed, parts):
+            out.append(hashes_of([part(row) for row in chunk]))
+    return [np.concatenate(h) if h else np.zeros(0, dtype=np.int64) for h in hashed]
+
+
+def _first_rows(ctx: Context, query: str, key: Callable[[dict], object], flagged: np.ndarray,
+                rank: Callable[[dict, int], object], n: int) -> list[dict]:
+    """A second pass over the rows, for the examples: one row per key in ``flagged`` (sorted hashes), the ``n``
+    smallest by ``rank(row, position of its key in flagged)``; only those rows are kept."""
+    done = np.zeros(len(flagged), dtype=bool)
+
+    def candidates() -> Iterator[tuple[object, dict]]:
+        rows = iter(ctx.store.select_all(PREFIXES + query))
+        while chunk := list(islice(rows, ROW_BATCH)):
+            hashes = hashes_of([key(row) for row in chunk])
+            at = np.minimum(np.searchsorted(flagged, hashes), len(flagged) - 1)
+            for i in np.flatnonzero(flagged[at] == hashes).tolist():
+                if not done[at[i]]:
+                    done[at[i]] = True
+                    yield rank(chunk[i], int(at[i])), chunk[i]
+
+    return [row for _, row in heapq.nsmallest(n, candidates(), key=lambda item: item[0])] if n else []
+
+
+def _lang(term: Term | None) -> str | None:
+    """SPARQL's LANG: "" for a literal without a tag, unbound (None) for anything else."""
+    return (term.lang or "") if term is not None and term.kind == "literal" else None
 
 
 def multiple_preflabels(ctx: Context) -> tuple[int, list[Example]]:
-    # as ambiguous_label: counted lean, the labels concatenated for the shown concepts only
+    # counted from hashes of (concept, language) and label; the labels concatenated for the shown concepts only
     where = f"GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} BIND(LANG(?l) AS ?lang)"
+    rows = f"SELECT ?x ?l WHERE {{ GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} }}"
+    keys, labels, concepts = _hashed_rows(ctx, rows, lambda r: (r["x"], _lang(r["l"])), lambda r: r["l"],
+                                          lambda r: r["x"])
+    _, _, first = groups_with_several(keys, labels)
+    flagged = np.unique(concepts[first])
+    if not len(flagged):
+        return 0, []
+    shown_rows = _first_rows(ctx, rows, lambda r: r["x"], flagged, lambda r, _: _sort_key(r["x"]),
+                             ctx.max_examples)
+    if not shown_rows:
+        return len(flagged), []
     inner = f"""SELECT ?x (SAMPLE(?lang) AS ?language) (MAX(?k) AS ?most) WHERE {{
-        {{ SELECT ?x ?lang (COUNT(DISTINCT ?l) AS ?k) WHERE {{ {where} }}
-           GROUP BY ?x ?lang HAVING (COUNT(DISTINCT ?l) > 1) }}
+        {{ SELECT ?x ?lang (COUNT(DISTINCT ?l) AS ?k) WHERE {{ {values_terms('x', [r['x'] for r in shown_rows])}
+           {where} }} GROUP BY ?x ?lang HAVING (COUNT(DISTINCT ?l) > 1) }}
     }} GROUP BY ?x"""
-    total, rows = ctx.count_and_examples(inner, ["x"])
-    if not rows:
-        return total, []
-    shown = " ".join(f"({r['x'].sparql()} {r['language'].sparql()})" for r in rows)
-    labels = {(d["x"].value, d["lang"].value): d["all"].value for d in ctx.select(
+    found = sorted(ctx.select(inner), key=lambda r: _sort_key(r["x"]))
+    shown = " ".join(f"({r['x'].sparql()} {r['language'].sparql()})" for r in found)
+    labels_of = {(d["x"].value, d["lang"].value): d["all"].value for d in ctx.select(
         f"""SELECT ?x ?lang (GROUP_CONCAT(DISTINCT STR(?l); separator=" | ") AS ?all) WHERE {{ {where}
         VALUES (?x ?lang) {{ {shown} }} }} GROUP BY ?x ?lang""")}
     out = []
-    for r in rows:
+    for r in found:
         lang = r["language"].value or "no language"
-        text = labels[(r["x"].value, r["language"].value)]
+        text = labels_of[(r["x"].value, r["language"].value)]
         out.append(_example(r["x"].value, f"{r['most'].value} prefLabels in {lang!r}: {text[:200]}"))
-    return total, out
+    return len(flagged), out
 
 
 def ambiguous_label(ctx: Context) -> tuple[int, list[Example]]:
-    # Counted with COUNT alone: a GROUP_CONCAT in the counting query held every label's group text at once (GBs
-    # at UMLS size); the members are concatenated for the shown groups only.
+    # Counted from hashes of (lower-cased label, language) and concept: a GROUP BY with COUNT(DISTINCT) held a
+    # hash set per label (GBs at UMLS size); the members are concatenated for the shown groups only.
     where = f"""GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} FILTER(isIRI(?x))
         BIND(LCASE(STR(?l)) AS ?key) BIND(LANG(?l) AS ?lang)"""
-    inner = f"""SELECT ?key ?lang (COUNT(DISTINCT ?x) AS ?k) WHERE {{ {where} }}
-        GROUP BY ?key ?lang HAVING (COUNT(DISTINCT ?x) > 1)"""
-    total, rows = ctx.count_and_examples(inner, ["-k", "key"])
-    if not rows:
-        return total, []
-    shown = " ".join(f"({r['key'].sparql()} {r['lang'].sparql()})" for r in rows)
+    rows = f"SELECT ?x ?key ?lang WHERE {{ {where} }}"
+    keys, concepts = _hashed_rows(ctx, rows, lambda r: (r.get("key"), r.get("lang")), lambda r: r["x"])
+    flagged, counts, _ = groups_with_several(keys, concepts)
+    if not len(flagged):
+        return 0, []
+    shown_rows = _first_rows(ctx, rows, lambda r: (r.get("key"), r.get("lang")), flagged,
+                             lambda r, at: (-int(counts[at]), _sort_key(r["key"]), _sort_key(r["lang"])),
+                             ctx.max_examples)
+    count_of = {(r["key"], r["lang"]): int(counts[np.searchsorted(flagged, hash((r["key"], r["lang"])))])
+                for r in shown_rows}
+    if not shown_rows:
+        return len(flagged), []
+    shown = " ".join(f"({r['key'].sparql()} {r['lang'].sparql()})" for r in shown_rows)
     details = {(d["key"].value, d["lang"].value): d for d in ctx.select(
         f"""SELECT ?key ?lang (SAMPLE(STR(?l)) AS ?label) (GROUP_CONCAT(DISTINCT STR(?x); separator=" ") AS ?all)
         WHERE {{ {where} VALUES (?key ?lang) {{ {shown} }} }} GROUP BY ?key ?lang""")}
     out = []
-    for r in rows:
+    for r in shown_rows:
         d = details[(r["key"].value, r["lang"].value)]
         members = sorted(d["all"].value.split(" "))
         names = ", ".join(compress(m) for m in members[:5]) + (", ..." if len(members) > 5 else "")
-        out.append(_example(members[0], f"prefLabel {_quote(d['label'].value)} is on {r['k'].value} concepts: {names}"))
-    return total, out
+        out.append(_example(members[0], f"prefLabel {_quote(d['label'].value)} is on "
+                                        f"{count_of[(r['key'], r['lang'])]} concepts: {names}"))
+    return len(flagged), out
 
 
 def strongly_connected(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
@@ -435,17 +495,49 @@ def _cycle_path(members: list[str], edges: dict[str, set[str]]) -> list[str]:
 
 
 def isa_cycle(ctx: Context) -> tuple[int, list[Example]]:
+    """Strongly connected components of the IS-A edges (SciPy over hashed ids: Tarjan over dicts and sets of
+    strings took ~2 GB at UMLS size), plus ``x subClassOf x``; the IRIs of the classes in a cycle are read on a
+    second pass over the edges, only when there is one."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    batches = [(hashes_of(children), hashes_of(parents))
+               for children, parents in _batches(ctx.edges([RDFS + "subClassOf"], with_schema=True))]
+    if not batches:
+        return 0, []
+    child = np.concatenate([c for c, _ in batches])
+    parent = np.concatenate([p for _, p in batches])
+    del batches
+    loops = np.unique(child[child == parent])  # x subClassOf x
+    nodes, ends = np.unique(np.concatenate((child, parent)), return_inverse=True)
+    graph = coo_matrix((np.ones(len(child), dtype=np.int8), (ends[: len(child)], ends[len(child):])),
+                       shape=(len(nodes), len(nodes))).tocsr()
+    del child, parent, ends
+    _, labels = connected_components(graph, directed=True, connection="strong")
+    del graph
+    sizes = np.bincount(labels)
+    in_cycle = sizes[labels] > 1
+    members = np.union1d(nodes[in_cycle], loops)
+    if len(members) == 0:
+        return 0, []
+    names: dict[int, str] = {}
     edges: dict[str, set[str]] = defaultdict(set)
-    for child, parent in ctx.subclass_edges:
-        edges[child].add(parent)
-    cycles = [sorted(c) for c in strongly_connected(ctx.subclass_edges) if len(c) > 1]
-    cycles += [[node] for node, parents in edges.items() if node in parents]  # x subClassOf x
+    for children, parents in _batches(ctx.edges([RDFS + "subClassOf"], with_schema=True)):
+        inside = np.isin(hashes_of(children), members) & np.isin(hashes_of(parents), members)
+        for at in np.flatnonzero(inside).tolist():
+            names[hash(children[at])], names[hash(parents[at])] = children[at], parents[at]
+            edges[children[at]].add(parents[at])
+    groups: dict[int, list[str]] = defaultdict(list)
+    for node, label in zip(nodes[in_cycle].tolist(), labels[in_cycle].tolist()):
+        groups[label].append(names[node])
+    cycles = [sorted(members_) for members_ in groups.values()]
+    cycles += [[names[node]] for node in loops.tolist()]
     cycles.sort(key=lambda c: (-len(c), c[0]))
     out = []
-    for members in cycles[: ctx.max_examples]:
-        path = _cycle_path(members, edges)
+    for cycle in cycles[: ctx.max_examples]:
+        path = _cycle_path(cycle, edges)
         walk = " -> ".join(compress(n) for n in path[:8]) + (" -> ..." if len(path) > 8 else "")
-        out.append(_example(members[0], f"{len(members)} class(es) in a subClassOf cycle: {walk}"))
+        out.append(_example(cycle[0], f"{len(cycle)} class(es) in a subClassOf cycle: {walk}"))
     return len(cycles), out
 
 
@@ -539,25 +631,30 @@ def inactive_reference(ctx: Context) -> tuple[int, list[Example]]:
 
 
 def duplicate_id(ctx: Context) -> tuple[int, list[Example]]:
-    # as ambiguous_label: counted lean, the members and graphs concatenated for the shown codes only
+    # as ambiguous_label: counted from hashes, the members and graphs concatenated for the shown codes only
     where = f"GRAPH ?g {{ ?x skos:notation ?code }} {DATA} FILTER(isIRI(?x))"
-    inner = f"""SELECT ?code (COUNT(DISTINCT ?x) AS ?k) WHERE {{ {where} }}
-        GROUP BY ?code HAVING (COUNT(DISTINCT ?x) > 1)"""
-    total, rows = ctx.count_and_examples(inner, ["-k", "code"])
-    if not rows:
-        return total, []
+    rows = f"SELECT ?x ?code WHERE {{ {where} }}"
+    codes, carriers = _hashed_rows(ctx, rows, lambda r: r["code"], lambda r: r["x"])
+    flagged, counts, _ = groups_with_several(codes, carriers)
+    if not len(flagged):
+        return 0, []
+    shown_rows = _first_rows(ctx, rows, lambda r: r["code"], flagged,
+                             lambda r, at: (-int(counts[at]), _sort_key(r["code"])), ctx.max_examples)
+    if not shown_rows:
+        return len(flagged), []
     details = {d["code"]: d for d in ctx.select(
         f"""SELECT ?code (GROUP_CONCAT(DISTINCT STR(?x); separator=" ") AS ?all)
-        (GROUP_CONCAT(DISTINCT STR(?g); separator=" ") AS ?graphs) WHERE {{ {values_terms('code', [r['code'] for r in rows])}
+        (GROUP_CONCAT(DISTINCT STR(?g); separator=" ") AS ?graphs) WHERE {{ {values_terms('code', [r['code'] for r in shown_rows])}
         {where} }} GROUP BY ?code""")}
     out = []
-    for r in rows:
+    for r in shown_rows:
         d = details[r["code"]]
         members = sorted(d["all"].value.split(" "))
         graphs = sorted(compress(g) for g in d["graphs"].value.split(" "))
-        out.append(_example(members[0], f"notation {_quote(r['code'].value)} is on {r['k'].value} IRIs: "
+        k = int(counts[np.searchsorted(flagged, hash(r["code"]))])
+        out.append(_example(members[0], f"notation {_quote(r['code'].value)} is on {k} IRIs: "
                                         f"{', '.join(compress(m) for m in members[:5])} (graphs: {', '.join(graphs)})"))
-    return total, out
+    return len(flagged), out
 
 
 def literal_datatype(ctx: Context) -> tuple[int, list[Example]]:
@@ -610,57 +707,122 @@ def literal_datatype(ctx: Context) -> tuple[int, list[Example]]:
     return total, out
 
 
-def _components(ctx: Context) -> list[list[str]]:
-    """Connected components of the concept graph (edges of the linking predicates, direction ignored),
-    largest first; union-find over the edges, fetched once."""
+# Rows read into Python objects at a time (strings, dicts of terms: ~0.3 KB a row), and id pairs merged at a time
+ROW_BATCH = 1 << 16
+UNION_BATCH = 1 << 22
+
+
+def _batches(pairs: Iterable[tuple[str, str]], size: int = ROW_BATCH) -> Iterator[tuple[list[str], list[str]]]:
+    """(subjects, objects) lists of up to ``size`` edges at a time."""
+    pairs = iter(pairs)
+    while chunk := list(islice(pairs, size)):
+        yield [a for a, _ in chunk], [b for _, b in chunk]
+
+
+def _id_batches(pairs: Iterable[tuple[np.ndarray, np.ndarray]], size: int = UNION_BATCH
+                ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The id pairs regrouped into arrays of about ``size``: each union costs a pass over every node."""
+    lefts: list[np.ndarray] = []
+    rights: list[np.ndarray] = []
+    held = 0
+    for left, right in pairs:
+        lefts.append(left)
+        rights.append(right)
+        held += len(left)
+        if held >= size:
+            yield np.concatenate(lefts), np.concatenate(rights)
+            lefts, rights, held = [], [], 0
+    if lefts:
+        yield np.concatenate(lefts), np.concatenate(rights)
+
+
+@dataclass(frozen=True)
+class Components:
+    """The connected components of the concept graph, as the checks need them: how many, the largest's size,
+    the next ones (their smallest IRI and size) in order, and which concepts (by id) some link touches."""
+
+    count: int
+    largest: int
+    following: tuple[tuple[str, int], ...]
+    linked: np.ndarray
+
+
+def _components(ctx: Context) -> Components:
+    """Connected components of the concept graph (edges of the linking predicates, direction ignored), ordered
+    largest first, then by smallest IRI; the link edges are streamed once in batches and merged as ids
+    (``ComponentLabels``): a node outside the concept table (the target of a link, say) gets an id after them."""
+    table = ctx.concepts
+    known = len(table)
     if not ctx.links:
-        return []
-    parent: dict[str, str] = {}
+        return Components(0, 0, (), np.zeros(known, dtype=bool))
+    outside: dict[str, int] = {}  # linked IRIs that are not concepts: few on a sound KG
+    merged = ComponentLabels(known)
 
-    def find(node: str) -> str:
-        root = node
-        while parent.setdefault(root, root) != root:
-            root = parent[root]
-        while parent[node] != root:  # path compression
-            parent[node], node = root, parent[node]
-        return root
+    def ids(iris: list[str]) -> np.ndarray:
+        found = table.ids(iris)
+        for at in np.flatnonzero(found < 0).tolist():
+            found[at] = outside.setdefault(iris[at], known + len(outside))
+        return found
 
-    def union(x: str, y: str) -> None:
-        a, b = find(x), find(y)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-
-    for subject, obj in ctx.edges(ctx.concept_links):
-        union(subject, obj)
+    for left, right in _id_batches((ids(subjects), ids(objects))
+                                   for subjects, objects in _batches(ctx.edges(ctx.concept_links))):
+        merged.grow(known + len(outside))
+        merged.union(left, right)
     mappings = [p for p in ctx.links if p in MAPPINGS]
-    if mappings:  # a mapping between two concepts of this KG joins them; one to an outside IRI does not
-        concepts = ctx.concepts
-        for subject, obj in ctx.edges(mappings):
-            if subject in concepts and obj in concepts:
-                union(subject, obj)
-    groups: dict[str, list[str]] = defaultdict(list)
-    for node in parent:
-        groups[find(node)].append(node)
-    return sorted(groups.values(), key=lambda g: (-len(g), min(g)))
+
+    def concept_pairs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        # a mapping between two concepts of this KG joins them; one to an outside IRI does not
+        for subjects, objects in _batches(ctx.edges(mappings)) if mappings else ():
+            left, right = table.ids(subjects), table.ids(objects)
+            both = (left >= 0) & (right >= 0)
+            yield left[both], right[both]
+
+    for left, right in _id_batches(concept_pairs()):
+        merged.union(left, right)
+    nodes = np.flatnonzero(merged.touched)
+    labels = merged.labels[nodes]
+    if len(nodes) == 0:
+        return Components(0, 0, (), np.zeros(known, dtype=bool))
+    roots, sizes = np.unique(labels, return_counts=True)
+    # each component's smallest IRI: its smallest concept id (ids are in IRI order), or an outside IRI
+    smallest = np.full(len(roots), np.iinfo(np.int64).max, dtype=np.int64)
+    concept_nodes = nodes < known
+    np.minimum.at(smallest, np.searchsorted(roots, labels[concept_nodes]), nodes[concept_nodes])
+    outside_smallest: dict[int, str] = {}
+    for iri, node in outside.items():
+        if merged.touched[node]:
+            at = int(np.searchsorted(roots, merged.labels[node]))
+            outside_smallest[at] = min(iri, outside_smallest.get(at, iri))
+
+    def smallest_iri(at: int) -> str:
+        names = [table.iri(int(smallest[at]))] if smallest[at] < known else []
+        return min(names + ([outside_smallest[at]] if at in outside_smallest else []))
+
+    # only components as large as the (examples + 1)-th largest can be shown: their smallest IRIs decide the order
+    shown = ctx.max_examples + 1
+    floor = np.sort(sizes)[::-1][min(shown, len(sizes)) - 1]
+    candidates = sorted(((-int(sizes[at]), smallest_iri(int(at))) for at in np.flatnonzero(sizes >= floor)))
+    return Components(count=len(roots), largest=-candidates[0][0],
+                      following=tuple((iri, -size) for size, iri in candidates[1:shown]),
+                      linked=merged.touched[:known].copy())
 
 
 def disconnected_component(ctx: Context) -> tuple[int, list[Example]]:
     components = ctx.components
-    if len(components) < 2:
+    if components.count < 2:
         return 0, []
-    largest = len(components[0])
-    out = [_example(min(c), f"a component of {len(c):,} concept(s) not connected to the largest "
-                            f"({largest:,} concepts)") for c in components[1: 1 + ctx.max_examples]]
-    return len(components) - 1, out
+    out = [_example(iri, f"a component of {size:,} concept(s) not connected to the largest "
+                         f"({components.largest:,} concepts)") for iri, size in components.following]
+    return components.count - 1, out
 
 
 def isolated_node(ctx: Context) -> tuple[int, list[Example]]:
-    linked = {node for component in ctx.components for node in component}
     # A retired concept (MKG:active false) is expected to have lost its edges.
-    inactive = {r["x"].value for r in ctx.select(
-        'SELECT DISTINCT ?x WHERE { ?x MKG:active ?a FILTER(STR(?a) IN ("false", "0")) }')}
-    isolated = sorted(ctx.concepts - linked - inactive)
-    return len(isolated), [_example(x, "no edge to or from any other concept") for x in isolated[: ctx.max_examples]]
+    inactive = ctx.concepts.mask(x for (x,) in ctx.store.iri_rows(PREFIXES + 'SELECT DISTINCT ?x WHERE { '
+                                 '?x MKG:active ?a FILTER(STR(?a) IN ("false", "0")) }', ("x",)) if x is not None)
+    isolated = np.flatnonzero(~ctx.components.linked & ~inactive)  # ids: in IRI order
+    return len(isolated), [_example(x, "no edge to or from any other concept")
+                           for x in ctx.concepts.iris(isolated[: ctx.max_examples])]
 
 
 CHECKS: tuple[StructuralCheck, ...] = (
