@@ -317,6 +317,36 @@ def child_index(store_dir: str, cache: str) -> dict[str, Any]:
             "disk_bytes": Path(index.path).stat().st_size, "from_cache": kg.linker.index_from_cache}
 
 
+def _evict(folder: Path) -> int:
+    """Drop every file of ``folder`` (the link stage's own cache) from the OS's page cache, written back first:
+    the next process then reads from disk what its lookups touch, as after a reboot. Bytes evicted."""
+    evicted = 0
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            evicted += os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+    return evicted
+
+
+def _io() -> tuple[int, int]:
+    """This process's bytes read from disk (``/proc/self/io`` read_bytes) and major page faults so far."""
+    import resource
+
+    read_bytes = 0
+    try:
+        with open("/proc/self/io") as handle:
+            for line in handle:
+                if line.startswith("read_bytes:"):
+                    read_bytes = int(line.split()[1])
+    except OSError:  # not Linux, or not allowed: the faults still count
+        pass
+    return read_bytes, resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+
+
 def _sample(rows: Any, n: int, rng: random.Random) -> list[Any]:
     """A uniform sample of ``n`` rows of a stream (reservoir): the label index is never held in memory."""
     out: list[Any] = []
@@ -328,8 +358,9 @@ def _sample(rows: Any, n: int, rng: random.Random) -> list[Any]:
     return out
 
 
-def child_link(store_dir: str, seed: int, quick: bool, cache: str) -> dict[str, Any]:
-    """``link_one`` per mention kind on the cached label index (resident memory of opening and using it); then
+def child_link(store_dir: str, seed: int, quick: bool, cache: str, cold: bool = False) -> dict[str, Any]:
+    """``link_one`` per mention kind on the cached label index (resident memory of opening and using it, and
+    what opening it and each kind's lookups read from disk: ``cold``, the parent evicted the cache first); then
     ``retrieve``."""
     os.environ["MIRAGE_KG_PROGRESS"] = "0"
     from rapidfuzz import fuzz, process
@@ -342,9 +373,10 @@ def child_link(store_dir: str, seed: int, quick: bool, cache: str) -> dict[str, 
     kg = KnowledgeGraph(store, embedding_model="none", cache_dir=Path(cache))
     kg.groups  # noqa: B018 - the merged concepts are the graph's, not the index's: load them before measuring
     before, before_anon = _rss_mib(), _anon_mib()
-    started = time.perf_counter()
+    started, io_before = time.perf_counter(), _io()
     index = kg.linker.index  # opened from the cache, its packed lookup read into memory
     open_s = time.perf_counter() - started
+    open_io = [a - b for a, b in zip(_io(), io_before)]
     rng = random.Random(seed)
     n = 200 if quick else 2000
     sample_p = [(t, i) for t, i, _ in _sample(index.labels(0), n, rng)]
@@ -355,13 +387,17 @@ def child_link(store_dir: str, seed: int, quick: bool, cache: str) -> dict[str, 
     linker = kg.linker
     rows: dict[str, Any] = {}
     for kind, items in kinds.items():
+        io_before = _io()
         started, cpu = time.perf_counter(), time.process_time()
         found = sum(any(c.entity.iri == index.iris[i] for c in linker.link_one(t, top=5)) for t, i in items)
         took, cpu_took = time.perf_counter() - started, time.process_time() - cpu
+        read_bytes, faults = (a - b for a, b in zip(_io(), io_before))
         # wall clock, and this process's CPU time: on a shared machine the wall rate is the CPU rate times the
-        # share of a core the scheduler gave us (printed as a row, so a slow figure can be told from a busy box)
+        # share of a core the scheduler gave us (printed as a row, so a slow figure can be told from a busy box);
+        # what the lookups read from disk (none once the index is in memory), per mention
         rows[kind] = {"n": len(items), "per_s": len(items) / took, "per_cpu_s": len(items) / max(cpu_took, 1e-9),
-                      "found_at_5": found / max(1, len(items))}
+                      "found_at_5": found / max(1, len(items)), "read_bytes_per": read_bytes / max(1, len(items)),
+                      "major_faults_per": faults / max(1, len(items))}
     resident, anon = _rss_mib() - before, _anon_mib() - before_anon
     started = time.perf_counter()
     for _ in range(5):  # the index's own lookup, one SQLite query, with nothing around it
@@ -384,7 +420,8 @@ def child_link(store_dir: str, seed: int, quick: bool, cache: str) -> dict[str, 
     rows["fuzzy"]["baseline_per_s"] = len(unblocked) / (time.perf_counter() - started)
     store.close()  # closed: a store left open is keyed anew by the next process, whose caches then rebuild
     return {"labels": index.label_count, "entities": len(index), "from_cache": linker.index_from_cache,
-            "open_s": open_s, "index_mib": resident, "index_anon_mib": anon, "rss_mib": _rss_mib(), "rows": rows,
+            "open_s": open_s, "open_read_mib": open_io[0] / 2**20, "open_major_faults": open_io[1],
+            "cold": cold, "index_mib": resident, "index_anon_mib": anon, "rss_mib": _rss_mib(), "rows": rows,
             "retrieve": retrieve_ms, "retrieve_link": link_ms, "questions": len(questions),
             "evidence_mean": statistics.fmean(evidence) if evidence else 0.0}
 
@@ -540,7 +577,10 @@ def table(result: dict[str, Any]) -> list[dict[str, Any]]:
         row("link", "index build peak RSS", r["build_rss_mib"], None, "", "", "MiB")
         row("link", "index on disk", r["index_disk_bytes"] / 2**20, None, "", "", "MiB")
         if "open_s" in r:
-            row("link", "index open (from the cache)", r["open_s"], None, "", "", "s")
+            row("link", "index open (from the cache)" + (", cold" if r.get("cold") else ""), r["open_s"], None, "",
+                "", "s")
+            if "open_read_mib" in r:
+                row("link", "index open: read from disk", r["open_read_mib"], None, "", "", "MiB")
         row("link", "index resident (open, after the lookups)", r["index_mib"], None, "", "< 3072", "MiB")
         if "index_anon_mib" in r:
             row("link", "of which not mapped file pages", r["index_anon_mib"], None, "", "", "MiB")
@@ -553,6 +593,9 @@ def table(result: dict[str, Any]) -> list[dict[str, Any]]:
                  "fuzzy": "rapidfuzz over every label"}.get(kind, ""), target, "/s")
             if "per_cpu_s" in k:
                 row("link", f"{kind} mentions per CPU second", k["per_cpu_s"], None, "", "", "/s")
+            if "read_bytes_per" in k:
+                row("link", f"{kind}: read from disk per mention", k["read_bytes_per"], None, "", "", "B")
+                row("link", f"{kind}: major page faults per mention", k["major_faults_per"], None, "", "", "")
             row("link", f"{kind} found@5", k["found_at_5"], None, "", "", "")
     if "validate" in result:
         r = result["validate"]
@@ -602,6 +645,8 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true",
                         help="query: drop the store's files from the page cache before every timed call")
     parser.add_argument("--json", metavar="FILE", help="write the measurements and the table as JSON here")
+    parser.add_argument("--cold", action="store_true",
+                        help="link stage: drop the label index's files from the OS page cache before the lookups")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -615,7 +660,7 @@ def main() -> None:
         elif kind == "query":
             answer = child_query(rest[0], int(rest[1]), int(rest[2]), rest[3] == "1", rest[4:] == ["cold"])
         else:
-            answer = child_link(rest[0], int(rest[1]), rest[2] == "1", rest[3])
+            answer = child_link(rest[0], int(rest[1]), rest[2] == "1", rest[3], rest[4:] == ["1"])
         print(json.dumps(answer))
         return
     stages = [s for s in args.stages.split(",") if s]
@@ -650,7 +695,10 @@ def main() -> None:
             cache = work / "linker-cache"
             shutil.rmtree(cache, ignore_errors=True)
             built, build_rss = run_json_child("index", str(store), str(cache))
-            linked, rss = run_json_child("link", str(store), str(args.seed), quick, str(cache))
+            if args.cold:
+                print(f"evicted {_evict(cache) / 2**20:,.0f} MiB of the index from the page cache", file=sys.stderr)
+            linked, rss = run_json_child("link", str(store), str(args.seed), quick, str(cache),
+                                         "1" if args.cold else "0")
             linked.update(build_s=built["build_s"], build_rss_mib=build_rss, index_disk_bytes=built["disk_bytes"],
                           choices=built["choices"], peak_rss_mib=rss)
             if "link" in stages:

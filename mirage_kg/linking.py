@@ -53,7 +53,7 @@ _BLOCK_CACHE = 64  # decoded blocks (and word postings) kept: the spans of one t
 # whose words are one edit from the mention's (from memory, whatever the size), at most this many:
 _FULL_SCAN = 300_000
 _FUZZY_CANDIDATES = 200
-_INDEX_VERSION = 10
+_INDEX_VERSION = 11
 _COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
@@ -1172,25 +1172,36 @@ def _pack_lookup(db: sqlite3.Connection) -> bool:
     if np.any(~new[1:] & (row_numbers[1:] != row_numbers[:-1])):
         return False
     starts = np.flatnonzero(new)
-    bounds = np.append(starts, len(order)).astype(np.int64)
+    del new
+    groups = len(starts)
+    # one record per form group, (key, check, first row, first normalised row), and a last one holding the row
+    # count: what a lookup needs sits in one cache line, not in four arrays of a gigabyte at UMLS size
+    table = np.empty((groups + 1, 4), dtype=np.int64)
+    table[:groups, 0], table[groups, 0] = row_keys[starts], 0
+    table[:groups, 1], table[groups, 1] = row_checks[starts], 0
+    del row_checks, row_numbers
+    table[:groups, 2], table[groups, 2] = starts, len(order)
     row_levels = np.frombuffer(levels, dtype=np.int8)[order]
     written = np.concatenate([[0], np.cumsum(row_levels < 2)])  # a form's written rows come before the normalised
-    parts = {"group_keys": row_keys[starts], "group_checks": row_checks[starts], "group_bounds": bounds,
-             "group_splits": bounds[:-1] + written[bounds[1:]] - written[bounds[:-1]], "row_levels": row_levels,
+    bounds = table[:, 2]
+    table[:groups, 3], table[groups, 3] = bounds[:-1] + written[bounds[1:]] - written[bounds[:-1]], len(order)
+    del written
+    parts = {"group_table": table, "group_buckets": _group_buckets(row_keys[starts]), "row_levels": row_levels,
              "row_idx": np.frombuffer(idxs, dtype=np.int32)[order]}
-    del keys, checks, numbers, levels, idxs, row_keys, row_checks, row_numbers, order, new, starts, written
-    iris, names = bytearray(), bytearray()
-    iri_ends, name_ends = array("q", [0]), array("q", [0])
+    del keys, checks, numbers, levels, idxs, row_keys, order, starts, table, bounds
+    # each entity's IRI and name one after the other, with where each starts: one entity's display data is
+    # read from two places, not four
+    text, ends = bytearray(), array("q")
     for idx, iri, name in _stream(db, "SELECT idx, iri, name FROM entities ORDER BY idx"):
-        while len(iri_ends) <= idx:  # a position an update left free: an empty IRI
-            iri_ends.append(len(iris))
-            name_ends.append(len(names))
-        iris += iri.encode("utf-8")
-        names += name.encode("utf-8")
-        iri_ends.append(len(iris))
-        name_ends.append(len(names))
-    parts.update(iri_text=bytes(iris), name_text=bytes(names), iri_ends=iri_ends, name_ends=name_ends)
-    del iris, names
+        while len(ends) < 2 * idx:  # a position an update left free: an empty IRI and name
+            ends.append(len(text))
+        ends.append(len(text))
+        text += iri.encode("utf-8")
+        ends.append(len(text))
+        text += name.encode("utf-8")
+    ends.append(len(text))
+    parts.update(entity_text=bytes(text), entity_ends=ends)
+    del text
     texts, text_ends = bytearray(), array("q", [0])  # each choice's word-sorted text: fuzzy matching's candidates
     for choice_id, ordered in _stream(db, "SELECT id, sorted FROM choices ORDER BY id"):
         while len(text_ends) <= choice_id:  # an id an update left free
@@ -1203,6 +1214,24 @@ def _pack_lookup(db: sqlite3.Connection) -> bool:
     del parts, texts, text_ends
     _pack_fuzzy(db)
     return True
+
+
+def _bucket_bits(groups: int) -> int:
+    """How many leading bits of a form's key pick its bucket: one or two groups a bucket."""
+    return max(1, min(groups.bit_length() - 1, 62))
+
+
+def _group_buckets(keys: np.ndarray) -> np.ndarray:
+    """For each value of a key's leading ``_bucket_bits`` bits (the key read as unsigned: the signed order plus
+    2^63), the first group whose key has that value or more; one more entry, the group count. A lookup reads
+    its key's bucket and the one or two groups in it, not some twenty-four of a binary search's cache lines.
+    32-bit entries while the groups fit (the reader tells them by the array's size)."""
+    import numpy as np
+
+    bits = _bucket_bits(len(keys))
+    leading = (keys.view(np.uint64) ^ np.uint64(1 << 63)) >> np.uint64(64 - bits)
+    firsts = np.searchsorted(leading, np.arange((1 << bits) + 1, dtype=np.uint64))
+    return firsts.astype(np.int32 if len(keys) < 2**31 else np.int64)
 
 
 def _put_packed(db: sqlite3.Connection, name: str, value: Any) -> None:
@@ -1284,17 +1313,14 @@ class _Packed:
     def __init__(self, read: Any) -> None:
         import numpy as np
 
-        raw = read("group_keys")
-        self._keys = np.frombuffer(raw, dtype=np.int64)  # searched by numpy, read one by one by the memoryview
-        self._key_at = memoryview(raw).cast("q")
-        self._groups = len(self._key_at)
-        self._checks = memoryview(read("group_checks")).cast("q")
-        self._bounds = memoryview(read("group_bounds")).cast("q")
-        self._splits = memoryview(read("group_splits")).cast("q")
+        self._table = memoryview(read("group_table")).cast("q")  # (key, check, first row, first normalised) a form
+        groups = len(self._table) // 4 - 1
+        self._shift = 64 - _bucket_bits(groups)
+        raw = read("group_buckets")
+        self._buckets = memoryview(raw).cast("i" if len(raw) // ((1 << (64 - self._shift)) + 1) == 4 else "q")
         self.levels = memoryview(read("row_levels")).cast("b")
         self.idxs = memoryview(read("row_idx")).cast("i")
-        self._iri_text, self._iri_ends = read("iri_text"), memoryview(read("iri_ends")).cast("q")
-        self._name_text, self._name_ends = read("name_text"), memoryview(read("name_ends")).cast("q")
+        self._entity_text, self._entity_ends = read("entity_text"), memoryview(read("entity_ends")).cast("q")
         self._choice_text, self._choice_ends = read("choice_text"), memoryview(read("choice_ends")).cast("q")
         # fuzzy matching on a large index: content words, their postings, deletion variants, choices' entities
         self._word_text, self._word_ends = read("word_text"), memoryview(read("word_ends")).cast("q")
@@ -1349,43 +1375,47 @@ class _Packed:
         return [(choice, idxs[at]) for choice in ids for at in range(ends[choice], ends[choice + 1])]
 
     def _group(self, form: str) -> int:
-        """The group of ``form``'s rows, -1 when no label has that form."""
+        """Where ``form``'s group record starts in the table (4 x its number), -1 when no label has that form."""
         key, check = _form_digest(form)
-        at = int(self._keys.searchsorted(key))
-        key_at, checks = self._key_at, self._checks
-        while at < self._groups and key_at[at] == key:
-            if checks[at] == check:
+        bucket = (key + (1 << 63)) >> self._shift
+        table, buckets = self._table, self._buckets
+        for at in range(4 * buckets[bucket], 4 * buckets[bucket + 1], 4):  # the groups of its bucket, by key
+            found = table[at]
+            if found == key and table[at + 1] == check:
                 return at
-            at += 1
+            if found > key:
+                break
         return -1
 
     def rows(self, form: str) -> range:
         """The positions of ``form``'s rows (level, then IRI order), empty when no label has that form."""
-        group = self._group(form)
-        return range(self._bounds[group], self._bounds[group + 1]) if group >= 0 else range(0)
+        at = self._group(form)
+        return range(self._table[at + 2], self._table[at + 6]) if at >= 0 else range(0)
 
     def written(self, form: str, limit: int) -> range:
         """The first ``limit`` of ``form``'s rows of levels 0-1 (the form as written)."""
-        group = self._group(form)
-        if group < 0:
+        at = self._group(form)
+        if at < 0:
             return range(0)
-        start = self._bounds[group]
-        return range(start, min(self._splits[group], start + limit))
+        start = self._table[at + 2]
+        return range(start, min(self._table[at + 3], start + limit))
 
     def normalised(self, form: str, limit: int) -> range:
         """The first ``limit`` of ``form``'s rows of levels 2-3 (the form as normalised)."""
-        group = self._group(form)
-        if group < 0:
+        at = self._group(form)
+        if at < 0:
             return range(0)
-        start = self._splits[group]
-        return range(start, min(self._bounds[group + 1], start + limit))
+        start = self._table[at + 3]
+        return range(start, min(self._table[at + 6], start + limit))
 
     def entity(self, idx: int) -> tuple[str, str]:
         """Entity ``idx``'s (IRI, name); IndexError when there is none."""
-        if not 0 <= idx < len(self._iri_ends) - 1 or self._iri_ends[idx] == self._iri_ends[idx + 1]:
+        ends = self._entity_ends
+        if not 0 <= idx < len(ends) // 2 or ends[2 * idx] == ends[2 * idx + 1]:
             raise IndexError(idx)
-        return (self._iri_text[self._iri_ends[idx]:self._iri_ends[idx + 1]].decode("utf-8"),
-                self._name_text[self._name_ends[idx]:self._name_ends[idx + 1]].decode("utf-8"))
+        start, middle, end = ends[2 * idx], ends[2 * idx + 1], ends[2 * idx + 2]
+        text = self._entity_text
+        return text[start:middle].decode("utf-8"), text[middle:end].decode("utf-8")
 
 
 # --- the linker ---------------------------------------------------------------------------------------------------
@@ -1737,19 +1767,26 @@ class Linker:
         # a ratio of at least c needs the other length within [a c / (200 - c), a (200 - c) / c]
         size, cutoff = len(query), self.fuzzy_cutoff
         shortest, longest = size * cutoff / (200 - cutoff) - 1, size * (200 - cutoff) / cutoff + 1
-        ids = np.concatenate([p[0] for p in parts[rarest]])
-        lens = np.concatenate([p[1] for p in parts[rarest]])
-        fits = (lens >= shortest) & (lens <= longest)
-        ids, first = np.unique(ids[fits], return_index=True)
-        lens = lens[fits][first].astype(np.int64)
+        if len(parts[rarest]) == 1:  # one near word: its postings are sorted and distinct already
+            ids, lens = parts[rarest][0]
+            fits = (lens >= shortest) & (lens <= longest)
+            ids, lens = ids[fits], lens[fits].astype(np.int64)
+        else:
+            ids = np.concatenate([p[0] for p in parts[rarest]])
+            lens = np.concatenate([p[1] for p in parts[rarest]])
+            fits = (lens >= shortest) & (lens <= longest)
+            ids, first = np.unique(ids[fits], return_index=True)
+            lens = lens[fits][first].astype(np.int64)
         counts = np.ones(len(ids), dtype=np.int64)
         covered = np.full(len(ids), len(rarest), dtype=np.int64)
         for word in present:
             if word == rarest or not len(ids):
                 continue
-            near_ids = parts[word][0][0] if len(parts[word]) == 1 else np.sort(np.concatenate(
-                [p[0] for p in parts[word]]))  # one search for all of the word's near words
-            held = held_in(ids, near_ids)
+            # the candidates are searched in each near word's own sorted postings: merging those of a common
+            # word (hundreds of thousands of ids at UMLS size) into one sorted list cost most of a typo's time
+            held = held_in(ids, parts[word][0][0])
+            for near_ids, _ in parts[word][1:]:
+                held |= held_in(ids, near_ids)
             counts += held
             covered += held * len(word)
         order = np.lexsort((ids, np.abs(lens - size), -covered, -counts))

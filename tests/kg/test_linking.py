@@ -212,6 +212,15 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
     assert same(plain.index.near_postings(words), postings)
     assert sorted(plain.index.choice_entities(range(plain.index.choice_count))) == choices
     monkeypatch.undo()
+    real_digest = linking._form_digest
+    for low in (-2**63, 2**63 - 4):  # keys crowd into the first or the last bucket, several forms a key
+        monkeypatch.setattr(linking, "_form_digest", lambda form, low=low: (low + len(form) % 4, real_digest(form)[1]))
+        crowded = Linker(store, embedding_model="none", cache_dir=tmp_path / f"crowded{low}")
+        assert crowded.index._lookup() is not None  # keys shared, checks not: still packed
+        for (mention, top), found in answers.items():
+            assert crowded.link_one(mention, top=top) == found, (mention, top, low)
+        assert {m: crowded.index.exact(m) for m in mentions} == exact
+    monkeypatch.undo()
     monkeypatch.setattr(linking, "_FULL_SCAN", 0)
     monkeypatch.setattr(linking, "_variant_digest", lambda variant: len(variant) % 2)  # variants clash: checked
     clashing = Linker(store, embedding_model="none", cache_dir=tmp_path / "clashing")
