@@ -21,7 +21,9 @@ Stages (each in its own child process, so its peak RSS from ``wait4`` counts nat
   against every name, each one product call ``Linker.link_one(mention, top=5)`` (what a search block's term and
   ``mirage-kg link`` do), by wall clock and per CPU second of the process (the wall rate is the CPU rate times the
   share of a core a loaded machine gives); baselines: the index's own lookup alone (``LabelIndex.exact``, exact)
-  and rapidfuzz over every label without blocking (fuzzy), on the same mentions;
+  and rapidfuzz over every label without blocking (fuzzy), on the same mentions; with ``--cold``, the index's
+  files are dropped from the page cache before that process, and it reports what opening the index and each
+  kind's lookups read from disk (``/proc/self/io`` read_bytes) and their major page faults;
 - ``validate``: ``mirage-kg validate`` wall and peak RSS; baseline: one SPARQL COUNT over every quad (a full scan);
 - ``retrieve``: ``KnowledgeGraph.retrieve`` per question ("How is X related to Y?" with two concepts' names) vs
   linking the same question alone.
@@ -643,10 +645,9 @@ def main() -> None:
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {','.join(STAGES)}")
     parser.add_argument("--quick", action="store_true", help="small query and mention samples")
     parser.add_argument("--cold", action="store_true",
-                        help="query: drop the store's files from the page cache before every timed call")
+                        help="query: drop the store's files from the page cache before every timed call; link: "
+                             "drop the label index's files from it before the process that opens the index")
     parser.add_argument("--json", metavar="FILE", help="write the measurements and the table as JSON here")
-    parser.add_argument("--cold", action="store_true",
-                        help="link stage: drop the label index's files from the OS page cache before the lookups")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

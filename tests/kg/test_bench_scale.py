@@ -70,5 +70,10 @@ def test_smoke_run_reports_every_stage(tmp_path: Path) -> None:
         assert by[("link", f"{kind} found@5")]["ours"] >= 0.9, kind  # names taken from the graph are found
     assert by[("link", "fuzzy found@5")]["ours"] >= 0.5
     assert by[("link", "labels indexed")]["ours"] > result["concepts"]
+    # cold: the index's files were dropped from the page cache first (what is read back depends on the file
+    # system: none from a tmpfs), and what opening it and each kind read from disk is reported
+    assert result["link"]["cold"] and result["link"]["open_read_mib"] >= 0
+    for kind in ("exact", "normalised", "synonym", "fuzzy"):
+        assert by[("link", f"{kind}: read from disk per mention")]["ours"] >= 0
     assert result["retrieve"]["questions"] > 0 and result["retrieve"]["evidence_mean"] > 0
     assert "| load | wall (s) |" in done.stdout  # the table is printed
