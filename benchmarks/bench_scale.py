@@ -233,11 +233,14 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool, cold: boo
     hubs = [f"UMLS:C{i:07d}" for i in range(1, 6)] * max(1, n // 25)
     iri = {c: kg.entity(c).iri for c in set(typical) | set(hubs)}
     raw = store.raw
+    # cold: the baseline reads through its own engine instance, so its block cache (the engine's, in this process,
+    # which dropping the OS's pages does not touch) holds only what its own calls read, not the anchor's
+    baseline = ox.Store.read_only(store_dir) if cold else raw
 
     def raw_edges(curie: str) -> int:
         node = ox.NamedNode(iri[curie])
-        return sum(1 for _ in raw.quads_for_pattern(node, None, None)) + \
-            sum(1 for _ in raw.quads_for_pattern(None, None, node))
+        return sum(1 for _ in baseline.quads_for_pattern(node, None, None)) + \
+            sum(1 for _ in baseline.quads_for_pattern(None, None, node))
 
     before = (lambda _: evict_store_pages(store_dir)) if cold else None
     out: dict[str, Any] = {"cold": cold, "degree_index_s": degree_index_s, "hub_degree": kg.degrees([iri[hubs[0]]])[iri[hubs[0]]],

@@ -791,3 +791,36 @@ def test_labels_come_from_the_degree_index_file_as_the_store_gives_them(
         fresh._degree_table()
         assert fresh._labels_on_file([n2]) == {n2: "new name"} and fresh.labels([n2]) == {n2: "new name"}
         reader.close()
+
+
+def test_opening_the_degree_index_file_asks_the_os_to_read_it_all_ahead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query process reads rows of the degree index's file at random places (the degrees and labels of each
+    anchor's neighbours); opening it asks the OS, from a background thread, to read the whole file into its page
+    cache in order, so those rows are not each a random read from disk once the store's pages have evicted it."""
+    import os
+    import threading
+
+    import mirage_kg.graph as graph_module
+    from mirage_kg.degree_index import DiskDegrees
+
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    store = OxigraphStore()
+    ensure_schema(store)
+    load_text(store, heavy_tailed_turtle(300, seed=2), TEST_GRAPH)
+    table = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)._degree_table()
+    assert isinstance(table, DiskDegrees)
+    asked: list[tuple[int, int, int]] = []
+    plain = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, start, length, advice: (
+        asked.append((start, length, advice)), plain(fd, start, length, advice))[1])
+    again = DiskDegrees(table.path)
+    for thread in threading.enumerate():
+        if thread.name == "degree-index-warm":
+            thread.join(10)
+    size = table.path.stat().st_size
+    assert asked and all(advice == os.POSIX_FADV_WILLNEED for _, _, advice in asked)
+    covered = sorted((start, start + length) for start, length, _ in asked)
+    assert covered[0][0] == 0 and covered[-1][1] >= size
+    assert all(a_end >= b_start for (_, a_end), (b_start, _) in zip(covered, covered[1:]))  # no gap
+    assert again.many(list(table)[:5]) == table.many(list(table)[:5])
