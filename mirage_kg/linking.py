@@ -880,21 +880,27 @@ class LabelIndex:
                             lengths[choice_id] = length
                     if not lengths:
                         db.execute("DELETE FROM words WHERE word = ?", (word,))
-                        db.executemany("DELETE FROM variants WHERE variant = ? AND word = ?",
-                                       [(variant, word) for variant in _variants(word)])
+                        if not self._has_packed:
+                            db.executemany("DELETE FROM variants WHERE variant = ? AND word = ?",
+                                           [(variant, word) for variant in _variants(word)])
                         continue
                     order = sorted(lengths)
                     db.execute("INSERT OR REPLACE INTO words VALUES (?, ?, ?)",
                                (word, np.asarray(order, dtype=np.int32).tobytes(),
                                 np.asarray([lengths[i] for i in order], dtype=np.uint16).tobytes()))
-                    if row is None:
+                    if row is None and not self._has_packed:  # a packed index keeps no variants table
                         db.executemany("INSERT OR IGNORE INTO variants VALUES (?, ?)",
                                        [(variant, word) for variant in _variants(word)])
                 db.execute("DELETE FROM packed")  # re-packed whole: a stream of the forms, no SQL per row
+                packed = _pack_lookup(db)
+                if not packed and self._has_packed:  # no longer packed: its near words now come from SQLite
+                    _fill_variants(db)
+                elif packed and not self._has_packed:
+                    db.execute("DELETE FROM variants")
                 counts = {"entities": db.execute("SELECT COUNT(*) FROM entities").fetchone()[0],
                           "labels": db.execute("SELECT COUNT(*) FROM labels").fetchone()[0],
                           "choices": db.execute("SELECT COUNT(*) FROM choices").fetchone()[0],
-                          "max_tokens": max_tokens, "packed": int(_pack_lookup(db))}
+                          "max_tokens": max_tokens, "packed": int(packed)}
                 db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in counts.items()])
                 db.commit()
             finally:
@@ -1055,18 +1061,31 @@ def _fill(db: sqlite3.Connection, kg: Graph) -> None:
     words = sorted(postings)
     db.executemany("INSERT INTO words VALUES (?, ?, ?)",
                    ((word, postings[word][0].tobytes(), postings[word][1].tobytes()) for word in words))
-    del postings
-    # each word's deletion neighbourhood, staged and sorted by SQLite (millions of rows at UMLS size)
-    db.execute("CREATE TEMP TABLE staged(variant TEXT NOT NULL, word TEXT NOT NULL)")
-    for start in range(0, len(words), 20_000):
-        db.executemany("INSERT INTO staged VALUES (?, ?)",
-                       [(variant, word) for word in words[start:start + 20_000] for variant in _variants(word)])
-    db.execute("INSERT INTO variants SELECT variant, word FROM staged ORDER BY variant, word")
-    db.execute("DROP TABLE staged")
+    del postings, words
+    packed = _pack_lookup(db)
+    if not packed:  # the near words then come from SQLite (packed, from memory: the table would be dead weight)
+        _fill_variants(db)
     meta = {"version": _INDEX_VERSION, "entities": count["entities"], "labels": count["labels"],
-            "choices": number + 1, "max_tokens": max_tokens, "packed": int(_pack_lookup(db))}
+            "choices": number + 1, "max_tokens": max_tokens, "packed": int(packed)}
     db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
     db.commit()
+
+
+def _fill_variants(db: sqlite3.Connection) -> None:
+    """The ``variants`` table (each content word's deletion neighbourhood) from ``words``, staged and sorted by
+    SQLite (millions of rows at UMLS size). Only an index without the packed lookup reads it (``near_words``): a
+    packed one (every index but one whose forms' 128-bit digests clash) carries its own, in memory."""
+    db.execute("DELETE FROM variants")
+    db.execute("CREATE TEMP TABLE staged(variant TEXT NOT NULL, word TEXT NOT NULL)")
+    batch: list[tuple[str, str]] = []
+    for (word,) in _stream(db, "SELECT word FROM words ORDER BY word"):
+        batch.extend((variant, word) for variant in _variants(word))
+        if len(batch) >= 200_000:
+            db.executemany("INSERT INTO staged VALUES (?, ?)", batch)
+            batch.clear()
+    db.executemany("INSERT INTO staged VALUES (?, ?)", batch)
+    db.execute("INSERT INTO variants SELECT variant, word FROM staged ORDER BY variant, word")
+    db.execute("DROP TABLE staged")
 
 
 def _entity_labels(iri: str, rows: Sequence[tuple[int, str, str | None]]

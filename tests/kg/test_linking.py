@@ -231,6 +231,45 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
         packed.index._entity_row(len(packed.index))
 
 
+def test_only_an_index_without_the_packed_lookup_keeps_the_variants_table(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A packed index finds near words in memory and writes no ``variants`` table (a fifth of the file); one
+    whose forms' digests clash (so: not packed) has it, and an update that makes or unmakes the packed lookup
+    fills or empties it, with the same near words either way."""
+    import shutil
+    import sqlite3
+
+    import mirage_kg.linking as linking
+    from mirage_kg.graph import Graph
+    from mirage_kg.linking import LabelIndex
+
+    store = OxigraphStore()
+    ensure_schema(store)
+    load(store, TTL)
+    variants = lambda path: sqlite3.connect(path).execute("SELECT COUNT(*) FROM variants").fetchone()[0]  # noqa: E731
+    packed = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed").index
+    assert packed._lookup() is not None and variants(packed.path) == 0
+    words = ["hypertensoin", "panik", "disorder", "alergy", "xqzvw"]
+    near = packed.near_postings(words)
+    assert set(near) == {"hypertensoin", "panik", "disorder", "alergy"}
+    same = lambda a: a.keys() == near.keys() and all(  # noqa: E731
+        len(a[w]) == len(near[w]) and all((x[0] == y[0]).all() for x, y in zip(a[w], near[w])) for w in a)
+    real_digest = linking._form_digest
+    monkeypatch.setattr(linking, "_form_digest", lambda form: (len(form) % 3, 0))  # every form clashes
+    plain = Linker(store, embedding_model="none", cache_dir=tmp_path / "plain").index
+    assert plain._lookup() is None and variants(plain.path) > 0 and same(plain.near_postings(words))
+    copy = tmp_path / "copy.sqlite"
+    shutil.copy(packed.path, copy)
+    unpacked = LabelIndex.open(copy)
+    unpacked.update(Graph(store), ["https://w3id.org/mirage-kg/entity/Vertigo"])  # re-packing fails now
+    assert unpacked._lookup() is None and variants(copy) == variants(plain.path)
+    assert same(unpacked.near_postings(words))
+    monkeypatch.setattr(linking, "_form_digest", real_digest)
+    unpacked.update(Graph(store), ["https://w3id.org/mirage-kg/entity/Vertigo"])  # packed again
+    assert unpacked._lookup() is not None and variants(copy) == 0 and same(unpacked.near_postings(words))
+    store.close()
+
+
 def test_scores_order_methods(linker: Linker) -> None:
     candidates = linker.link_one("diabetes")
     assert [c.method for c in candidates][:1] == ["synonym"]
