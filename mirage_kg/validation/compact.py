@@ -14,6 +14,7 @@ share one somewhere in a run is about 3 in 10^7 at UMLS size (n^2 / 2^65 for n =
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Hashable, Iterable, Sequence
 from itertools import groupby
 
@@ -30,13 +31,23 @@ class IriTable:
     UTF-8 blob with offsets and a sorted hash index: about 60 bytes an IRI where a Python set takes ~120."""
 
     def __init__(self, iris: Iterable[str]) -> None:
-        # sorted, then repeats dropped (one IRI from several graphs): a list while building, no set beside it
-        ordered = [iri for iri, _ in groupby(sorted(iris))]
-        encoded = [iri.encode() for iri in ordered]
-        self._blob = b"".join(encoded)
-        self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=self._offsets[1:])
-        del encoded
+        # sorted, then repeats dropped (one IRI from several graphs): the one list of strings while building
+        # (~100 bytes an IRI), written into the blob one by one rather than through a second list of bytes
+        ordered = sorted(iris)
+        blob = bytearray()
+        ends = array("q")  # 8 bytes an IRI, not a Python int
+        kept = 0
+        for iri, _ in groupby(ordered):
+            ordered[kept] = iri
+            kept += 1
+            blob += iri.encode()
+            ends.append(len(blob))
+        del ordered[kept:]
+        self._blob = bytes(blob)
+        del blob
+        self._offsets = np.zeros(kept + 1, dtype=np.int64)
+        self._offsets[1:] = np.frombuffer(ends, dtype=np.int64)
+        del ends
         hashes = hashes_of(ordered)
         self._by_hash = np.argsort(hashes, kind="stable")
         self._hashes = hashes[self._by_hash]

@@ -65,6 +65,9 @@ def generated_kg(seed: int = 7) -> str:
         if g % 4 == 1:
             add(iri(group[0]), link, iri(f"Ghost{g}"))  # dangling, joins the component
             add(iri(names[-1 - g]), link, iri(f"Ghost{g}"))  # and a concept from the tail with it
+    # a concept only by its own links (no label, no type) that is a link's target: dangling too
+    add(iri("Waypoint"), link, iri(names[230]))
+    add(iri(names[231]), link, iri("Waypoint"))
     # mappings: between two concepts they join components; to an outside IRI they do not
     add(iri(names[200]), SKOS + "exactMatch", iri(names[201]))
     add(iri(names[202]), SKOS + "closeMatch", "<http://example.org/elsewhere/X1>")
@@ -111,8 +114,13 @@ def reference(store: Store, max_examples: int) -> dict[str, tuple[int, list[str]
         return [(r["s"].value, r["o"].value) for r in rows(f"""SELECT ?s ?o WHERE {{ GRAPH ?g {{ ?s ?p ?o }}
             {graphs} {values('p', predicates)} FILTER(isIRI(?s) && isIRI(?o)) }}""")] if predicates else []
 
+    linked = edges(ctx.concept_links)
+    described_anywhere = {r["s"].value for r in rows("""SELECT DISTINCT ?s WHERE {
+        { ?s skos:prefLabel ?l } UNION { ?s rdfs:label ?l } UNION { ?s skos:altLabel ?l } UNION { ?s rdf:type ?l } }""")}
+    dangling = sorted({b for _, b in linked} - described_anywhere)
+    out["dangling-reference"] = (len(dangling), dangling[:n])
     graph = nx.Graph()
-    graph.add_edges_from(edges(ctx.concept_links))
+    graph.add_edges_from(linked)
     graph.add_edges_from((a, b) for a, b in edges([p for p in ctx.links if p in MAPPINGS])
                          if a in concepts and b in concepts)
     components = sorted((sorted(c) for c in nx.connected_components(graph)), key=lambda c: (-len(c), c[0]))
