@@ -766,7 +766,7 @@ class LabelIndex:
     def texts(self) -> list[str]:
         """The distinct label texts, sorted: the rows of the label embeddings (read on first use)."""
         if self._texts is None:
-            self._texts = [r[0] for r in self._rows("SELECT DISTINCT form FROM forms WHERE level < 2 ORDER BY form")]
+            self._texts = [r[0] for r in self._rows("SELECT DISTINCT text FROM labels ORDER BY text")]
         return self._texts
 
     def labels(self, kind: int | None = None) -> Iterator[tuple[str, int, int]]:
@@ -815,8 +815,9 @@ class LabelIndex:
                         idx = found[0]
                         old = db.execute("SELECT text, kind, norm, folded FROM labels WHERE idx = ?", (idx,)).fetchall()
                         touched.update(r[3] for r in old)
-                        db.executemany("DELETE FROM forms WHERE form = ? AND level = ? AND iri = ? AND idx = ?",
-                                       [row[:4] for row in _forms(idx, iri, "", old)])
+                        if not self._has_packed:  # a packed index keeps no forms table
+                            db.executemany("DELETE FROM forms WHERE form = ? AND level = ? AND iri = ? AND idx = ?",
+                                           [row[:4] for row in _forms(idx, iri, "", old)])
                         db.execute("DELETE FROM labels WHERE idx = ?", (idx,))
                         db.execute("DELETE FROM entities WHERE idx = ?", (idx,))
                     else:
@@ -827,8 +828,9 @@ class LabelIndex:
                     db.execute("INSERT INTO entities VALUES (?, ?, ?)", (idx, iri, name))
                     db.executemany("INSERT INTO labels(text, idx, kind, norm, folded) VALUES (?, ?, ?, ?, ?)",
                                    [(text, idx, kind, norm, folded) for text, kind, norm, folded in labels])
-                    db.executemany("INSERT OR IGNORE INTO forms VALUES (?, ?, ?, ?, ?)",
-                                   _forms(idx, iri, name, labels))
+                    if not self._has_packed:
+                        db.executemany("INSERT OR IGNORE INTO forms VALUES (?, ?, ?, ?, ?)",
+                                       _forms(idx, iri, name, labels))
                     touched.update(folded for _, _, _, folded in labels)
                     written += len(labels)
                 # choices: drop those no label folds to any more, add the new ones; then their blocks
@@ -891,11 +893,13 @@ class LabelIndex:
                     if row is None and not self._has_packed:  # a packed index keeps no variants table
                         db.executemany("INSERT OR IGNORE INTO variants VALUES (?, ?)",
                                        [(variant, word) for variant in _variants(word)])
-                db.execute("DELETE FROM packed")  # re-packed whole: a stream of the forms, no SQL per row
+                db.execute("DELETE FROM packed")  # re-packed whole: one sorted stream of the forms, no SQL per row
                 packed = _pack_lookup(db)
-                if not packed and self._has_packed:  # no longer packed: its near words now come from SQLite
+                if not packed and self._has_packed:  # no longer packed: its lookups now come from SQLite
+                    _fill_forms(db)
                     _fill_variants(db)
                 elif packed and not self._has_packed:
+                    db.execute("DELETE FROM forms")
                     db.execute("DELETE FROM variants")
                 counts = {"entities": db.execute("SELECT COUNT(*) FROM entities").fetchone()[0],
                           "labels": db.execute("SELECT COUNT(*) FROM labels").fetchone()[0],
@@ -1019,11 +1023,6 @@ def _fill(db: sqlite3.Connection, kg: Graph) -> None:
         entity(current, rows)
     flush()
     db.execute("DROP TABLE raw")
-    # forms: each label written (level = kind) and normalised (2 + kind), sorted first so the b-tree is appended to
-    db.execute("INSERT OR IGNORE INTO forms SELECT form, level, iri, idx, name FROM (SELECT l.text AS form, l.kind AS "
-               "level, e.iri, l.idx, e.name FROM labels l JOIN entities e ON e.idx = l.idx UNION ALL SELECT l.norm, "
-               "2 + l.kind, e.iri, l.idx, e.name FROM labels l JOIN entities e ON e.idx = l.idx WHERE l.norm != '') "
-               "ORDER BY 1, 2, 3, 4")
     db.execute("CREATE INDEX labels_folded ON labels(folded, idx, kind)")
     # choices: the distinct folded labels in order; blocks: each word's first and last four letters
     ids: dict[str, array] = {}
@@ -1063,12 +1062,27 @@ def _fill(db: sqlite3.Connection, kg: Graph) -> None:
                    ((word, postings[word][0].tobytes(), postings[word][1].tobytes()) for word in words))
     del postings, words
     packed = _pack_lookup(db)
-    if not packed:  # the near words then come from SQLite (packed, from memory: the table would be dead weight)
+    if not packed:  # lookups and near words then come from SQLite (packed, from memory: the tables would be
+        _fill_forms(db)  # dead weight, a third of the file)
         _fill_variants(db)
     meta = {"version": _INDEX_VERSION, "entities": count["entities"], "labels": count["labels"],
             "choices": number + 1, "max_tokens": max_tokens, "packed": int(packed)}
     db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
     db.commit()
+
+
+# each label's forms: written (level = kind) and normalised (2 + kind), once per (form, level, entity), in the
+# ranking order of a form's rows (level, then IRI)
+_FORMS_SQL = ("SELECT l.text AS form, l.kind AS level, e.iri AS iri, l.idx AS idx, e.name AS name FROM labels l "
+              "JOIN entities e ON e.idx = l.idx UNION SELECT l.norm, 2 + l.kind, e.iri, l.idx, e.name FROM labels l "
+              "JOIN entities e ON e.idx = l.idx WHERE l.norm != '' ORDER BY 1, 2, 3, 4")
+
+
+def _fill_forms(db: sqlite3.Connection) -> None:
+    """The ``forms`` table (sorted first, so its b-tree is appended to), which only an index without the packed
+    lookup reads."""
+    db.execute("DELETE FROM forms")
+    db.execute(f"INSERT OR IGNORE INTO forms {_FORMS_SQL}")
 
 
 def _fill_variants(db: sqlite3.Connection) -> None:
@@ -1165,7 +1179,7 @@ _TWO_INT64 = struct.Struct("<qq")  # a digest's two halves, little-endian and si
 
 
 def _pack_lookup(db: sqlite3.Connection) -> bool:
-    """Write the ``packed`` table from ``forms`` and ``entities``: every distinct form's digest (sorted) with the
+    """Write the ``packed`` table from ``labels`` and ``entities``: every distinct form's digest (sorted) with the
     range of its rows, each row's level and entity (a form's rows in ranking order: level, then IRI), and every
     entity's IRI and name as UTF-8 with their offsets. False (nothing written) when two forms share a digest."""
     import numpy as np
@@ -1175,7 +1189,7 @@ def _pack_lookup(db: sqlite3.Connection) -> bool:
     current: str | None = None
     key = check = 0
     number = -1
-    for form, level, idx in _stream(db, "SELECT form, level, idx FROM forms ORDER BY form, level, iri"):
+    for form, level, _, idx, _ in _stream(db, _FORMS_SQL):
         if form != current:
             current, number = form, number + 1
             key, check = _form_digest(form)

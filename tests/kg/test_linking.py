@@ -231,11 +231,11 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
         packed.index._entity_row(len(packed.index))
 
 
-def test_only_an_index_without_the_packed_lookup_keeps_the_variants_table(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A packed index finds near words in memory and writes no ``variants`` table (a fifth of the file); one
-    whose forms' digests clash (so: not packed) has it, and an update that makes or unmakes the packed lookup
-    fills or empties it, with the same near words either way."""
+def test_only_an_index_without_the_packed_lookup_keeps_forms_and_variants(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A packed index looks forms and near words up in memory and writes no ``forms`` or ``variants`` table (half
+    the file); one whose forms' digests clash (so: not packed) has them, and an update that makes or unmakes the
+    packed lookup fills or empties them, with the same answers either way."""
     import shutil
     import sqlite3
 
@@ -246,9 +246,17 @@ def test_only_an_index_without_the_packed_lookup_keeps_the_variants_table(tmp_pa
     store = OxigraphStore()
     ensure_schema(store)
     load(store, TTL)
-    variants = lambda path: sqlite3.connect(path).execute("SELECT COUNT(*) FROM variants").fetchone()[0]  # noqa: E731
-    packed = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed").index
+    def variants(path: str) -> int:  # rows of the SQLite-only tables: forms, variants (both or neither)
+        with sqlite3.connect(path) as db:
+            counts = [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("forms", "variants")]
+        assert (counts[0] == 0) == (counts[1] == 0), counts
+        return sum(counts)
+
+    linker = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed")
+    packed = linker.index
     assert packed._lookup() is not None and variants(packed.path) == 0
+    mentions = ["Headache", "headaches", "cephalalgia", "Panic disorders", "hypertensoin", "Vertigo"]
+    answers = {m: linker.link_one(m) for m in mentions}
     words = ["hypertensoin", "panik", "disorder", "alergy", "xqzvw"]
     near = packed.near_postings(words)
     assert set(near) == {"hypertensoin", "panik", "disorder", "alergy"}
@@ -263,7 +271,9 @@ def test_only_an_index_without_the_packed_lookup_keeps_the_variants_table(tmp_pa
     unpacked = LabelIndex.open(copy)
     unpacked.update(Graph(store), ["https://w3id.org/mirage-kg/entity/Vertigo"])  # re-packing fails now
     assert unpacked._lookup() is None and variants(copy) == variants(plain.path)
-    assert same(unpacked.near_postings(words))
+    assert same(unpacked.near_postings(words)) and unpacked.texts == packed.texts
+    linker._index = unpacked  # SQLite answers now
+    assert {m: linker.link_one(m) for m in mentions} == answers
     monkeypatch.setattr(linking, "_form_digest", real_digest)
     unpacked.update(Graph(store), ["https://w3id.org/mirage-kg/entity/Vertigo"])  # packed again
     assert unpacked._lookup() is not None and variants(copy) == 0 and same(unpacked.near_postings(words))
