@@ -243,7 +243,8 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool, cold: boo
             sum(1 for _ in baseline.quads_for_pattern(None, None, node))
 
     before = (lambda _: evict_store_pages(store_dir)) if cold else None
-    out: dict[str, Any] = {"cold": cold, "degree_index_s": degree_index_s, "hub_degree": kg.degrees([iri[hubs[0]]])[iri[hubs[0]]],
+    out: dict[str, Any] = {"cold": cold, "degree_index_s": degree_index_s,
+                           "hub_degree": kg.degrees([iri[hubs[0]]])[iri[hubs[0]]],
                            "typical_degree_p50": statistics.median(kg.degrees([iri[c] for c in typical]).values())}
     for group, nodes in (("typical", typical), ("hub", hubs)):
         out[f"anchor_{group}_cpu"] = []

@@ -19,10 +19,9 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from mirage_kg.progress import progress_bar
-from mirage_kg.store.base import Store
+from mirage_kg.store.base import Store, chunked
 from mirage_kg.terms import iri_ref
 
 FORMAT = "4"  # bump when the file's layout or the degree's definition changes
@@ -316,7 +315,7 @@ def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
                          "forward INTEGER NOT NULL, PRIMARY KEY (node, other, relation, forward)) WITHOUT ROWID;")
         upsert = ("INSERT INTO counts (iri, degree) VALUES (?, ?) "
                   "ON CONFLICT (iri) DO UPDATE SET degree = degree + excluded.degree")
-        for batch in _batches(rows):
+        for batch in chunked(rows, _BATCH):
             db.executemany(upsert, batch)
         if labels is not None:
             _stream_labels(db, labels)
@@ -341,20 +340,10 @@ def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
     return DiskDegrees(path)
 
 
-def _batches(rows: Iterable[Any]) -> Iterator[list[Any]]:
-    batch: list[Any] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) >= _BATCH:
-            yield batch
-            batch = []
-    yield batch
-
-
 def _stream_labels(db: sqlite3.Connection, labels: Iterable[LabelRow]) -> None:
     """Every label literal into ``label_candidates``, then indexed in the order the choice takes (one sort)."""
     with progress_bar("degree index: labels", unit="labels") as advance:
-        for batch in _batches(labels):
+        for batch in chunked(labels, _BATCH):
             db.executemany("INSERT INTO label_candidates (iri, source, grp, lang, text) VALUES (?, ?, ?, ?, ?)",
                            [(iri, *rank, text) for iri, rank, text in batch])
             advance(len(batch))

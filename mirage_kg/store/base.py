@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO, NamedTuple, TypeVar
 
 from mirage_kg.namespaces import GRAPH, MKG
 from mirage_kg.store.content_key import ContentKey
@@ -412,8 +412,12 @@ def _pattern_term(term: str | Term | None) -> str | None:
     return term.sparql() if isinstance(term, Term) else iri_ref(term)
 
 
-def chunked(lines: Iterator[str], size: int) -> Iterator[list[str]]:
-    batch: list[str] = []
+_Item = TypeVar("_Item")
+
+
+def chunked(lines: Iterable[_Item], size: int) -> Iterator[list[_Item]]:
+    """``lines`` in lists of ``size`` (the last one shorter, none empty)."""
+    batch: list[_Item] = []
     for line in lines:
         batch.append(line)
         if len(batch) >= size:

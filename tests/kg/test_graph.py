@@ -669,30 +669,22 @@ def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
 
 def labelled_turtle(nodes: int) -> str:
     """Labels of every shape the choice rule tells apart, for ``heavy_tailed_turtle``'s nodes: none; English;
-    untagged over another language; ``rdfs:label`` only; two English tags (the tag, then the text by code point, decides); an
-    empty label (the CURIE is shown); ``prefLabel`` over an English ``rdfs:label``; text that a query would have to
-    escape; code points past ASCII, whose order must be Python's."""
+    untagged over another language; ``rdfs:label`` only; English tags (the tag decides, then the text by code
+    point); an empty label (the CURIE is shown); ``prefLabel`` over an English ``rdfs:label``; text that a query
+    would have to escape; code points past ASCII, whose order must be Python's."""
     rows = ["@prefix KG: <https://w3id.org/mirage-kg/entity/> . "
             "@prefix skos: <http://www.w3.org/2004/02/skos/core#> . "
             "@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> ."]
-    for n in range(1, nodes + 1):
-        node, shape = f"KG:N{n}", n % 9
-        if shape == 1:
-            rows.append(f'{node} skos:prefLabel "name {n}"@en .')
-        elif shape == 2:
-            rows.append(f'{node} skos:prefLabel "Ärzte {n}"@de, "zeta {n}" .')
-        elif shape == 3:
-            rows.append(f'{node} rdfs:label "plain {n}", "another {n}"@fr .')
-        elif shape == 4:
-            rows.append(f'{node} skos:prefLabel "b {n}"@en-gb, "c {n}"@en, "D {n}"@en, "a {n}"@en-us .')
-        elif shape == 5:
-            rows.append(f'{node} skos:prefLabel ""@en ; rdfs:label "x {n}" .')
-        elif shape == 6:
-            rows.append(f'{node} skos:prefLabel "é {n}"@fr, "ｅ {n}"@fr, "e {n}"@fr ; rdfs:label "r {n}"@en .')
-        elif shape == 7:
-            rows.append(f'{node} skos:prefLabel "say \\"{n}\\" > \\n {{x}}"@en .')
-        elif shape == 8:
-            rows.append(f'{node} skos:prefLabel "\U0001F600 {n}"@en, "\uFFFD {n}"@en .')
+    shapes = ["",  # by node number mod 9; ``{n}`` is the node's number
+              'skos:prefLabel "name {n}"@en',
+              'skos:prefLabel "Ärzte {n}"@de, "zeta {n}"',
+              'rdfs:label "plain {n}", "another {n}"@fr',
+              'skos:prefLabel "b {n}"@en-gb, "c {n}"@en, "D {n}"@en, "a {n}"@en-us',
+              'skos:prefLabel ""@en ; rdfs:label "x {n}"',
+              'skos:prefLabel "é {n}"@fr, "ｅ {n}"@fr, "e {n}"@fr ; rdfs:label "r {n}"@en',
+              'skos:prefLabel "say \\"{n}\\" > \\n {{x}}"@en',
+              'skos:prefLabel "\U0001F600 {n}"@en, "\uFFFD {n}"@en']
+    rows += [f"KG:N{n} {shapes[n % 9].format(n=n)} ." for n in range(1, nodes + 1) if shapes[n % 9]]
     return "\n".join(rows) + "\n"
 
 
