@@ -307,6 +307,7 @@ def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]],
                          "CREATE TEMP TABLE counts (iri TEXT PRIMARY KEY, degree INTEGER NOT NULL) WITHOUT ROWID; "
                          "CREATE TEMP TABLE label_candidates (iri TEXT NOT NULL, source INTEGER NOT NULL, "
                          "grp INTEGER NOT NULL, lang TEXT NOT NULL, text TEXT NOT NULL); "
+                         "PRAGMA temp.cache_size = -65536; "  # the counts' upserts land at random places
                          "CREATE TABLE degrees (iri TEXT PRIMARY KEY, degree INTEGER NOT NULL, label TEXT) "
                          "WITHOUT ROWID; "
                          "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); "
