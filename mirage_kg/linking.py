@@ -493,8 +493,11 @@ class LabelIndex:
     names cost disk and a bounded page cache, not gigabytes of dictionaries.
 
     Tables: ``entities`` (position in (CURIE, IRI) order, IRI, display name), ``labels`` (the label as written,
-    its entity, kind, normalised and folded forms, and the entity's IRI again, so that the written and normalised
-    forms are indexed in ranking order: a name thousands of concepts share is answered by its first few rows),
+    its entity, kind, normalised and folded forms), ``packed`` (the lookups read into memory: ``_Packed``),
+    ``words`` (each content word's postings); only when the packed lookup cannot be made (two forms' digests
+    clash), ``forms`` (the written and normalised forms indexed in ranking order, with the entity's IRI again: a
+    name thousands of concepts share is answered by its first few rows) and ``variants`` (each content word's
+    one-letter deletions), which SQLite then answers from;
     ``choices`` (the distinct folded labels
     in sorted order, each with its words sorted, which fuzzy matching compares), ``blocks`` (each word's first and
     last four letters -> the choices holding such a word, their ids and word-sorted texts side by side, so a fuzzy
