@@ -10,7 +10,13 @@ every edge at the hub (each decoded term a separate read in the engine).
 
 Beside each degree the file keeps the node's display label (the one ``Graph.labels`` picks): anchor and bridge
 show labels of many nodes at random places in the store, one point read each, while the same nodes' degrees are
-on the same pages of this small file (see ``LabelRow``)."""
+on the same pages of this small file (see ``LabelRow``).
+
+A hub's anchor (``rank_by`` unset) is fully decided by the store's content: after the file is built, the graph
+ranks each hub's capped neighbourhood once per ranking and files the order (``file_hub_anchors``, the
+``hub_anchors`` table, recorded by the meta key ``hub_anchors``; a file without it is answered as before), so
+anchor at a hub reads its top ``k`` per relation in one indexed lookup instead of reading and ranking thousands
+of edges."""
 
 from __future__ import annotations
 
@@ -32,6 +38,11 @@ FILED_EDGES = 4_000_000  # ~60 bytes each on disk; a query process holds none of
 _CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
 _MEMO = 50_000  # rows kept in memory after a lookup (bounded: the index itself stays on disk)
 _BATCH = 50_000  # rows per executemany while building
+#: positions per (relation, direction) kept for a hub's filed anchor: anchor with a larger ``k`` ranks as before
+#: (the whole capped order would be ~5x the rows: ~230 MB at UMLS size for k values nobody asks)
+HUB_ANCHOR_DEPTH = 50
+#: a hub's filed anchor step: (relation, direction, neighbour node, the stored other end, position in its group)
+HubAnchorRow = tuple[str, str, str, str, int]
 _ABSENT: tuple[int, str | None] = (-1, None)  # the memo's entry for an IRI the index lacks (no facts)
 
 #: one label literal of a node, as the builder streams them: (node, rank, text), ``rank`` being the tuple of
@@ -66,6 +77,69 @@ class DiskDegrees(Mapping[str, int]):
         #: whether the store held any annotation record (``rdf:subject`` / ``rdf:object``) when the file was built
         #: (unknown: assumed so); none means anchor's ranking has no frequency to look up at any node
         self.annotated = self._meta("annotated") != "0"
+
+    def hub_anchor_settings(self) -> dict[str, object] | None:
+        """The settings the filed hub anchors were ranked under (``file_hub_anchors``), or None: none filed."""
+        value = self._meta("hub_anchors")
+        return json.loads(value) if value else None
+
+    def hub_anchor_rows(self, iri: str, rank: str, k: int) -> list[HubAnchorRow] | None:
+        """The filed anchor of hub ``iri`` ranked by ``rank``: the steps within the first ``k`` of each (relation,
+        direction), in anchor's order; None when the hub is not on file. One indexed lookup."""
+        settings = self.hub_anchor_settings()
+        if settings is None:
+            return None
+        found = self._db.execute("SELECT id FROM hub_anchor_nodes WHERE iri = ?", (iri,)).fetchone()
+        if found is None:
+            return None
+        relations: list[str] = settings["relations"]  # type: ignore[assignment]
+        rows = sorted(self._db.execute(
+            "SELECT ordinal, relation, forward, other, stored_end, position FROM hub_anchors "
+            "WHERE hub = ? AND rank = ? AND position < ?", (found[0], rank, k)))
+        return [(relations[r], "forward" if f else "backward", other, end if end is not None else other, position)
+                for _, r, f, other, end, position in rows]
+
+    def file_hub_anchors(self, settings: dict[str, object],
+                         anchors: Iterable[tuple[str, str, list[HubAnchorRow]]]) -> bool:
+        """Add each hub's ranked anchor rows ((hub, rank, its rows in anchor's order) from ``anchors``) to the file
+        in one transaction, under ``settings``; False (nothing written) when the file cannot be written or another
+        process filed them first."""
+        try:
+            db = sqlite3.connect(self.path, timeout=60)
+        except sqlite3.Error:
+            return False
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            if db.execute("SELECT 1 FROM meta WHERE key = 'hub_anchors'").fetchone():
+                db.rollback()
+                return False
+            db.execute("CREATE TABLE IF NOT EXISTS hub_anchor_nodes (id INTEGER PRIMARY KEY, iri TEXT NOT NULL UNIQUE)")
+            db.execute("CREATE TABLE IF NOT EXISTS hub_anchors (hub INTEGER NOT NULL, rank TEXT NOT NULL, "
+                       "position INTEGER NOT NULL, ordinal INTEGER NOT NULL, relation INTEGER NOT NULL, "
+                       "forward INTEGER NOT NULL, other TEXT NOT NULL, stored_end TEXT, "
+                       "PRIMARY KEY (hub, rank, position, ordinal)) WITHOUT ROWID")
+            relations: dict[str, int] = {}
+            hubs: dict[str, int] = {}
+            for hub, rank, rows in anchors:
+                if hub not in hubs:
+                    hubs[hub] = len(hubs)
+                    db.execute("INSERT INTO hub_anchor_nodes (id, iri) VALUES (?, ?)", (hubs[hub], hub))
+                number = hubs[hub]
+                db.executemany(
+                    "INSERT INTO hub_anchors (hub, rank, position, ordinal, relation, forward, other, stored_end) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(number, rank, position, ordinal, relations.setdefault(p, len(relations)),
+                      1 if d == "forward" else 0, other, None if end == other else end)
+                     for ordinal, (p, d, other, end, position) in enumerate(rows)])
+            meta = dict(settings, relations=sorted(relations, key=relations.__getitem__))
+            db.execute("INSERT INTO meta (key, value) VALUES ('hub_anchors', ?)", (json.dumps(meta),))
+            db.commit()
+            return True
+        except sqlite3.Error:
+            db.rollback()
+            return False
+        finally:
+            db.close()
 
     def _meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -204,6 +278,12 @@ class MemoryDegrees(dict[str, int]):
 
     def labels(self, iris: Iterable[str]) -> dict[str, str | None]:  # and its labels
         return {}
+
+    def hub_anchor_settings(self) -> dict[str, object] | None:  # and ranks every anchor
+        return None
+
+    def hub_anchor_rows(self, iri: str, rank: str, k: int) -> list[HubAnchorRow] | None:
+        return None
 
 
 def fact_predicates(store: Store, non_fact: frozenset[str]) -> list[str]:

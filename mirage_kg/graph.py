@@ -12,6 +12,7 @@ Edge directions have one vocabulary everywhere: ``"forward"`` (the edge leaves t
 from __future__ import annotations
 
 import math
+import os
 import string
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -164,6 +165,7 @@ class _State:
     degrees: DegreeTable | None = None  # embedded: the whole degree index (on disk past 200k triples)
     degrees_version: int | None = None  # the store's write count when ``degrees`` was opened
     degree_file_sought: bool = False  # whether labels looked for an index file already built for this state
+    hub_anchors_sought: bool = False  # whether the degree index's file was given its hubs' anchors (if it lacked them)
     degree_cache: dict[str, int] = field(default_factory=dict)  # remote: degrees fetched so far
     groups: ConceptGroups | None = None  # concepts merged by exact match (mirage_kg.concepts)
     concept_count: int | None = None  # nodes with facts: the N of the specificity (IDF) ranking
@@ -326,7 +328,15 @@ class Graph:
             state.degrees, state.degrees_version = self._degree_index(build=False), self.store.version
         if state.degrees is None or state.degrees_version != self.store.version:
             return None
+        self._with_hub_anchors(state)
         return state.degrees
+
+    def _with_hub_anchors(self, state: _State) -> None:
+        """Once per state, the first time its degree index is used: file the hubs' anchors if the file lacks them
+        (they are ranked through this graph, so the index is in place first)."""
+        if not state.hub_anchors_sought and state.degrees is not None and state.degrees_version == self.store.version:
+            state.hub_anchors_sought = True
+            self._file_hub_anchors(state.degrees)
 
     def _label_rows(self) -> Iterator[tuple[str, tuple[int, int, str], str]]:
         """Every label literal of the store as ``degree_index.LabelRow``: (node, (predicate's place in
@@ -514,6 +524,7 @@ class Graph:
         state = self._state()
         if state.degrees is None:
             state.degrees, state.degrees_version = self._degree_index(), self.store.version
+        self._with_hub_anchors(state)
         return state.degrees
 
     def _degree_index(self, build: bool = True) -> DegreeTable | None:
@@ -633,7 +644,7 @@ class Graph:
         ``mirage_kg.ranking``; ``"degree"``: best connected first) or, with ``rank_by``, by similarity to that
         text; ordered by relation id, direction (forward first), rank, id. A merged concept's members all
         contribute (each step is a stored triple of one member). Every step starts at the anchor's node."""
-        from mirage_kg.ranking import RANKINGS, annotation_frequencies, neighbour_scores
+        from mirage_kg.ranking import RANKINGS
 
         if k < 1:
             raise InputError(f"k must be at least 1, not {k}")
@@ -644,17 +655,36 @@ class Graph:
             raise InputError(f"rank must be one of {', '.join(RANKINGS)}, not {rank!r}")
         center = self.entity(entity)
         rels = self._resolve_relations(relations)
+        filed = self._filed_hub_anchor(center.iri, k, rels, want, rank) if not rank_by else None
+        chosen, real = filed if filed is not None else self._ranked_edges(center.iri, k, rels, want, rank_by, rank)
+        names = self.labels({x for e in chosen for x in real[e]} | {center.iri})
+        relmeta = self.relations({p for p, _, _ in chosen})
+        steps = []
+        for p, d, n in chosen:
+            s, o = real[(p, d, n)]
+            subject = center if s == center.iri else Entity(s, names[s])
+            obj = center if o == center.iri else Entity(o, names[o])
+            steps.append(Step(subject, relmeta[p], obj, d))  # type: ignore[arg-type]
+        return steps
+
+    def _ranked_edges(self, iri: str, k: int, rels: frozenset[str] | None, want: str, rank_by: str | None,
+                      rank: str) -> tuple[list[tuple[str, str, str]], dict[tuple[str, str, str], tuple[str, str]]]:
+        """Anchor's choice at ``iri``'s node: the (relation, direction, neighbour) edges kept (the top ``k`` of each
+        (relation, direction)), in anchor's order, and each one's stored (subject, object). What a hub's filed
+        anchor holds is made by this same code (``_file_hub_anchors``)."""
+        from mirage_kg.ranking import annotation_frequencies, neighbour_scores
+
         # a hub's edges are read up to a cap per relation (ranked among those): anchor costs the same at any degree
-        edges = [e for e in self.walk(center.iri, rels, max(k, HUB_EDGES_PER_RELATION))
+        edges = [e for e in self.walk(iri, rels, max(k, HUB_EDGES_PER_RELATION))
                  if want == "both" or e[1] == want]
         if not edges:
-            return []
+            return [], {}
         others = sorted({n for _, _, n, _, _ in edges})
         if rank_by or rank == "degree":
             by_node = self._rank_scores(others, rank_by)
             score = {(p, d, n): by_node[n] for p, d, n, _, _ in edges}
         else:
-            members = list(self.groups.of(center.iri))
+            members = list(self.groups.of(iri))
             # a store the degree index's file says has no annotation record needs no lookup at each anchor
             table = self._current_degree_file()
             frequencies = annotation_frequencies(self.store, members) if table is None or table.annotated else {}
@@ -669,15 +699,76 @@ class Graph:
             nodes.sort(key=lambda n: (-score[(p, d, n)], compress(n)))
             chosen.extend((p, d, n) for n in nodes[:k])
         chosen.sort(key=lambda e: (compress(e[0]), 0 if e[1] == "forward" else 1, -score[e], compress(e[2])))
-        names = self.labels({x for e in chosen for x in real[e]} | {center.iri})
-        relmeta = self.relations({p for p, _, _ in chosen})
-        steps = []
-        for p, d, n in chosen:
-            s, o = real[(p, d, n)]
-            subject = center if s == center.iri else Entity(s, names[s])
-            obj = center if o == center.iri else Entity(o, names[o])
-            steps.append(Step(subject, relmeta[p], obj, d))  # type: ignore[arg-type]
-        return steps
+        return chosen, real
+
+    def _hub_anchor_settings(self) -> dict[str, object]:
+        """What a filed hub anchor depends on beyond the store's content (which keys the file)."""
+        from mirage_kg.degree_index import HUB_ANCHOR_DEPTH
+
+        return {"hub_degree": HUB_DEGREE, "per_relation": HUB_EDGES_PER_RELATION, "depth": HUB_ANCHOR_DEPTH,
+                "merged": self.merge_equivalents}
+
+    def _filed_hub_anchor(self, iri: str, k: int, rels: frozenset[str] | None, want: str, rank: str
+                          ) -> tuple[list[tuple[str, str, str]], dict[tuple[str, str, str], tuple[str, str]]] | None:
+        """``_ranked_edges`` for a hub whose anchor is on file (ranked for every relation and direction, the first
+        ``depth`` of each group): its rows at positions below ``k``, of the wanted relations and direction. The
+        same answer: a group's candidates (its capped edges, the cap being the same for any ``k`` up to it) and
+        each neighbour's score do not depend on the other groups, so a group's top ``k`` is the first ``k`` of its
+        filed order, and anchor's order restricted to fewer edges is their filed order. None (rank as before)
+        when nothing is filed for this hub, under these settings, for this store state."""
+        if not self.store.indexed:
+            return None
+        self._degree_table()  # built or opened now if not yet (anchor reads degrees anyway)
+        table = self._current_degree_file()
+        if table is None:  # no file, or a raw write since it was opened: read live
+            return None
+        settings = table.hub_anchor_settings()
+        if settings is None or k > settings["depth"] or \
+                any(settings.get(key) != value for key, value in self._hub_anchor_settings().items()):
+            return None
+        rows = table.hub_anchor_rows(iri, rank, k)
+        if rows is None:
+            return None
+        chosen, real = [], {}
+        for p, d, n, end, _ in rows:
+            if (rels is None or p in rels) and (want == "both" or d == want):
+                chosen.append((p, d, n))
+                real[(p, d, n)] = (iri, end) if d == "forward" else (end, iri)
+        return chosen, real
+
+    def _file_hub_anchors(self, table: DegreeTable) -> None:
+        """Rank every hub's anchor (over ``HUB_DEGREE`` edges, a concept merged with no other) once per ranking
+        and file the order in the degree index's file (``DiskDegrees.file_hub_anchors``), where the file has none
+        yet and can be written: ~0.1 s a hub, done once per store state."""
+        from mirage_kg.degree_index import HUB_ANCHOR_DEPTH, DiskDegrees, HubAnchorRow
+        from mirage_kg.progress import progress_bar
+        from mirage_kg.ranking import RANKINGS
+
+        if not isinstance(table, DiskDegrees) or table.hub_anchor_settings() is not None:
+            return
+        if not os.access(table.path, os.W_OK) or not os.access(table.path.parent, os.W_OK):
+            return
+        hubs = [iri for (iri,) in table._db.execute("SELECT iri FROM degrees WHERE degree > ? ORDER BY iri",
+                                                     (HUB_DEGREE,))]
+        groups = self.groups
+
+        def anchors() -> Iterator[tuple[str, str, list[HubAnchorRow]]]:
+            with progress_bar("degree index: hub anchors", total=len(hubs), unit="hubs") as advance:
+                for hub in hubs:
+                    if len(groups.of(hub)) == 1:
+                        for rank in RANKINGS:
+                            chosen, real = self._ranked_edges(hub, HUB_EDGES_PER_RELATION, None, "both", None, rank)
+                            rows: list[HubAnchorRow] = []
+                            position: dict[tuple[str, str], int] = {}
+                            for p, d, n in chosen:
+                                at = position[(p, d)] = position.get((p, d), -1) + 1
+                                if at < HUB_ANCHOR_DEPTH:
+                                    s, o = real[(p, d, n)]
+                                    rows.append((p, d, n, o if d == "forward" else s, at))
+                            yield hub, rank, rows
+                    advance(1)
+
+        table.file_hub_anchors(self._hub_anchor_settings(), anchors())
 
     def _rank_scores(self, iris: list[str], rank_by: str | None) -> dict[str, float]:
         if not rank_by:

@@ -816,3 +816,90 @@ def test_opening_the_degree_index_file_asks_the_os_to_read_it_all_ahead(
     assert covered[0][0] == 0 and covered[-1][1] >= size
     assert all(a_end >= b_start for (_, a_end), (b_start, _) in zip(covered, covered[1:]))  # no gap
     assert again.many(list(table)[:5]) == table.many(list(table)[:5])
+
+
+def test_a_hubs_anchor_is_read_from_the_degree_index_file_as_ranked_when_built(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each hub's anchor (over ``HUB_DEGREE`` edges, ``rank_by`` unset) is ranked once per ranking when the degree
+    index's file is built, and filed: anchor then reads a hub's top ``k`` per relation in one lookup. For every
+    hub, ``k`` (under, at and past the filed depth and the cap), relation filter, direction and ranking the answer
+    equals the one ranked as before; a raw write is read live until ``refresh``, which files the new state's."""
+    import mirage_kg.degree_index as degree_module
+    import mirage_kg.graph as graph_module
+    from mirage_kg.degree_index import DiskDegrees
+    from mirage_kg.graph import Graph
+
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(graph_module, "HUB_DEGREE", 20)
+    monkeypatch.setattr(graph_module, "HUB_EDGES_PER_RELATION", 8)  # the cap bites at the top hubs
+    monkeypatch.setattr(degree_module, "HUB_ANCHOR_DEPTH", 6)  # and so does the filed depth
+    monkeypatch.setattr(degree_module, "FILED_DEGREE", 14)
+    store = OxigraphStore()
+    ensure_schema(store)
+    load_text(store, heavy_tailed_turtle(800, seed=5), TEST_GRAPH)  # degrees 78, 52, 46, 41, 23, ...
+    # merged concepts: neighbours a hub reaches through another member (the step keeps the stored end), and a
+    # hub merged with another node (ranked as before: its anchor depends on its members)
+    same = "http://www.w3.org/2004/02/skos/core#exactMatch"
+    load_text(store, "".join(f"<{E}N{i + 400}> <{same}> <{E}N{i}> .\n" for i in range(100, 400, 3)) +
+              f"<{E}N799> <{same}> <{E}N3> .\n", TEST_GRAPH)
+    kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
+    table = kg._degree_table()
+    assert isinstance(table, DiskDegrees) and table.hub_anchor_settings() is not None
+    hubs = sorted(n for n in table if table[n] > 20)
+    merged = [hub for hub in hubs if len(kg.groups.of(hub)) > 1]
+    assert len(hubs) >= 4 and merged
+
+    read: list[tuple[str, int]] = []
+    original = DiskDegrees.hub_anchor_rows
+
+    def spy(self: DiskDegrees, iri: str, rank: str, k: int) -> Any:
+        rows = original(self, iri, rank, k)
+        if rows is not None:
+            read.append((iri, k))
+        return rows
+
+    monkeypatch.setattr(DiskDegrees, "hub_anchor_rows", spy)
+    ranked_as_before = Graph._filed_hub_anchor
+
+    def as_before(kg: KnowledgeGraph, hub: str, **options: Any) -> list[Step]:
+        with monkeypatch.context() as patch:
+            patch.setattr(Graph, "_filed_hub_anchor", lambda *args: None)
+            return kg.anchor(hub, **options)
+
+    rel = "http://example.org/rel/"
+    checked = through_members = 0
+    for hub in hubs:
+        for k in (1, 3, 6, 7, 10):
+            for relations in (None, [rel + "a"], [rel + "b", rel + "c"]):
+                for direction in ("both", "forward", "backward"):
+                    for rank in ("specificity", "degree"):
+                        options = {"k": k, "relations": relations, "direction": direction, "rank": rank}
+                        before = len(read)
+                        got = kg.anchor(hub, **options)
+                        assert got == as_before(kg, hub, **options), (hub, options)
+                        # from the file up to its depth, a hub merged with no other node
+                        assert len(read) == before + (k <= 6 and hub not in merged), (hub, options)
+                        checked += len(got)
+                        through_members += sum(1 for step in got if kg.groups.rep(step.subject.iri) !=
+                                               step.subject.iri or kg.groups.rep(step.object.iri) != step.object.iri)
+    assert checked > 1000 and through_members
+    by_group: dict[tuple[str, str], int] = {}
+    for step in kg.anchor(next(hub for hub in hubs if hub not in merged), k=6):
+        by_group[(step.relation.iri, step.direction)] = by_group.get((step.relation.iri, step.direction), 0) + 1
+    assert max(by_group.values()) == 6  # the filed depth is reached: the cap and ranking are exercised
+    assert ranked_as_before is Graph._filed_hub_anchor
+
+    # a raw write in this process: read live (not from the file) until refresh, which files the new state's
+    hub = next(hub for hub in hubs if hub not in merged)
+    store.update(f"INSERT DATA {{ GRAPH <{TEST_GRAPH}> {{ <{E}N{800}> <{rel}a> <{hub}> . "
+                 f"<{hub}> <{rel}b> <{E}Fresh> }} }}")
+    before = len(read)
+    assert kg.anchor(hub, k=6) == as_before(kg, hub, k=6)
+    assert len(read) == before
+    kg.refresh()
+    fresh = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
+    for graph in (kg, fresh):
+        for rank in ("specificity", "degree"):
+            assert graph.anchor(hub, k=6, rank=rank) == as_before(graph, hub, k=6, rank=rank)
+    assert len(read) == before + 4  # the new state's file has its own hub anchors
+    assert kg._degree_table().hub_anchor_settings() is not None and kg._degree_table() is not table
