@@ -12,7 +12,7 @@ Beside each degree the file keeps the node's display label (the one ``Graph.labe
 show labels of many nodes at random places in the store, one point read each, while the same nodes' degrees are
 on the same pages of this small file (see ``LabelRow``).
 
-A hub's anchor (``rank_by`` unset) is fully decided by the store's content: after the file is built, the graph
+A hub's anchor (``rank_by`` unset; and any node's of ``FILED_DEGREE`` edges or more) is fully decided by the store's content: after the file is built, the graph
 ranks each hub's capped neighbourhood once per ranking and files the order (``file_hub_anchors``, the
 ``hub_anchors`` table, recorded by the meta key ``hub_anchors``; a file without it is answered as before), so
 anchor at a hub reads its top ``k`` per relation in one indexed lookup instead of reading and ranking thousands
@@ -102,17 +102,24 @@ class DiskDegrees(Mapping[str, int]):
     def file_hub_anchors(self, settings: dict[str, object],
                          anchors: Iterable[tuple[str, str, list[HubAnchorRow]]]) -> bool:
         """Add each hub's ranked anchor rows ((hub, rank, its rows in anchor's order) from ``anchors``) to the file
-        in one transaction, under ``settings``; False (nothing written) when the file cannot be written or another
-        process filed them first."""
+        in one transaction, under ``settings`` (replacing any filed under other settings); False (nothing written)
+        when the file cannot be written or another process filed them first."""
         try:
             db = sqlite3.connect(self.path, timeout=60)
         except sqlite3.Error:
             return False
         try:
             db.execute("BEGIN IMMEDIATE")
-            if db.execute("SELECT 1 FROM meta WHERE key = 'hub_anchors'").fetchone():
-                db.rollback()
-                return False
+            filed = db.execute("SELECT value FROM meta WHERE key = 'hub_anchors'").fetchone()
+            if filed is not None:
+                earlier = json.loads(filed[0])
+                earlier.pop("relations", None)
+                if earlier == settings:
+                    db.rollback()
+                    return False
+                # ranked under other settings: replaced
+                db.executescript("DELETE FROM hub_anchors; DELETE FROM hub_anchor_nodes; "
+                                 "DELETE FROM meta WHERE key = 'hub_anchors';")
             db.execute("CREATE TABLE IF NOT EXISTS hub_anchor_nodes (id INTEGER PRIMARY KEY, iri TEXT NOT NULL UNIQUE)")
             db.execute("CREATE TABLE IF NOT EXISTS hub_anchors (hub INTEGER NOT NULL, rank TEXT NOT NULL, "
                        "position INTEGER NOT NULL, ordinal INTEGER NOT NULL, relation INTEGER NOT NULL, "

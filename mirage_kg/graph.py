@@ -702,11 +702,12 @@ class Graph:
         return chosen, real
 
     def _hub_anchor_settings(self) -> dict[str, object]:
-        """What a filed hub anchor depends on beyond the store's content (which keys the file)."""
-        from mirage_kg.degree_index import HUB_ANCHOR_DEPTH
+        """What a filed hub anchor depends on beyond the store's content (which keys the file), and which nodes
+        are filed (``min_degree`` edges or more)."""
+        from mirage_kg.degree_index import FILED_DEGREE, HUB_ANCHOR_DEPTH
 
         return {"hub_degree": HUB_DEGREE, "per_relation": HUB_EDGES_PER_RELATION, "depth": HUB_ANCHOR_DEPTH,
-                "merged": self.merge_equivalents}
+                "merged": self.merge_equivalents, "min_degree": min(FILED_DEGREE, HUB_DEGREE + 1)}
 
     def _filed_hub_anchor(self, iri: str, k: int, rels: frozenset[str] | None, want: str, rank: str
                           ) -> tuple[list[tuple[str, str, str]], dict[tuple[str, str, str], tuple[str, str]]] | None:
@@ -737,19 +738,24 @@ class Graph:
         return chosen, real
 
     def _file_hub_anchors(self, table: DegreeTable) -> None:
-        """Rank every hub's anchor (over ``HUB_DEGREE`` edges, a concept merged with no other) once per ranking
-        and file the order in the degree index's file (``DiskDegrees.file_hub_anchors``), where the file has none
-        yet and can be written: ~0.1 s a hub, done once per store state."""
+        """Rank the anchor of every hub (over ``HUB_DEGREE`` edges) and every other node of ``FILED_DEGREE`` edges
+        or more (whose anchor ranks all its edges: as costly), each a concept merged with no other, once per
+        ranking, and file the order in the degree index's file (``DiskDegrees.file_hub_anchors``), where the file
+        has none yet and can be written: ~0.1 s a node, done once per store state."""
         from mirage_kg.degree_index import HUB_ANCHOR_DEPTH, DiskDegrees, HubAnchorRow
         from mirage_kg.progress import progress_bar
         from mirage_kg.ranking import RANKINGS
 
-        if not isinstance(table, DiskDegrees) or table.hub_anchor_settings() is not None:
+        settings = self._hub_anchor_settings()
+        if not isinstance(table, DiskDegrees):
+            return
+        filed = table.hub_anchor_settings()
+        if filed is not None and all(filed.get(key) == value for key, value in settings.items()):
             return
         if not os.access(table.path, os.W_OK) or not os.access(table.path.parent, os.W_OK):
             return
-        hubs = [iri for (iri,) in table._db.execute("SELECT iri FROM degrees WHERE degree > ? ORDER BY iri",
-                                                     (HUB_DEGREE,))]
+        hubs = [iri for (iri,) in table._db.execute("SELECT iri FROM degrees WHERE degree >= ? ORDER BY iri",
+                                                     (settings["min_degree"],))]
         groups = self.groups
 
         def anchors() -> Iterator[tuple[str, str, list[HubAnchorRow]]]:
@@ -768,7 +774,7 @@ class Graph:
                             yield hub, rank, rows
                     advance(1)
 
-        table.file_hub_anchors(self._hub_anchor_settings(), anchors())
+        table.file_hub_anchors(settings, anchors())
 
     def _rank_scores(self, iris: list[str], rank_by: str | None) -> dict[str, float]:
         if not rank_by:

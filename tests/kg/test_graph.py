@@ -820,9 +820,9 @@ def test_opening_the_degree_index_file_asks_the_os_to_read_it_all_ahead(
 
 def test_a_hubs_anchor_is_read_from_the_degree_index_file_as_ranked_when_built(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each hub's anchor (over ``HUB_DEGREE`` edges, ``rank_by`` unset) is ranked once per ranking when the degree
-    index's file is built, and filed: anchor then reads a hub's top ``k`` per relation in one lookup. For every
-    hub, ``k`` (under, at and past the filed depth and the cap), relation filter, direction and ranking the answer
+    """Each hub's anchor (over ``HUB_DEGREE`` edges, ``rank_by`` unset; and each node's of ``FILED_DEGREE`` edges) is
+    ranked once per ranking when the degree index's file is built, and filed: anchor then reads a hub's top ``k``
+    per relation in one lookup. For every such node, ``k`` (under, at and past the filed depth and the cap), relation filter, direction and ranking the answer
     equals the one ranked as before; a raw write is read live until ``refresh``, which files the new state's."""
     import mirage_kg.degree_index as degree_module
     import mirage_kg.graph as graph_module
@@ -848,6 +848,8 @@ def test_a_hubs_anchor_is_read_from_the_degree_index_file_as_ranked_when_built(
     hubs = sorted(n for n in table if table[n] > 20)
     merged = [hub for hub in hubs if len(kg.groups.of(hub)) > 1]
     assert len(hubs) >= 4 and merged
+    hubs += sorted(n for n in table if 14 <= table[n] <= 20)[:6]  # nodes of FILED_DEGREE edges, no hubs: filed too
+    assert len(hubs) >= 8
 
     read: list[tuple[str, int]] = []
     original = DiskDegrees.hub_anchor_rows
@@ -903,3 +905,10 @@ def test_a_hubs_anchor_is_read_from_the_degree_index_file_as_ranked_when_built(
             assert graph.anchor(hub, k=6, rank=rank) == as_before(graph, hub, k=6, rank=rank)
     assert len(read) == before + 4  # the new state's file has its own hub anchors
     assert kg._degree_table().hub_anchor_settings() is not None and kg._degree_table() is not table
+    # a file ranked under other settings is ranked again (the rows replaced), not answered from
+    monkeypatch.setattr(degree_module, "HUB_ANCHOR_DEPTH", 4)
+    other = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
+    before = len(read)
+    for k in (4, 5):
+        assert other.anchor(hub, k=k) == as_before(other, hub, k=k)
+    assert len(read) == before + 1 and other._degree_table().hub_anchor_settings()["depth"] == 4  # type: ignore[index]
