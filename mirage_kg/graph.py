@@ -727,6 +727,8 @@ class Graph:
         if settings is None or k > settings["depth"] or \
                 any(settings.get(key) != value for key, value in self._hub_anchor_settings().items()):
             return None
+        if self.degrees([iri])[iri] < settings["min_degree"]:  # type: ignore[operator]
+            return None  # no node of so few edges is filed (its degree is what walk reads first anyway)
         rows = table.hub_anchor_rows(iri, rank, k)
         if rows is None:
             return None
