@@ -738,7 +738,7 @@ def literal_datatype(ctx: Context) -> tuple[int, list[Example]]:
 
 # Rows read into Python objects at a time (strings, dicts of terms: ~0.3 KB a row), and id pairs merged at a time
 ROW_BATCH = 1 << 16
-UNION_BATCH = 1 << 22
+UNION_BATCH = 1 << 20
 
 
 def _batches(pairs: Iterable[tuple[str, str]], size: int = ROW_BATCH) -> Iterator[tuple[list[str], list[str]]]:
