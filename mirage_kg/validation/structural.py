@@ -736,8 +736,9 @@ def literal_datatype(ctx: Context) -> tuple[int, list[Example]]:
     return total, out
 
 
-# Rows read into Python objects at a time (strings, dicts of terms: ~0.3 KB a row), and id pairs merged at a time
-ROW_BATCH = 1 << 16
+# Rows read into Python objects at a time (strings, dicts of terms: ~1 KB a row with their lists: 16k rows, ~16 MB),
+# and id pairs merged at a time
+ROW_BATCH = 1 << 14
 UNION_BATCH = 1 << 20
 
 
