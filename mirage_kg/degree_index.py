@@ -104,6 +104,10 @@ class DiskDegrees(Mapping[str, int]):
         """Add each hub's ranked anchor rows ((hub, rank, its rows in anchor's order) from ``anchors``) to the file
         in one transaction, under ``settings`` (replacing any filed under other settings); False (nothing written)
         when the file cannot be written or another process filed them first."""
+        # every row is made before the write lock is taken: ranking reads this same file, and a write transaction
+        # that spills its cache locks all readers out (at S = 1.0 each query process's ranking then failed on
+        # "database is locked" 9-16 s in, nothing was filed, and the next process ranked again)
+        made = list(anchors)
         try:
             db = sqlite3.connect(self.path, timeout=60)
         except sqlite3.Error:
@@ -127,7 +131,7 @@ class DiskDegrees(Mapping[str, int]):
                        "PRIMARY KEY (hub, rank, position, ordinal)) WITHOUT ROWID")
             relations: dict[str, int] = {}
             hubs: dict[str, int] = {}
-            for hub, rank, rows in anchors:
+            for hub, rank, rows in made:
                 if hub not in hubs:
                     hubs[hub] = len(hubs)
                     db.execute("INSERT INTO hub_anchor_nodes (id, iri) VALUES (?, ?)", (hubs[hub], hub))

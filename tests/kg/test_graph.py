@@ -912,3 +912,40 @@ def test_a_hubs_anchor_is_read_from_the_degree_index_file_as_ranked_when_built(
     for k in (4, 5):
         assert other.anchor(hub, k=k) == as_before(other, hub, k=k)
     assert len(read) == before + 1 and other._degree_table().hub_anchor_settings()["depth"] == 4  # type: ignore[index]
+
+
+def test_hub_anchors_are_ranked_before_the_file_is_locked_for_writing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranking a hub reads the degree index's own file: every anchor is made before the write transaction starts,
+    whose lock (once its cache spills, as at S = 1.0) would turn each of those reads into "database is locked"."""
+    import sqlite3
+
+    import mirage_kg.degree_index as degree_module
+    import mirage_kg.graph as graph_module
+    from mirage_kg.degree_index import DiskDegrees
+
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(graph_module, "HUB_DEGREE", 20)
+    monkeypatch.setattr(degree_module, "FILED_DEGREE", 14)
+    filed: list[bool] = []
+    original = DiskDegrees.file_hub_anchors
+
+    def while_ranking(self: DiskDegrees, settings: dict[str, object], anchors: Any) -> bool:
+        def probed() -> Any:
+            for item in anchors:
+                probe = sqlite3.connect(self.path, timeout=0)
+                probe.execute("BEGIN IMMEDIATE")  # "database is locked" if the filing's write had begun
+                probe.rollback()
+                probe.close()
+                yield item
+        filed.append(original(self, settings, probed()))
+        return filed[-1]
+
+    monkeypatch.setattr(DiskDegrees, "file_hub_anchors", while_ranking)
+    store = OxigraphStore()
+    ensure_schema(store)
+    load_text(store, heavy_tailed_turtle(800, seed=5), TEST_GRAPH)
+    kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
+    hub = max(kg._degree_table(), key=kg._degree_table().__getitem__)
+    kg.anchor(hub, k=5)
+    assert filed == [True] and kg._degree_table().hub_anchor_settings() is not None
