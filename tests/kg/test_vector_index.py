@@ -63,6 +63,49 @@ def test_nearest_neighbours_match_brute_force(tmp_path: Path) -> None:
         [built.search(q, 5)[0].tolist() for q in queries[:20]]
 
 
+def unreachable_keys(index: vector_index.VectorIndex, matrix: Any, count: int | None = None) -> list[int]:
+    """Rows that a search for their own vector does not find first, leaving out rows whose vector equals the one
+    found: exact duplicates, either of which may come first."""
+    missed = []
+    for row, vector in enumerate(matrix[:count]):
+        found, _ = index.search(vector, 1)
+        if not len(found) or (found[0] != row and not np.array_equal(matrix[found[0]], vector)):
+            missed.append(row)
+    return missed
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_key_is_reachable_in_a_build_on_both_cores(tmp_path: Path, seed: int) -> None:
+    """The build's two shards are added side by side; every vector must still be found by a search for itself
+    (usearch's concurrent ``add`` into one graph strands some: issue #735). Random 32-d vectors with a few exact
+    duplicates, in small batches so that the shards' threads overlap often."""
+    rng = np.random.default_rng(seed)
+    matrix = rng.standard_normal((3000, 32)).astype(np.float32)
+    matrix[2990:] = matrix[:10]  # exact duplicates: either copy may come first
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    built = vector_index.VectorIndex.build(matrix, tmp_path / "ann-x-fp.usearch", shards=2)
+    assert built.shards == 2 and len(built) == len(matrix)
+    assert unreachable_keys(built, matrix) == []
+    reopened = vector_index.VectorIndex.open(tmp_path / "ann-x-fp.usearch")
+    assert reopened.shards == 2 and unreachable_keys(reopened, matrix, 300) == []
+
+
+def test_an_index_of_one_file_opens_as_one_shard(tmp_path: Path) -> None:
+    """An index saved before shards (one file and its rows) still opens and answers; a later save with more shards
+    replaces it whole, and one with fewer removes the extra shard files."""
+    matrix = clustered_unit_vectors(2000, 16)
+    path = tmp_path / "ann-x-fp.usearch"
+    one = vector_index.VectorIndex.build(matrix, path, shards=1)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["ann-x-fp.usearch", "ann-x-fp.usearch.rows.npy"]
+    opened = vector_index.VectorIndex.open(path)
+    assert opened.shards == 1 and opened.search(matrix[5], 1)[0].tolist() == [5]
+    two = vector_index.VectorIndex.build(matrix, path, shards=2)
+    assert (tmp_path / "ann-x-fp.usearch.shard1").is_file() and vector_index.VectorIndex.open(path).shards == 2
+    one.save(path)
+    assert not (tmp_path / "ann-x-fp.usearch.shard1").exists() and vector_index.VectorIndex.open(path).shards == 1
+    assert two.search(matrix[9], 3)[0][0] == 9
+
+
 def test_a_stopped_build_resumes_from_its_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     matrix = clustered_unit_vectors(5000, 16)
     path = tmp_path / "ann-x-fp.usearch"
