@@ -445,17 +445,19 @@ class Graph:
     def _stored_neighbours(self, iri: str, relations: frozenset[str] | None) -> list[Neighbour]:
         """``neighbours`` read from the store's index."""
         non = self._state().non_concepts
-        seen: set[Neighbour] = set()
+        seen: set[tuple[str, str, str]] = set()  # plain tuples, made Neighbours once sorted: a named tuple's
+        # constructor is a Python call per edge, on anchor's hot path
         # a few relations: an index range each, instead of every edge at the node
         ranges = sorted(relations) if relations is not None and len(relations) <= 8 else [None]
         for rel in ranges:
             for p, o in self.store.links(iri, "forward", rel):
                 if p not in NON_FACT_PREDICATES and o not in non and (relations is None or p in relations):
-                    seen.add(Neighbour(p, "forward", o))
+                    seen.add((p, "forward", o))
             for p, o in self.store.links(iri, "backward", rel):
                 if o != iri and p not in NON_FACT_PREDICATES and o not in non and (relations is None or p in relations):
-                    seen.add(Neighbour(p, "backward", o))
-        return sorted(seen)
+                    seen.add((p, "backward", o))
+        make = Neighbour._make
+        return [make(edge) for edge in sorted(seen)]
 
     def _hub_neighbours(self, iri: str, relations: frozenset[str] | None, per_relation: int) -> list[Neighbour]:
         """A hub's fact edges, at most ``per_relation`` per (relation, direction): the relations at the hub come
@@ -578,14 +580,15 @@ class Graph:
     @property
     def groups(self) -> ConceptGroups:
         """The concepts merged by ``skos:exactMatch`` (empty when ``merge_equivalents`` is off)."""
+        state = self._state()
+        if state.groups is not None:  # anchor asks several times a call: no import statement each time
+            return state.groups
         from mirage_kg.concepts import ConceptGroups, exact_match_pairs
 
-        state = self._state()
-        if state.groups is None:
-            if not self.merge_equivalents:
-                state.groups = ConceptGroups()
-            else:
-                state.groups = ConceptGroups.from_pairs(exact_match_pairs(self.store, state.non_concepts))
+        if not self.merge_equivalents:
+            state.groups = ConceptGroups()
+        else:
+            state.groups = ConceptGroups.from_pairs(exact_match_pairs(self.store, state.non_concepts))
         return state.groups
 
     def same_as(self, entity: str | Entity) -> list[Entity]:
@@ -602,6 +605,15 @@ class Graph:
         facts; one stored edge per (relation, direction, other node); a fact stored both ways (as EMCKG often
         does) is one fact, its forward copy."""
         groups = self.groups
+        merged = groups.representative
+        if iri not in merged:  # a concept merged with none (every node of a store without exact matches)
+            edges = self.neighbours(iri, relations, per_relation)
+            if not any(n in merged for _, _, n in edges):
+                # nor are its neighbours: each edge is its own stored triple, already distinct and sorted, and
+                # the loop below would only copy it (a self-loop dropped, a fact stored both ways kept forward)
+                forward = {(p, n) for p, d, n in edges if d == "forward"}
+                return [(p, d, n, iri, n) if d == "forward" else (p, d, n, n, iri) for p, d, n in edges
+                        if n != iri and (d == "forward" or (p, n) not in forward)]
         node = groups.rep(iri)
         found: dict[tuple[str, str, str], tuple[str, str]] = {}
         for member in groups.of(node):
@@ -691,14 +703,17 @@ class Graph:
             score = neighbour_scores([(p, d, n) for p, d, n, _, _ in edges], self._node_degrees(others),
                                      self._concept_count(), frequencies, members, self.groups.rep)
         real = {(p, d, n): (s, o) for p, d, n, s, o in edges}
-        by_group: dict[tuple[str, str], list[str]] = {}
+        by_group: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
         for p, d, n, _, _ in edges:
-            by_group.setdefault((p, d), []).append(n)
+            by_group.setdefault((p, d), []).append((p, d, n))
+        ids = {n: compress(n) for n in others}
         chosen: list[tuple[str, str, str]] = []
-        for (p, d), nodes in by_group.items():
-            nodes.sort(key=lambda n: (-score[(p, d, n)], compress(n)))
-            chosen.extend((p, d, n) for n in nodes[:k])
-        chosen.sort(key=lambda e: (compress(e[0]), 0 if e[1] == "forward" else 1, -score[e], compress(e[2])))
+        for group in by_group.values():
+            if len(group) > k:  # the final sort below orders a group as this one does: only a cut needs it
+                group.sort(key=lambda e: (-score[e], ids[e[2]]))
+                del group[k:]
+            chosen.extend(group)
+        chosen.sort(key=lambda e: (compress(e[0]), 0 if e[1] == "forward" else 1, -score[e], ids[e[2]]))
         return chosen, real
 
     def _hub_anchor_settings(self) -> dict[str, object]:
@@ -723,12 +738,15 @@ class Graph:
         table = self._current_degree_file()
         if table is None:  # no file, or a raw write since it was opened: read live
             return None
-        settings = table.hub_anchor_settings()
-        if settings is None or k > settings["depth"] or \
-                any(settings.get(key) != value for key, value in self._hub_anchor_settings().items()):
-            return None
-        if self.degrees([iri])[iri] < settings["min_degree"]:  # type: ignore[operator]
+        ours = self._hub_anchor_settings()
+        # the degree first (it is in memory once the entity was looked up): most nodes are far below the filed
+        # ones, and need not read and parse the file's settings at every anchor; a filed ``min_degree`` differing
+        # from ours is refused below anyway
+        if self.degrees([iri])[iri] < ours["min_degree"]:  # type: ignore[operator]
             return None  # no node of so few edges is filed (its degree is what walk reads first anyway)
+        settings = table.hub_anchor_settings()
+        if settings is None or k > settings["depth"] or any(settings.get(key) != value for key, value in ours.items()):
+            return None
         rows = table.hub_anchor_rows(iri, rank, k)
         if rows is None:
             return None

@@ -949,3 +949,62 @@ def test_hub_anchors_are_ranked_before_the_file_is_locked_for_writing(
     hub = max(kg._degree_table(), key=kg._degree_table().__getitem__)
     kg.anchor(hub, k=5)
     assert filed == [True] and kg._degree_table().hub_anchor_settings() is not None
+
+
+def test_an_anchor_at_a_node_merged_with_none_walks_as_a_merged_one_and_reads_the_file_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where neither a node nor its neighbours are merged with another concept (every node of a store without
+    exact matches), ``walk`` takes its edges as stored instead of folding them by group: the same edges (a
+    self-loop dropped, a fact stored both ways once, forward) as the group walk gives with every node its own
+    group, at any cap, relation filter and k. A typical anchor whose entity was looked up makes one query of the
+    degree index's file (its neighbours' degrees and labels): no per-call read of the file's hub settings."""
+    import mirage_kg.degree_index as degree_module
+    import mirage_kg.graph as graph_module
+    from mirage_kg.concepts import ConceptGroups
+    from mirage_kg.degree_index import DiskDegrees
+
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(graph_module, "HUB_DEGREE", 20)  # the capped hub reading walks too
+    monkeypatch.setattr(degree_module, "FILED_DEGREE", 40)
+    store = OxigraphStore()
+    ensure_schema(store)
+    load_text(store, heavy_tailed_turtle(300, seed=11), TEST_GRAPH)
+    kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
+    table = kg._degree_table()
+    assert isinstance(table, DiskDegrees) and not kg.groups.representative
+    nodes = sorted(n for n in table if n.startswith(E) and kg.is_concept(n))
+    rel = "http://example.org/rel/"
+    shapes = [(relations, cap) for relations in (None, frozenset({rel + "a"}), frozenset({rel + "b", rel + "c"}))
+              for cap in (None, 3, 250)]
+    walked = {(n, shape): kg.walk(n, *shape) for n in nodes for shape in shapes}
+    anchored = {(n, k, rank): kg.anchor(n, k=k, rank=rank) for n in nodes for k in (1, 3, 10)
+                for rank in ("specificity", "degree")}
+    assert any(e[2] == n for (n, _), edges in walked.items() for e in edges) is False  # no self-loop kept
+    assert sum(len(edges) for edges in walked.values()) > 3000
+    for n in nodes:  # a group's top k is the first k of its whole ranking
+        for rank in ("specificity", "degree"):
+            whole: dict[tuple[str, str], list[Step]] = {}
+            for step in kg.anchor(n, k=1000, rank=rank):
+                whole.setdefault((step.relation.iri, step.direction), []).append(step)
+            for k in (1, 3, 10):
+                got = anchored[(n, k, rank)]
+                assert got == [step for step in kg.anchor(n, k=1000, rank=rank)
+                               if step in whole[(step.relation.iri, step.direction)][:k]], (n, k, rank)
+    kg._state().groups = ConceptGroups({n: n for n in nodes}, {n: (n,) for n in nodes})  # the group walk
+    for (n, shape), edges in walked.items():
+        assert kg.walk(n, *shape) == edges, (n, shape)
+    for (n, k, rank), steps in anchored.items():
+        assert kg.anchor(n, k=k, rank=rank) == steps, (n, k, rank)
+
+    kg._state().groups = None
+    statements: list[str] = []
+    typical = [n for n in nodes if 2 <= table[n] < 20]
+    assert len(typical) > 100
+    for n in typical:
+        table._memo.clear()
+        kg.entity(n)  # what a caller does first (and the bench, before timing)
+        table._db.set_trace_callback(statements.append)
+        assert kg.anchor(n, k=10)
+        table._db.set_trace_callback(None)
+        assert len(statements) == 1 and statements[0].startswith("SELECT iri, degree, label FROM degrees"), statements
+        statements.clear()
