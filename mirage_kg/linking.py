@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import re
 import sqlite3
@@ -157,7 +158,10 @@ def fold(text: str) -> str:
 
 def normalise(text: str) -> str:
     """``fold`` plus plurals: ``"Panic_Disorders"`` -> ``"panic disorder"`` (the normalised-label method)."""
-    return " ".join(map(singular, fold(text).split()))
+    folded = fold(text)
+    if not folded.endswith("s") and "s " not in folded:  # ``singular`` changes only a word ending in s
+        return folded
+    return " ".join(map(singular, folded.split()))
 
 
 def tokens(text: str) -> list[tuple[str, int, int]]:
@@ -476,6 +480,10 @@ class _Column:
         self._column = column
 
     def __getitem__(self, idx: int) -> str:
+        packed = self._index._lookup()
+        if packed is not None:  # the entity kept decoded by the packed lookup: no tuple on the way
+            found = packed.record(idx)
+            return found.label if self._column else found.iri
         return self._index._entity_row(idx)[self._column]
 
     def __len__(self) -> int:
@@ -576,9 +584,11 @@ class LabelIndex:
         if self._packed is None and self._has_packed:
             with self._lock:
                 if self._packed is None:
-                    def read(name: str) -> bytes:
+                    def read(name: str) -> bytes | mmap.mmap:
+                        size = self._db.execute("SELECT coalesce(sum(length(data)), 0) FROM packed WHERE name = ?",
+                                                (name,)).fetchone()[0]
                         parts = self._db.execute("SELECT data FROM packed WHERE name = ? ORDER BY part", (name,))
-                        return b"".join(row[0] for row in parts)
+                        return _in_memory(size, (row[0] for row in parts))
 
                     self._packed = _Packed(read)
         return self._packed
@@ -603,6 +613,9 @@ class LabelIndex:
                 self._entity_cache.popitem(last=False)
 
     def entity(self, idx: int) -> Entity:
+        packed = self._lookup()
+        if packed is not None:
+            return packed.record(idx)
         iri, name = self._entity_row(idx)
         return Entity(iri, name)
 
@@ -610,8 +623,11 @@ class LabelIndex:
         """(entity, kind) of the labels written exactly ``text``, by entity."""
         packed = self._lookup()
         if packed is not None:
-            levels, idxs = packed.levels, packed.idxs
-            return sorted((idxs[at], levels[at]) for at in packed.rows(text) if levels[at] < 2)
+            spans = packed.spans(text)
+            if spans is None:
+                return []
+            first, normalised, _ = spans  # a form's written rows (levels 0-1) come before its normalised ones
+            return sorted(zip(packed.idxs[first:normalised], packed.levels[first:normalised]))
         return self._rows("SELECT idx, level FROM forms WHERE form = ? AND level < 2 ORDER BY idx, level", (text,))
 
     def dictionary(self, text: str, key: str) -> list[tuple[int, int, int]]:
@@ -619,9 +635,14 @@ class LabelIndex:
         packed = self._lookup()
         if packed is not None:
             levels, idxs = packed.levels, packed.idxs
-            out = [(idxs[at], levels[at], 0) for at in packed.rows(text) if levels[at] < 2]
+            spans = packed.spans(text)
+            out = [] if spans is None else [(idx, level, 0) for idx, level in zip(idxs[spans[0]:spans[1]],
+                                                                                  levels[spans[0]:spans[1]])]
             if key:
-                out.extend((idxs[at], levels[at] - 2, 1) for at in packed.rows(key) if levels[at] >= 2)
+                spans = spans if key == text else packed.spans(key)
+                if spans is not None:
+                    out += ((idx, level - 2, 1) for idx, level in zip(idxs[spans[1]:spans[2]],
+                                                                      levels[spans[1]:spans[2]]))
             return out
         rows = self._rows("SELECT idx, level, 0, iri, name FROM forms WHERE form = ?1 AND level < 2 UNION ALL "
                           "SELECT idx, level - 2, 1, iri, name FROM forms WHERE form = ?2 AND ?2 != '' AND level >= 2",
@@ -638,10 +659,18 @@ class LabelIndex:
         packed = self._lookup()
         if packed is not None:
             levels, idxs = packed.levels, packed.idxs
-            rows: list[tuple[int, int]] = [(levels[at], idxs[at]) for at in packed.written(text, limit)]
+            spans = packed.spans(text)
+            rows: list[tuple[int, int]] = []
+            if spans is not None:
+                first, end = spans[0], min(spans[1], spans[0] + limit)
+                rows = list(zip(levels[first:end], idxs[first:end]))
             written = len(rows)
             if key:
-                rows += [(levels[at], idxs[at]) for at in packed.normalised(key, limit)]
+                # a lower-case mention is its own normalised form: its group is the one just found
+                spans = spans if key == text else packed.spans(key)
+                if spans is not None:
+                    first, end = spans[1], min(spans[2], spans[1] + limit)
+                    rows += zip(levels[first:end], idxs[first:end])
         else:
             found = self._rows(_RANKED_SQL, (text, key, limit))
             for _, idx, iri, name in found:  # the ranking reads them next
@@ -652,6 +681,51 @@ class LabelIndex:
         if len(rows) - written >= limit:
             cuts.append(rows[-1][0])
         return rows, min(cuts, default=None)
+
+    def first_ranked(self, text: str, key: str, top: int) -> dict[int, int] | None:
+        """The first ``top`` entities of the dictionary matches (``ranked``) in ranking order (level, then IRI:
+        the order of a KG without merged concepts), each with its best level; None when they cannot be told
+        from the first rows of each level (a level cut short comes before the last one taken, whose unread
+        rows would rank earlier): then every match has to be read."""
+        limit = 2 * top + 2  # room for the entities found at two levels
+        taken: dict[int, int] = {}
+        packed = self._lookup()
+        if packed is None:
+            rows, cut = self.ranked(text, key, limit)
+            for level, idx in rows:
+                if idx not in taken:
+                    if len(taken) == top:
+                        break
+                    taken[idx] = level
+            return taken if cut is None or (len(taken) == top and max(taken.values()) <= cut) else None
+        # the same, read straight from the packed rows: an exact mention's whole lookup, so no row lists
+        levels, idxs = packed.levels, packed.idxs
+        cut = 4  # the first level read only in part (4: none)
+        spans = packed.spans(text)
+        if spans is not None:
+            first, end = spans[0], min(spans[1], spans[0] + limit)
+            for at in range(first, end):
+                idx = idxs[at]
+                if idx not in taken:
+                    if len(taken) == top:  # all found as written: every unread row ranks below them
+                        return taken
+                    taken[idx] = levels[at]
+            if end - first >= limit:
+                cut = levels[end - 1]
+        if key:
+            # a lower-case mention is its own normalised form: its group is the one just found
+            spans = spans if key == text else packed.spans(key)
+            if spans is not None:
+                first, end = spans[1], min(spans[2], spans[1] + limit)
+                if end - first >= limit:
+                    cut = min(cut, levels[end - 1])
+                for at in range(first, end):
+                    idx = idxs[at]
+                    if idx not in taken:
+                        if len(taken) == top:
+                            break
+                        taken[idx] = levels[at]
+        return taken if cut == 4 or (len(taken) == top and max(taken.values()) <= cut) else None
 
     def folded(self, choice: str) -> list[tuple[int, int]]:
         """(entity, kind) of the labels folded to ``choice``."""
@@ -1273,6 +1347,31 @@ def _group_buckets(keys: np.ndarray) -> np.ndarray:
     return firsts.astype(np.int32 if len(keys) < 2**31 else np.int64)
 
 
+_RECENT_ENTITIES = 4096  # entities the packed lookup keeps decoded (``_Packed.record``)
+_HUGE_PAGE = 2 << 20  # the size of an x86-64 transparent huge page
+
+
+def _in_memory(size: int, parts: Iterable[bytes]) -> bytes | mmap.mmap:
+    """One packed array of ``size`` bytes from its parts, in memory. A large one goes into anonymous memory the
+    kernel is asked to back with transparent huge pages: a lookup at UMLS size makes a dozen random reads in a
+    gigabyte, and with 4 KiB pages each also missed the TLB (a page-table walk, costlier still in a virtual
+    machine). Filled part by part: the whole array is never held twice."""
+    if size < _HUGE_PAGE or not hasattr(mmap, "MADV_HUGEPAGE"):  # small, or no huge pages (not Linux)
+        return b"".join(parts)
+    memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        memory.madvise(mmap.MADV_HUGEPAGE)  # before the first write, which faults the pages in
+    except OSError:  # a kernel without them, or with them turned off: ordinary pages
+        pass
+    at = 0
+    for part in parts:
+        memory[at:at + len(part)] = part
+        at += len(part)
+    if at != size:
+        raise ValueError(f"packed array: {at} bytes read, {size} expected")
+    return memory
+
+
 def _put_packed(db: sqlite3.Connection, name: str, value: Any) -> None:
     """One packed array into the ``packed`` table, in parts of at most ``_PART_BYTES``."""
     data = value if isinstance(value, bytes) else value.tobytes()
@@ -1360,6 +1459,7 @@ class _Packed:
         self.levels = memoryview(read("row_levels")).cast("b")
         self.idxs = memoryview(read("row_idx")).cast("i")
         self._entity_text, self._entity_ends = read("entity_text"), memoryview(read("entity_ends")).cast("q")
+        self._recent: dict[int, Entity] = {}  # entities decoded lately, by position (``record``)
         self._choice_text, self._choice_ends = read("choice_text"), memoryview(read("choice_ends")).cast("q")
         # fuzzy matching on a large index: content words, their postings, deletion variants, choices' entities
         self._word_text, self._word_ends = read("word_text"), memoryview(read("word_ends")).cast("q")
@@ -1413,48 +1513,44 @@ class _Packed:
         idxs, ends = self._choice_entity_idx, self._choice_entity_ends
         return [(choice, idxs[at]) for choice in ids for at in range(ends[choice], ends[choice + 1])]
 
-    def _group(self, form: str) -> int:
-        """Where ``form``'s group record starts in the table (4 x its number), -1 when no label has that form."""
+    def spans(self, form: str) -> tuple[int, int, int] | None:
+        """Where ``form``'s rows start (level, then IRI order), where its normalised rows (levels 2-3) start and
+        where they end; None when no label has that form. One probe serves every read of a form."""
         key, check = _form_digest(form)
         bucket = (key + (1 << 63)) >> self._shift
         table, buckets = self._table, self._buckets
         for at in range(4 * buckets[bucket], 4 * buckets[bucket + 1], 4):  # the groups of its bucket, by key
             found = table[at]
             if found == key and table[at + 1] == check:
-                return at
+                return table[at + 2], table[at + 3], table[at + 6]
             if found > key:
                 break
-        return -1
-
-    def rows(self, form: str) -> range:
-        """The positions of ``form``'s rows (level, then IRI order), empty when no label has that form."""
-        at = self._group(form)
-        return range(self._table[at + 2], self._table[at + 6]) if at >= 0 else range(0)
-
-    def written(self, form: str, limit: int) -> range:
-        """The first ``limit`` of ``form``'s rows of levels 0-1 (the form as written)."""
-        at = self._group(form)
-        if at < 0:
-            return range(0)
-        start = self._table[at + 2]
-        return range(start, min(self._table[at + 3], start + limit))
-
-    def normalised(self, form: str, limit: int) -> range:
-        """The first ``limit`` of ``form``'s rows of levels 2-3 (the form as normalised)."""
-        at = self._group(form)
-        if at < 0:
-            return range(0)
-        start = self._table[at + 3]
-        return range(start, min(self._table[at + 6], start + limit))
+        return None
 
     def entity(self, idx: int) -> tuple[str, str]:
         """Entity ``idx``'s (IRI, name); IndexError when there is none."""
-        ends = self._entity_ends
-        if not 0 <= idx < len(ends) // 2 or ends[2 * idx] == ends[2 * idx + 1]:
-            raise IndexError(idx)
-        start, middle, end = ends[2 * idx], ends[2 * idx + 1], ends[2 * idx + 2]
-        text = self._entity_text
-        return text[start:middle].decode("utf-8"), text[middle:end].decode("utf-8")
+        found = self.record(idx)
+        return found.iri, found.label
+
+    def record(self, idx: int) -> Entity:
+        """Entity ``idx``; IndexError when there is none. The last few thousand asked for are kept decoded: a
+        mention's candidates are read again by whoever takes them (their IRIs, names, ids), and at UMLS size
+        each fresh decode is two reads far apart in a few hundred megabytes."""
+        found = self._recent.get(idx)
+        if found is None:
+            ends, at = self._entity_ends, 2 * idx
+            try:
+                start, middle, end = ends[at], ends[at + 1], ends[at + 2]
+            except IndexError:
+                raise IndexError(idx) from None
+            if idx < 0 or start == middle:  # a position an update left free holds no IRI
+                raise IndexError(idx)
+            text = self._entity_text
+            found = Entity(text[start:middle].decode("utf-8"), text[middle:end].decode("utf-8"))
+            if len(self._recent) >= _RECENT_ENTITIES:  # emptied at once: cheaper than keeping an LRU order
+                self._recent.clear()
+            self._recent[idx] = found
+        return found
 
 
 # --- the linker ---------------------------------------------------------------------------------------------------
@@ -1713,17 +1809,20 @@ class Linker:
         if is_identifier(text):
             return self._by_id(text)
         scores: dict[int, tuple[float, str]] = {}
+        ordered = False
         if name != text:
             self._dictionary(name, scores)
             self._dictionary(text, scores)
         else:
-            self._dictionary(text, scores, top)
+            ordered = self._dictionary(text, scores, top)
         if not scores:  # a name found as it is needs no look-alikes
+            ordered = False
             self._fuzzy(fold(text), scores, full_scan=True)
-        if self.matrix is not None and _has_content(text):
-            vec = self.embedder.encode([text])[0]  # type: ignore[union-attr]
+        if self.embedder is not None and self.matrix is not None and _has_content(text):
+            vec = self.embedder.encode([text])[0]
             self._embedding(vec, scores)
-        return self._ranked(scores, top)
+            ordered = False
+        return self._ranked(scores, top, ordered)
 
     def _by_id(self, text: str) -> list[Candidate]:
         from mirage_kg.errors import UnknownEntityError
@@ -1733,31 +1832,24 @@ class Linker:
         except UnknownEntityError:
             return []
 
-    def _dictionary(self, text: str, scores: dict[int, tuple[float, str]], top: int | None = None) -> None:
+    def _dictionary(self, text: str, scores: dict[int, tuple[float, str]], top: int | None = None) -> bool:
         """Exact, synonym and normalised matches of ``text`` into ``scores`` (empty on entry when ``top`` is
         given: then only the matches that can rank in the first ``top`` are read, once the KG has no merged
-        concepts, whose representatives rank first and could sit anywhere in IRI order)."""
+        concepts, whose representatives rank first and could sit anywhere in IRI order). True when that is
+        what happened: then ``scores`` holds the first ``top`` in ranking order already."""
         key = normalise(text)
         if top is not None and not self._groups():
-            index = self.index
-            rows, cut = index.ranked(text, key, 2 * top + 2)  # room for the entities found at two levels
-            taken: dict[int, int] = {}
-            for level, idx in rows:  # (level, IRI): the ranking's order without merged concepts
-                if idx not in taken:
-                    if len(taken) == top:
-                        break
-                    taken[idx] = level
-            # the first ``top`` are known unless a level cut short comes before the last one taken (its unread
-            # rows would rank earlier) or too few were found; then every match is read
-            if cut is None or (len(taken) == top and max(taken.values()) <= cut):
+            taken = self.index.first_ranked(text, key, top)
+            if taken is not None:
                 for idx, level in taken.items():
                     scores[idx] = _LEVELS[level]
-                return
+                return True
         for idx, kind, normalised in self.index.dictionary(text, key):
             if normalised:
                 _offer(scores, idx, _SCORES[("normalised", kind)], "normalised" if kind == 0 else "synonym")
             else:
                 _offer(scores, idx, _SCORES[("exact", kind)], "exact" if kind == 0 else "synonym")
+        return False
 
     def _fuzzy(self, key: str, scores: dict[int, tuple[float, str]], full_scan: bool = False) -> None:
         """rapidfuzz token-sort ratio against some of the labels. In an index up to ``_FULL_SCAN``: those sharing a
@@ -1875,13 +1967,17 @@ class Linker:
             self._merged = self.kg.groups
         return self._merged
 
-    def _ranked(self, scores: dict[int, tuple[float, str]], top: int) -> list[Candidate]:
+    def _ranked(self, scores: dict[int, tuple[float, str]], top: int, ordered: bool = False) -> list[Candidate]:
         """Best first; members of one merged concept (``KnowledgeGraph.groups``) count once, as the best-scored
-        member, listing the others in ``same_as``."""
+        member, listing the others in ``same_as``. ``ordered``: ``scores`` holds at most ``top`` entities of a
+        KG without merged concepts, in ranking order already, with scores of at most six decimals."""
+        packed = self.index._lookup()
+        if ordered:  # an exact mention's usual way out: nothing to sort or round
+            entity = packed.record if packed is not None else self.index.entity
+            return [Candidate(entity(idx), score, method) for idx, (score, method) in scores.items()]
+        entity_row = packed.entity if packed is not None else self.index._entity_row
         groups = self._groups()
         rep = groups.rep
-        packed = self.index._lookup()
-        entity_row = packed.entity if packed is not None else self.index._entity_row
         rows = {idx: entity_row(idx) for idx in scores}  # (IRI, name)
         if not groups:  # each entity stands for itself: best first, then by IRI
             order = sorted(scores.items(), key=lambda kv: (-kv[1][0], _METHOD_RANK[kv[1][1]], rows[kv[0]][0])) \

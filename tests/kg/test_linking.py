@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 import subprocess
 import sys
 from pathlib import Path
@@ -197,11 +198,34 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
     text = "Shared name with panic disorders after a heart attack"
     linked = packed.link(text)
     assert len(answers[("Shared name", 20)]) == 19 and answers[("Shared name", 5)][0].method == "exact"
+
+    def fully_ranked(linker: Linker, mention: str, top: int) -> list[Candidate]:
+        """What the bounded read must give: every match read, then sorted by the ranking."""
+        scores: dict[int, tuple[float, str]] = {}
+        linker._dictionary(mention.strip(), scores)
+        return linker._ranked(scores, top) if scores else linker.link_one(mention, top=top)
+
+    for (mention, top), found in answers.items():
+        assert fully_ranked(packed, mention, top) == found, (mention, top)
+    # every packed array in huge-page memory, and the decoded entities kept two at a time: the same answers
+    monkeypatch.setattr(linking, "_HUGE_PAGE", 1)
+    monkeypatch.setattr(linking, "_RECENT_ENTITIES", 2)
+    huge = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed")
+    assert isinstance(huge.index._lookup()._table.obj, mmap.mmap) == hasattr(mmap, "MADV_HUGEPAGE")
+    for (mention, top), found in answers.items():
+        assert huge.link_one(mention, top=top) == found, (mention, top)
+    assert [huge.index._entity_row(i) for i in range(len(huge.index))] == [
+        packed.index._entity_row(i) for i in range(len(packed.index))]
+    every = range(len(packed.index))
+    assert [huge.index.names[i] for i in every] == [packed.index.names[i] for i in every]
+    assert len(huge.index._lookup()._recent) <= 2
+    monkeypatch.undo()
     monkeypatch.setattr(linking, "_form_digest", lambda form: (len(form) % 3, 0))  # every form clashes
     plain = Linker(store, embedding_model="none", cache_dir=tmp_path / "plain")
     assert plain.index._lookup() is None  # built without it: SQLite answers
     for (mention, top), found in answers.items():
         assert plain.link_one(mention, top=top) == found, (mention, top)
+        assert fully_ranked(plain, mention, top) == found, (mention, top)
     assert {m: plain.index.exact(m) for m in mentions} == exact
     assert [plain.index._entity_row(i) for i in range(len(plain.index))] == rows
     assert plain.link(text) == linked
@@ -219,6 +243,7 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
         assert crowded.index._lookup() is not None  # keys shared, checks not: still packed
         for (mention, top), found in answers.items():
             assert crowded.link_one(mention, top=top) == found, (mention, top, low)
+            assert fully_ranked(crowded, mention, top) == found, (mention, top, low)
         assert {m: crowded.index.exact(m) for m in mentions} == exact
     monkeypatch.undo()
     monkeypatch.setattr(linking, "_FULL_SCAN", 0)
@@ -280,6 +305,22 @@ def test_only_an_index_without_the_packed_lookup_keeps_forms_and_variants(tmp_pa
     store.close()
 
 
+def test_a_packed_array_is_read_into_memory_part_by_part() -> None:
+    """Large arrays go into anonymous (huge-page) memory filled part by part, small ones stay bytes; a part
+    count that does not add up to the size the table gave is an error, not a short array."""
+    import mirage_kg.linking as linking
+
+    parts = [bytes(range(256)) * 8192, b"tail"]
+    size = sum(map(len, parts))
+    whole = linking._in_memory(size, iter(parts))
+    assert bytes(whole[:]) == b"".join(parts) and len(whole) == size
+    assert isinstance(whole, mmap.mmap) == hasattr(mmap, "MADV_HUGEPAGE")
+    assert linking._in_memory(4, iter([b"ab", b"cd"])) == b"abcd"
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        with pytest.raises(ValueError, match="expected"):
+            linking._in_memory(size + 1, iter(parts))
+
+
 def test_scores_order_methods(linker: Linker) -> None:
     candidates = linker.link_one("diabetes")
     assert [c.method for c in candidates][:1] == ["synonym"]
@@ -290,6 +331,8 @@ def test_normalisation_helpers() -> None:
     assert normalise("Panic_Disorders") == "panic disorder"
     assert normalise("Crohn’s Disease") == normalise("crohns disease")
     assert fold("Ménière's  disease") == "menieres disease"
+    assert [normalise(t) for t in ("Hypertension", "Eyes closed", "Red eyes", "glass eye", "Bus")] == [
+        "hypertension", "eye closed", "red eye", "glass eye", "bus"]
     assert [singular(w) for w in ("allergies", "rashes", "headaches", "dizziness", "virus", "arthritis")] == [
         "allergy", "rash", "headache", "dizziness", "virus", "arthritis"]
 
