@@ -78,6 +78,11 @@ class DiskDegrees(Mapping[str, int]):
         #: (unknown: assumed so); none means anchor's ranking has no frequency to look up at any node
         self.annotated = self._meta("annotated") != "0"
 
+    @property
+    def fingerprint(self) -> str | None:
+        """The store state the file was built for (what keys files built beside it, e.g. the adjacency index)."""
+        return self._meta("fingerprint")
+
     def hub_anchor_settings(self) -> dict[str, object] | None:
         """The settings the filed hub anchors were ranked under (``file_hub_anchors``), or None: none filed."""
         value = self._meta("hub_anchors")

@@ -30,6 +30,7 @@ from mirage_kg.store.sparql_text import bounded_path_ask
 from mirage_kg.terms import iri_ref, literal
 
 if TYPE_CHECKING:
+    from mirage_kg.adjacency_index import AdjacencyFile
     from mirage_kg.concepts import ConceptGroups
     from mirage_kg.degree_index import DiskDegrees, MemoryDegrees
 
@@ -166,6 +167,8 @@ class _State:
     degrees_version: int | None = None  # the store's write count when ``degrees`` was opened
     degree_file_sought: bool = False  # whether labels looked for an index file already built for this state
     hub_anchors_sought: bool = False  # whether the degree index's file was given its hubs' anchors (if it lacked them)
+    adjacency: AdjacencyFile | None = None  # every node's edges, in a file beside the degree index's (bridge reads it)
+    adjacency_sought: bool = False  # whether ``adjacency`` was looked for (and built where missing) for this state
     degree_cache: dict[str, int] = field(default_factory=dict)  # remote: degrees fetched so far
     groups: ConceptGroups | None = None  # concepts merged by exact match (mirage_kg.concepts)
     concept_count: int | None = None  # nodes with facts: the N of the specificity (IDF) ranking
@@ -329,6 +332,7 @@ class Graph:
         if state.degrees is None or state.degrees_version != self.store.version:
             return None
         self._with_hub_anchors(state)
+        self._with_adjacency(state)
         return state.degrees
 
     def _with_hub_anchors(self, state: _State) -> None:
@@ -337,6 +341,32 @@ class Graph:
         if not state.hub_anchors_sought and state.degrees is not None and state.degrees_version == self.store.version:
             state.hub_anchors_sought = True
             self._file_hub_anchors(state.degrees)
+
+    def _with_adjacency(self, state: _State) -> None:
+        """Once per state, the first time its degree index file is used: open the adjacency file built beside it
+        for this store state (``mirage_kg.adjacency_index``), building it first where it is missing and the folder
+        can be written (one pass over the store, like the degree index's)."""
+        from mirage_kg import adjacency_index
+        from mirage_kg.degree_index import DiskDegrees
+
+        table = state.degrees
+        if state.adjacency_sought or not isinstance(table, DiskDegrees) or state.degrees_version != self.store.version:
+            return
+        state.adjacency_sought = True
+        fingerprint = table.fingerprint
+        state.adjacency = adjacency_index.open_beside(table.path, fingerprint)
+        # a store opened read-only builds nothing beside it (a profiling or serving process must not write there)
+        if state.adjacency is None and not getattr(self.store, "read_only", False) and \
+                os.access(table.path.parent, os.W_OK) and \
+                adjacency_index.build_beside(table.path, fingerprint, self.store, table.predicates):
+            state.adjacency = adjacency_index.open_beside(table.path, fingerprint)
+
+    def _adjacency_file(self) -> AdjacencyFile | None:
+        """The adjacency file while it is current: built for this store state beside a degree index file that
+        is, with no write through this store since it was opened (a raw write is read live, as labels are)."""
+        if self._current_degree_file() is None:
+            return None
+        return self._state().adjacency
 
     def _label_rows(self) -> Iterator[tuple[str, tuple[int, int, str], str]]:
         """Every label literal of the store as ``degree_index.LabelRow``: (node, (predicate's place in
@@ -527,6 +557,7 @@ class Graph:
         if state.degrees is None:
             state.degrees, state.degrees_version = self._degree_index(), self.store.version
         self._with_hub_anchors(state)
+        self._with_adjacency(state)
         return state.degrees
 
     def _degree_index(self, build: bool = True) -> DegreeTable | None:
@@ -904,11 +935,13 @@ class Graph:
                 if last and right == [([b], [])] and table.is_filed(b):  # type: ignore[union-attr]
                     left, done = self._joined_on_file(left, b, rels, from_right=False)
                     joined += done
+                self._prefetch_adjacency([nodes[-1] for nodes, _ in left], memo, rels, (a, b), merged)
                 left = _extend(left, adj, avoid=b)
             else:
                 if last and left == [([a], [])] and table.is_filed(a):  # type: ignore[union-attr]
                     right, done = self._joined_on_file(right, a, rels, from_right=True)
                     joined += done
+                self._prefetch_adjacency([nodes[-1] for nodes, _ in right], memo, rels, (a, b), merged)
                 right = _extend(right, adj, avoid=a)
         left_ends: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
         right_ends: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
@@ -1109,10 +1142,38 @@ class Graph:
                     if found:
                         out[(x, y)] = found
         elif cost_x <= cost_y:
+            self._prefetch_adjacency(xs - on_file, memo, rels, ends, merged)
             from_xs()
         else:
+            self._prefetch_adjacency(ys - on_file, memo, rels, ends, merged)
             from_ys()
         return out
+
+    def _prefetch_adjacency(self, nodes: Iterable[str], memo: dict[str, list[tuple[str, str, str]]],
+                            rels: frozenset[str] | None, ends: tuple[str, ...], merged: bool) -> None:
+        """Put the adjacency of ``nodes`` that a search is about to walk into ``memo`` in one read of the
+        adjacency file (``_adjacency_file``), where the store would decode every edge term by term: the same
+        edges ``_adjacency_of`` reads (a hub walked through keeps its capped edges, a node on the degree index's
+        file its filed ones, so those are left to it, as is everything when concepts are merged)."""
+        if merged:
+            return
+        wanted = [n for n in dict.fromkeys(nodes) if n not in memo]
+        if not wanted:
+            return
+        adjacency = self._adjacency_file()
+        if adjacency is None:
+            return
+        table = self._state().degrees
+        degree = self.degrees(wanted)
+        wanted = [n for n in wanted if not table.is_filed(n)  # type: ignore[union-attr]
+                  and (n in ends or degree[n] <= PATH_HUB_DEGREE)]
+        if not wanted:
+            return
+        non = self._state().non_concepts
+        found = adjacency.edges(wanted)
+        for n in wanted:
+            memo[n] = sorted(Neighbour(p, d, o) for p, d, o in found.get(n, ())  # type: ignore[misc]
+                             if o not in non and (rels is None or p in rels))
 
     def _paths_by_sparql(self, a: str, b: str, hops: int,
                          rels: frozenset[str] | None) -> list[tuple[tuple[str, str, str, str], ...]]:

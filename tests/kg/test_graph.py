@@ -1008,3 +1008,99 @@ def test_an_anchor_at_a_node_merged_with_none_walks_as_a_merged_one_and_reads_th
         table._db.set_trace_callback(None)
         assert len(statements) == 1 and statements[0].startswith("SELECT iri, degree, label FROM degrees"), statements
         statements.clear()
+
+
+def test_bridge_reads_every_nodes_adjacency_from_the_adjacency_file_with_the_same_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside an on-disk degree index the graph builds ``adjacency.sqlite`` (every node's fact edges as integer
+    arrays) and bridge reads the nodes it walks from it in batches instead of the store: each node's edges there
+    are exactly the store's (a self-loop once, a fact stored both ways, several graphs holding one triple, a
+    literal and a schema node left out); every bridge (h = 1..3, both ways, hubs at an end and inside, a relation
+    filter) equals the one with no file; a raw write is read live until ``refresh``, which builds the new state's
+    file; a store opened read-only builds none."""
+    import mirage_kg.adjacency_index as adjacency_module
+    import mirage_kg.degree_index as degree_module
+    import mirage_kg.graph as graph_module
+    from mirage_kg.graph import Graph
+
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 45)  # the top hubs are walked through along capped edges
+    monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 4)
+    monkeypatch.setattr(degree_module, "FILED_DEGREE", 40)  # a few nodes keep their edges in the degree file
+    monkeypatch.setattr(adjacency_module, "_BUCKET", 64)  # several sorting passes in the build
+    folder = tmp_path / "kg"
+    store = OxigraphStore(folder)
+    ensure_schema(store)
+    load_text(store, heavy_tailed_turtle(800, seed=5), TEST_GRAPH)
+    extra = (f"<{E}N3> <http://example.org/rel/a> <{E}N9> . <{E}N3> <http://example.org/rel/a> \"text\" .\n"
+             f"<{E}N3> <http://example.org/rel/b> <http://example.org/rel/a> .\n")  # a second copy, a literal, schema
+    load_text(store, extra, "https://w3id.org/mirage-kg/graph/second")
+    kg = KnowledgeGraph(store, embedding_model="none")
+    kg._degree_table()
+    adjacency = kg._adjacency_file()
+    assert adjacency is not None and adjacency.path == folder / ".mirage-cache" / "adjacency.sqlite"
+    nodes = sorted(kg._degree_table())
+    non = kg.non_concepts()
+    on_file = adjacency.edges(nodes)
+    assert sorted(on_file) == nodes
+    for n in nodes:
+        assert sorted(graph_module.Neighbour(*e) for e in on_file[n] if e[2] not in non) == \
+            kg._stored_neighbours(n, None), n
+
+    read: list[str] = []
+    original = OxigraphStore.links
+
+    def spy(self: OxigraphStore, node: str, direction: str, predicate: str | None = None) -> Any:
+        read.append(node)
+        return original(self, node, direction, predicate)
+
+    monkeypatch.setattr(OxigraphStore, "links", spy)
+    plain = KnowledgeGraph(store, embedding_model="none")
+    monkeypatch.setattr(plain, "_adjacency_file", lambda: None)
+    degree = kg.degrees(nodes)
+    rng = random.Random(3)
+    small = [n for n in nodes if degree[n] <= 45 and n not in non and n.startswith(E)]
+    pairs = [(f"{E}N{h}", rng.choice(small)) for h in (1, 2, 3, 4, 5) for _ in range(3)] + \
+            [(rng.choice(small), rng.choice(small)) for _ in range(10)] + [(f"{E}N3", f"{E}N9")]
+    for start in rng.sample(small, 40):  # connected pairs, as bench_scale draws them: a walk of 2-3 steps
+        end = start
+        for _ in range(rng.choice((2, 3))):
+            end = rng.choice(plain._stored_neighbours(end, None)).node
+        if end != start and end not in non:
+            pairs.append((start, end))
+    found = 0
+    for a, b in pairs:
+        for x, y in ((a, b), (b, a)):
+            read.clear()
+            got = kg.bridge(x, y, max_hops=3, max_paths=10**6)
+            walked = sorted(set(read))
+            assert got == plain.bridge(x, y, max_hops=3, max_paths=10**6)
+            found += len(got)
+            # the store is read only for hubs' capped edges (and never for a node the file holds whole)
+            assert all(degree[n] > 45 for n in walked), walked
+        assert kg.bridge(a, b, relations=["http://example.org/rel/a", "http://example.org/rel/b"]) == \
+            plain.bridge(a, b, relations=["http://example.org/rel/a", "http://example.org/rel/b"])
+    assert found > 80  # 102: the comparison is not vacuous
+
+    # a raw write in this process: read live (the store) until refresh, which builds the new state's file
+    n9, n10 = f"{E}N9", f"{E}N10"
+    before = kg.bridge(n9, n10, max_hops=1)
+    store.update(f"INSERT DATA {{ GRAPH <{TEST_GRAPH}> {{ <{n9}> <http://example.org/rel/c> <{n10}> }} }}")
+    assert kg._adjacency_file() is None
+    after = kg.bridge(n9, n10, max_hops=1)
+    assert len(after) == len(before) + 1
+    kg.refresh()
+    kg._degree_table()
+    rebuilt = kg._adjacency_file()
+    assert rebuilt is not None and rebuilt.fingerprint != adjacency.fingerprint
+    assert ("http://example.org/rel/c", "forward", n10) in rebuilt.edges([n9])[n9]
+    assert kg.bridge(n9, n10, max_hops=1) == after
+    store.close()
+
+    # a store opened read-only reads the file a writer left and builds none where it is missing
+    (folder / ".mirage-cache" / "adjacency.sqlite").unlink()
+    reader = OxigraphStore(folder, read_only=True)
+    graph = Graph(reader)
+    graph._degree_table()
+    assert graph._adjacency_file() is None and not (folder / ".mirage-cache" / "adjacency.sqlite").exists()
+    reader.close()

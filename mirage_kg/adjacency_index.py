@@ -1,0 +1,195 @@
+"""Every node's fact edges in one compact SQLite file beside the degree index (``adjacency.sqlite``), keyed by
+the same store fingerprint, so a bridge reads the adjacency of the dozens of nodes it walks in two indexed
+lookups of small integer arrays instead of decoding every edge out of the store (four term reads per edge in the
+engine: most of a bridge's CPU at UMLS size, and random reads of a 15 GB store when its pages are cold).
+
+It is a derived index like the degree index, never the source of truth: it is built from the store in one pass
+(a SELECT per fact predicate), holds exactly the edges ``Graph._stored_neighbours`` reads (IRI ends, named
+graphs, fact predicates, a self-loop once, forward), and is used only while the degree index file it was built
+beside is current for the store's state (``Graph._adjacency_file``). Each node is a row: its IRI, its id, and a
+blob of its edges as ``uint32`` other-node ids then ``uint16`` kinds (relation number * 2, plus 1 when the edge
+is walked backward)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from array import array
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from mirage_kg.progress import progress_bar
+from mirage_kg.store.base import Store
+from mirage_kg.terms import iri_ref
+
+FORMAT = "1"  # bump when the layout or what an edge is changes
+FILE_NAME = "adjacency.sqlite"
+_CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
+_BUCKET = 1 << 20  # node ids sorted per pass of the build (bounds its transient memory)
+Edge = tuple[str, str, str]  # (relation, "forward"|"backward", other node), as ``Graph.neighbours`` gives them
+
+
+class AdjacencyFile:
+    """The read side of ``adjacency.sqlite`` (read-only): each node's edges, node ids both ways."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        self._db.execute("PRAGMA mmap_size = 1073741824")  # pages are the OS's cache, shared, not this process's
+        meta = dict(self._db.execute("SELECT key, value FROM meta"))
+        self.fingerprint = meta.get("fingerprint")
+        self.format = meta.get("format")
+        self.relations: list[str] = json.loads(meta.get("relations", "[]"))
+
+    def _blobs(self, iris: Iterable[str]) -> dict[str, bytes]:
+        wanted, out = list(iris), {}
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start:start + _CHUNK]
+            out.update(self._db.execute(f"SELECT iri, edges FROM nodes WHERE iri IN ({','.join('?' * len(chunk))})",
+                                        chunk))
+        return out
+
+    def ids(self, iris: Iterable[str]) -> dict[str, int]:
+        """The id of each IRI on file (a node with no fact edge is absent)."""
+        wanted, out = list(iris), {}
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start:start + _CHUNK]
+            out.update(self._db.execute(f"SELECT iri, id FROM nodes WHERE iri IN ({','.join('?' * len(chunk))})",
+                                        chunk))
+        return out
+
+    def iris(self, ids: Iterable[int]) -> dict[int, str]:
+        """The IRI of each id."""
+        wanted, out = [int(i) for i in ids], {}
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start:start + _CHUNK]
+            out.update(self._db.execute(f"SELECT id, iri FROM nodes WHERE id IN ({','.join('?' * len(chunk))})",
+                                        chunk))
+        return out
+
+    def edges(self, iris: Iterable[str]) -> dict[str, list[Edge]]:
+        """Every fact edge at each node, in no set order (a node with none is absent): one lookup for the nodes'
+        rows and one for the IRIs at the other ends, however many nodes are asked about."""
+        import numpy as np
+
+        decoded = {iri: _decode(blob) for iri, blob in self._blobs(iris).items()}
+        if not decoded:
+            return {}
+        others = np.unique(np.concatenate([other for other, _ in decoded.values()]))
+        names = self.iris(others.tolist())
+        relations, out = self.relations, {}
+        walked = ("forward", "backward")
+        for iri, (other, kind) in decoded.items():
+            out[iri] = [(relations[k >> 1], walked[k & 1], names[o]) for o, k in zip(other.tolist(), kind.tolist())]
+        return out
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _decode(blob: bytes) -> tuple[Any, Any]:
+    import numpy as np
+
+    count = len(blob) // 6
+    return np.frombuffer(blob, dtype="<u4", count=count), np.frombuffer(blob, dtype="<u2", offset=4 * count)
+
+
+def open_beside(degree_file: Path, fingerprint: str) -> AdjacencyFile | None:
+    """The adjacency file beside the degree index file ``degree_file`` if it was built for this store state."""
+    path = degree_file.with_name(FILE_NAME)
+    if not path.is_file():
+        return None
+    try:
+        found = AdjacencyFile(path)
+    except sqlite3.Error:
+        return None
+    if found.fingerprint == fingerprint and found.format == FORMAT:
+        return found
+    found.close()
+    return None
+
+
+def build_beside(degree_file: Path, fingerprint: str, store: Store, predicates: list[str]) -> bool:
+    """Write the adjacency file beside ``degree_file`` from ``store`` (its fact ``predicates``, as the degree
+    index counted them), to a temporary file moved into place in one rename (a killed build leaves none);
+    False when the folder cannot be written."""
+    import numpy as np
+
+    path = degree_file.with_name(FILE_NAME)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    ids: dict[str, int] = {}
+    subjects, objects, counts = array("I"), array("I"), []
+    with progress_bar("adjacency index: edges", unit="edges") as advance:
+        for predicate in predicates:
+            before = len(subjects)
+            rows = store.iri_rows(f"SELECT ?s ?o WHERE {{ GRAPH ?g {{ ?s {iri_ref(predicate)} ?o }} "
+                                  f"FILTER(isIRI(?s) && isIRI(?o)) }}", ("s", "o"))
+            for s, o in rows:
+                sid = ids.get(s)  # type: ignore[arg-type]
+                if sid is None:
+                    sid = ids[s] = len(ids)  # type: ignore[index]
+                oid = ids.get(o)  # type: ignore[arg-type]
+                if oid is None:
+                    oid = ids[o] = len(ids)  # type: ignore[index]
+                subjects.append(sid)
+                objects.append(oid)
+            counts.append(len(subjects) - before)
+            advance(counts[-1])
+    names = list(ids)  # ids were handed out in insertion order
+    del ids
+    s_ids = np.frombuffer(subjects, dtype=np.uint32)
+    o_ids = np.frombuffer(objects, dtype=np.uint32)
+    kinds = np.repeat(np.arange(len(predicates), dtype=np.uint16) * 2, counts)
+    try:
+        tmp.unlink(missing_ok=True)
+        db = sqlite3.connect(tmp)
+    except (OSError, sqlite3.Error):
+        return False
+    try:
+        db.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; "
+                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); "
+                         "CREATE TABLE nodes (id INTEGER PRIMARY KEY, iri TEXT NOT NULL, edges BLOB NOT NULL);")
+        with progress_bar("adjacency index: nodes", total=len(names), unit="nodes") as advance:
+            for low in range(0, len(names), _BUCKET):
+                high = min(low + _BUCKET, len(names))
+                db.executemany("INSERT INTO nodes (id, iri, edges) VALUES (?, ?, ?)",
+                               _bucket_rows(names, low, high, s_ids, o_ids, kinds))
+                advance(high - low)
+        db.execute("CREATE UNIQUE INDEX nodes_by_iri ON nodes (iri)")
+        db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
+                       [("fingerprint", fingerprint), ("format", FORMAT), ("relations", json.dumps(predicates))])
+        db.commit()
+        db.close()
+        os.replace(tmp, path)
+    except (OSError, sqlite3.Error):
+        db.close()
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _bucket_rows(names: list[str], low: int, high: int, s_ids: Any, o_ids: Any, kinds: Any,
+                 ) -> Iterable[tuple[int, str, bytes]]:
+    """The rows of nodes ``low`` to ``high``: each stored triple seen from its subject (forward) and from its
+    object (backward, except a self-loop, which is one forward edge), one edge per (kind, other) however many
+    graphs hold the triple."""
+    import numpy as np
+
+    out_side = (s_ids >= low) & (s_ids < high)
+    in_side = (o_ids >= low) & (o_ids < high) & (s_ids != o_ids)
+    node = np.concatenate([s_ids[out_side], o_ids[in_side]])
+    other = np.concatenate([o_ids[out_side], s_ids[in_side]])
+    kind = np.concatenate([kinds[out_side], kinds[in_side] + 1])
+    order = np.lexsort((other, kind, node))
+    node, other, kind = node[order], other[order], kind[order]
+    fresh = np.ones(len(node), dtype=bool)
+    fresh[1:] = (node[1:] != node[:-1]) | (kind[1:] != kind[:-1]) | (other[1:] != other[:-1])
+    node, other, kind = node[fresh], other[fresh], kind[fresh]
+    starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+    ends = np.r_[starts[1:], len(node)]
+    other, kind = other.astype("<u4"), kind.astype("<u2")
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        number = int(node[start])
+        yield number, names[number], other[start:end].tobytes() + kind[start:end].tobytes()
