@@ -38,6 +38,11 @@ class AdjacencyFile:
         self.path = path
         self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         self._db.execute("PRAGMA mmap_size = 1073741824")  # pages are the OS's cache, shared, not this process's
+        # each bridge reads rows at random places in it: read the whole file ahead once, in order, as the degree
+        # index's file is (a cold row would cost the random read the file exists to avoid)
+        from mirage_kg.degree_index import _warm_in_background
+
+        _warm_in_background(path)
         meta = dict(self._db.execute("SELECT key, value FROM meta"))
         self.fingerprint = meta.get("fingerprint")
         self.format = meta.get("format")

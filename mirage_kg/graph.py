@@ -1129,6 +1129,10 @@ class Graph:
         # a membership check is two index seeks (one each way): about two edge reads when the store's pages are
         # in memory, far more when they are not (a seek reads a random block, an adjacency list reads on)
         cost_pairs = 4 * len(xs) * len(ys)
+        if not merged and self._adjacency_file() is not None:
+            # a side read from the adjacency file costs two lookups in a small file, against two seeks in the
+            # whole store per pair (random blocks of 15 GB when its pages are cold)
+            cost_pairs *= 16
         # point lookups read stored triples, so not across merged concepts
         if cost_pairs < min(cost_x, cost_y) and not merged:
             for x in xs:
