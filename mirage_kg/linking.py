@@ -1588,6 +1588,7 @@ class Linker:
         self._fingerprint: str | None = None
         self._lock = threading.RLock()
         self._merged: Any = None  # the graph's ConceptGroups, taken on first use
+        self._any_merged = False  # whether it has any (known once ``_merged`` is)
         self.index_from_cache = False  # whether the label index came from the on-disk cache
         self.embeddings_from_cache = False
         self.embeddings_encoded = 0  # label texts encoded by the last build (the rest came from an earlier one)
@@ -1809,20 +1810,29 @@ class Linker:
         if is_identifier(text):
             return self._by_id(text)
         scores: dict[int, tuple[float, str]] = {}
-        ordered = False
+        taken = None
         if name != text:
             self._dictionary(name, scores)
             self._dictionary(text, scores)
-        else:
-            ordered = self._dictionary(text, scores, top)
+        elif not self._merging():
+            index = self.index
+            taken = index.first_ranked(text, normalise(text), top)
+            embeds = self.embedder is not None and self.matrix is not None and _has_content(text)
+            # an exact mention's usual way out: first_ranked's (level, IRI) order is the ranking of a KG with no
+            # merged concepts and the levels' scores have six decimals, so nothing is left to sort or round
+            if taken and not embeds:
+                packed = index._lookup()
+                entity = packed.record if packed is not None else index.entity
+                return [Candidate(entity(idx), *_LEVELS[level]) for idx, level in taken.items()]
+            scores.update((idx, _LEVELS[level]) for idx, level in (taken or {}).items())
+        if taken is None and name == text:  # merged concepts, or more rows to read than the first few
+            self._dictionary(text, scores)
         if not scores:  # a name found as it is needs no look-alikes
-            ordered = False
             self._fuzzy(fold(text), scores, full_scan=True)
         if self.embedder is not None and self.matrix is not None and _has_content(text):
             vec = self.embedder.encode([text])[0]
             self._embedding(vec, scores)
-            ordered = False
-        return self._ranked(scores, top, ordered)
+        return self._ranked(scores, top)
 
     def _by_id(self, text: str) -> list[Candidate]:
         from mirage_kg.errors import UnknownEntityError
@@ -1832,24 +1842,22 @@ class Linker:
         except UnknownEntityError:
             return []
 
-    def _dictionary(self, text: str, scores: dict[int, tuple[float, str]], top: int | None = None) -> bool:
+    def _dictionary(self, text: str, scores: dict[int, tuple[float, str]], top: int | None = None) -> None:
         """Exact, synonym and normalised matches of ``text`` into ``scores`` (empty on entry when ``top`` is
         given: then only the matches that can rank in the first ``top`` are read, once the KG has no merged
-        concepts, whose representatives rank first and could sit anywhere in IRI order). True when that is
-        what happened: then ``scores`` holds the first ``top`` in ranking order already."""
+        concepts, whose representatives rank first and could sit anywhere in IRI order)."""
         key = normalise(text)
-        if top is not None and not self._groups():
+        if top is not None and not self._merging():
             taken = self.index.first_ranked(text, key, top)
             if taken is not None:
                 for idx, level in taken.items():
                     scores[idx] = _LEVELS[level]
-                return True
+                return
         for idx, kind, normalised in self.index.dictionary(text, key):
             if normalised:
                 _offer(scores, idx, _SCORES[("normalised", kind)], "normalised" if kind == 0 else "synonym")
             else:
                 _offer(scores, idx, _SCORES[("exact", kind)], "exact" if kind == 0 else "synonym")
-        return False
 
     def _fuzzy(self, key: str, scores: dict[int, tuple[float, str]], full_scan: bool = False) -> None:
         """rapidfuzz token-sort ratio against some of the labels. In an index up to ``_FULL_SCAN``: those sharing a
@@ -1965,16 +1973,19 @@ class Linker:
         asking the graph each time re-reads the store's manifest, which cost most of an exact lookup."""
         if self._merged is None:
             self._merged = self.kg.groups
+            self._any_merged = bool(self._merged)
         return self._merged
 
-    def _ranked(self, scores: dict[int, tuple[float, str]], top: int, ordered: bool = False) -> list[Candidate]:
+    def _merging(self) -> bool:
+        """Whether the graph has merged concepts (asked for every mention: one attribute, not a length)."""
+        if self._merged is None:
+            self._groups()
+        return self._any_merged
+
+    def _ranked(self, scores: dict[int, tuple[float, str]], top: int) -> list[Candidate]:
         """Best first; members of one merged concept (``KnowledgeGraph.groups``) count once, as the best-scored
-        member, listing the others in ``same_as``. ``ordered``: ``scores`` holds at most ``top`` entities of a
-        KG without merged concepts, in ranking order already, with scores of at most six decimals."""
+        member, listing the others in ``same_as``."""
         packed = self.index._lookup()
-        if ordered:  # an exact mention's usual way out: nothing to sort or round
-            entity = packed.record if packed is not None else self.index.entity
-            return [Candidate(entity(idx), score, method) for idx, (score, method) in scores.items()]
         entity_row = packed.entity if packed is not None else self.index._entity_row
         groups = self._groups()
         rep = groups.rep
