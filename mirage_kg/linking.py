@@ -588,7 +588,7 @@ class LabelIndex:
                         size = self._db.execute("SELECT coalesce(sum(length(data)), 0) FROM packed WHERE name = ?",
                                                 (name,)).fetchone()[0]
                         parts = self._db.execute("SELECT data FROM packed WHERE name = ? ORDER BY part", (name,))
-                        return _in_memory(size, (row[0] for row in parts))
+                        return _in_memory(size, (row[0] for row in parts), huge=name in _EXACT_ARRAYS)
 
                     self._packed = _Packed(read)
         return self._packed
@@ -1349,20 +1349,24 @@ def _group_buckets(keys: np.ndarray) -> np.ndarray:
 
 _RECENT_ENTITIES = 4096  # entities the packed lookup keeps decoded (``_Packed.record``)
 _HUGE_PAGE = 2 << 20  # the size of an x86-64 transparent huge page
+# the packed arrays an exact, normalised or synonym mention reads (``_Packed.spans``, its rows, ``record``)
+_EXACT_ARRAYS = frozenset({"group_table", "group_buckets", "row_levels", "row_idx", "entity_text", "entity_ends"})
 
 
-def _in_memory(size: int, parts: Iterable[bytes]) -> bytes | mmap.mmap:
-    """One packed array of ``size`` bytes from its parts, in memory. A large one goes into anonymous memory the
-    kernel is asked to back with transparent huge pages: a lookup at UMLS size makes a dozen random reads in a
-    gigabyte, and with 4 KiB pages each also missed the TLB (a page-table walk, costlier still in a virtual
-    machine). Filled part by part: the whole array is never held twice."""
-    if size < _HUGE_PAGE or not hasattr(mmap, "MADV_HUGEPAGE"):  # small, or no huge pages (not Linux)
+def _in_memory(size: int, parts: Iterable[bytes], huge: bool = False) -> bytes | mmap.mmap:
+    """One packed array of ``size`` bytes from its parts, in memory; a large one in anonymous memory filled part
+    by part (the whole array is never held twice, as joining the parts held it). ``huge``: the kernel is asked
+    to back it with transparent huge pages, for the arrays every exact mention reads at random (a dozen reads in
+    half a gigabyte at UMLS size, each of which also missed the TLB with 4 KiB pages: a page-table walk, dearer
+    in a virtual machine). Not for all: where memory is fragmented each huge page costs the open a compaction."""
+    if size < _HUGE_PAGE or not hasattr(mmap, "MAP_ANONYMOUS"):  # small, or no anonymous maps (Windows)
         return b"".join(parts)
     memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    try:
-        memory.madvise(mmap.MADV_HUGEPAGE)  # before the first write, which faults the pages in
-    except OSError:  # a kernel without them, or with them turned off: ordinary pages
-        pass
+    if huge and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            memory.madvise(mmap.MADV_HUGEPAGE)  # before the first write, which faults the pages in
+        except OSError:  # a kernel without them, or with them turned off: ordinary pages
+            pass
     at = 0
     for part in parts:
         memory[at:at + len(part)] = part
