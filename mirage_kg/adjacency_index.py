@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import struct
 from array import array
 from collections.abc import Iterable
 from pathlib import Path
@@ -89,6 +90,20 @@ class AdjacencyFile:
         for iri, (other, kind) in decoded.items():
             out[iri] = [(relations[k >> 1], walked[k & 1], names[o]) for o, k in zip(other.tolist(), kind.tolist())]
         return out
+
+    def node_edges(self, iri: str) -> list[Edge]:
+        """``edges`` of one node (none when it is not on file), read without numpy: anchor asks for one node of a
+        dozen edges, where array set-up would cost more than the lookups (two: the row, then its other ends)."""
+        row = self._db.execute("SELECT edges FROM nodes WHERE iri = ?", (iri,)).fetchone()
+        if row is None:
+            return []
+        blob = row[0]
+        count = len(blob) // 6
+        others = struct.unpack_from(f"<{count}I", blob)
+        kinds = struct.unpack_from(f"<{count}H", blob, 4 * count)
+        names = self.iris(set(others))
+        relations, walked = self.relations, ("forward", "backward")
+        return [(relations[k >> 1], walked[k & 1], names[o]) for o, k in zip(others, kinds)]
 
     def close(self) -> None:
         self._db.close()

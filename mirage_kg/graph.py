@@ -639,12 +639,8 @@ class Graph:
         merged = groups.representative
         if iri not in merged:  # a concept merged with none (every node of a store without exact matches)
             edges = self.neighbours(iri, relations, per_relation)
-            if not any(n in merged for _, _, n in edges):
-                # nor are its neighbours: each edge is its own stored triple, already distinct and sorted, and
-                # the loop below would only copy it (a self-loop dropped, a fact stored both ways kept forward)
-                forward = {(p, n) for p, d, n in edges if d == "forward"}
-                return [(p, d, n, iri, n) if d == "forward" else (p, d, n, n, iri) for p, d, n in edges
-                        if n != iri and (d == "forward" or (p, n) not in forward)]
+            if not any(n in merged for _, _, n in edges):  # nor are its neighbours
+                return _as_stored(iri, edges)
         node = groups.rep(iri)
         found: dict[tuple[str, str, str], tuple[str, str]] = {}
         for member in groups.of(node):
@@ -658,6 +654,25 @@ class Graph:
                     found[key] = real
         return sorted((p, d, n, *found[(p, d, n)]) for p, d, n in found
                       if d == "forward" or (p, "forward", n) not in found)
+
+    def _anchor_walk(self, iri: str, relations: frozenset[str] | None,
+                     per_relation: int) -> list[tuple[str, str, str, str, str]]:
+        """``walk`` for anchor: a node merged with none, no hub and not on the degree index's file, has its edges
+        read from the adjacency file while that is current (``_adjacency_file``: two lookups in a small file,
+        where the store decodes every edge's terms, a random block each the first time a node is read, which
+        was most of a typical anchor at full size); the same edges, the file holding what
+        ``_stored_neighbours`` reads."""
+        merged = self.groups.representative
+        if iri not in merged and self.degrees([iri])[iri] <= HUB_DEGREE:
+            adjacency = self._adjacency_file()
+            state = self._state()
+            if adjacency is not None and state.degrees is not None and not state.degrees.is_filed(iri):
+                non = state.non_concepts
+                edges = sorted(e for e in adjacency.node_edges(iri)
+                               if e[2] not in non and (relations is None or e[0] in relations))
+                if not any(n in merged for _, _, n in edges):
+                    return _as_stored(iri, edges)
+        return self.walk(iri, relations, per_relation)
 
     def _node_degrees(self, nodes: Iterable[str]) -> dict[str, int]:
         """Degree of each node, a merged concept counting all its members' facts."""
@@ -718,7 +733,7 @@ class Graph:
         from mirage_kg.ranking import annotation_frequencies, neighbour_scores
 
         # a hub's edges are read up to a cap per relation (ranked among those): anchor costs the same at any degree
-        edges = [e for e in self.walk(iri, rels, max(k, HUB_EDGES_PER_RELATION))
+        edges = [e for e in self._anchor_walk(iri, rels, max(k, HUB_EDGES_PER_RELATION))
                  if want == "both" or e[1] == want]
         if not edges:
             return [], {}
@@ -1234,6 +1249,14 @@ class Graph:
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------------
+
+def _as_stored(iri: str, edges: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str, str, str]]:
+    """``walk``'s answer at a node merged with none, among neighbours merged with none, from its edges (distinct,
+    sorted): each edge is its own stored triple, a self-loop dropped, a fact stored both ways kept forward."""
+    forward = {(p, n) for p, d, n in edges if d == "forward"}
+    return [(p, d, n, iri, n) if d == "forward" else (p, d, n, n, iri) for p, d, n in edges
+            if n != iri and (d == "forward" or (p, n) not in forward)]
+
 
 def once_each_way(paths: Sequence[tuple[tuple[str, str, str, str], ...]]
                   ) -> list[tuple[tuple[str, str, str, str], ...]]:

@@ -969,6 +969,9 @@ def test_an_anchor_at_a_node_merged_with_none_walks_as_a_merged_one_and_reads_th
     store = OxigraphStore()
     ensure_schema(store)
     load_text(store, heavy_tailed_turtle(300, seed=11), TEST_GRAPH)
+    # edges to a schema class (a declaration, not a concept): never a neighbour, from the store or the file
+    load_text(store, "".join(f"<{E}N{n}> <http://example.org/rel/a> <{MKG}Disease> .\n" for n in range(5, 300, 7)),
+              TEST_GRAPH)
     kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
     table = kg._degree_table()
     assert isinstance(table, DiskDegrees) and not kg.groups.representative
@@ -977,8 +980,13 @@ def test_an_anchor_at_a_node_merged_with_none_walks_as_a_merged_one_and_reads_th
     shapes = [(relations, cap) for relations in (None, frozenset({rel + "a"}), frozenset({rel + "b", rel + "c"}))
               for cap in (None, 3, 250)]
     walked = {(n, shape): kg.walk(n, *shape) for n in nodes for shape in shapes}
-    anchored = {(n, k, rank): kg.anchor(n, k=k, rank=rank) for n in nodes for k in (1, 3, 10)
-                for rank in ("specificity", "degree")}
+    with monkeypatch.context() as patch:  # the reference: every node's edges read from the store
+        patch.setattr(type(kg), "_adjacency_file", lambda self: None)
+        anchored = {(n, k, rank): kg.anchor(n, k=k, rank=rank) for n in nodes for k in (1, 3, 10)
+                    for rank in ("specificity", "degree")}
+    assert kg._adjacency_file() is not None
+    for (n, k, rank), steps in anchored.items():  # from the adjacency file: the same
+        assert kg.anchor(n, k=k, rank=rank) == steps, (n, k, rank)
     assert any(e[2] == n for (n, _), edges in walked.items() for e in edges) is False  # no self-loop kept
     assert sum(len(edges) for edges in walked.values()) > 3000
     for n in nodes:  # a group's top k is the first k of its whole ranking
@@ -999,15 +1007,29 @@ def test_an_anchor_at_a_node_merged_with_none_walks_as_a_merged_one_and_reads_th
     kg._state().groups = None
     statements: list[str] = []
     typical = [n for n in nodes if 2 <= table[n] < 20]
-    assert len(typical) > 100
+    assert len(typical) > 100 and kg._adjacency_file() is not None
+    store_reads: list[str] = []
+    original_links = OxigraphStore.links
+
+    def links_spy(self: OxigraphStore, node: str, *args: Any) -> Any:
+        store_reads.append(node)
+        return original_links(self, node, *args)
+
+    monkeypatch.setattr(OxigraphStore, "links", links_spy)
     for n in typical:
         table._memo.clear()
         kg.entity(n)  # what a caller does first (and the bench, before timing)
         table._db.set_trace_callback(statements.append)
-        assert kg.anchor(n, k=10)
+        assert kg.anchor(n, k=10) == anchored[(n, 10, "specificity")]
         table._db.set_trace_callback(None)
         assert len(statements) == 1 and statements[0].startswith("SELECT iri, degree, label FROM degrees"), statements
         statements.clear()
+    assert not store_reads  # its own edges from the adjacency file: no store read at all
+    # without the adjacency file (or with a raw write since it was opened): the store, the same answers
+    monkeypatch.setattr(type(kg), "_adjacency_file", lambda self: None)
+    for n in typical[:50]:
+        assert kg.anchor(n, k=10) == anchored[(n, 10, "specificity")]
+    assert len(store_reads) == 100  # two scans each
 
 
 def test_bridge_reads_every_nodes_adjacency_from_the_adjacency_file_with_the_same_answers(
