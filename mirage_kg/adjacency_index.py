@@ -49,31 +49,22 @@ class AdjacencyFile:
         self.format = meta.get("format")
         self.relations: list[str] = json.loads(meta.get("relations", "[]"))
 
-    def _blobs(self, iris: Iterable[str]) -> dict[str, bytes]:
-        wanted, out = list(iris), {}
+    def _select_in(self, columns: str, key: str, keys: Iterable[Any]) -> dict[Any, Any]:
+        """``{key: value}`` of the ``nodes`` rows whose ``key`` column is one of ``keys``, ``_CHUNK`` keys an
+        ``IN (...)`` lookup."""
+        wanted, out = list(keys), {}
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start:start + _CHUNK]
-            out.update(self._db.execute(f"SELECT iri, edges FROM nodes WHERE iri IN ({','.join('?' * len(chunk))})",
+            out.update(self._db.execute(f"SELECT {columns} FROM nodes WHERE {key} IN ({','.join('?' * len(chunk))})",
                                         chunk))
         return out
 
-    def ids(self, iris: Iterable[str]) -> dict[str, int]:
-        """The id of each IRI on file (a node with no fact edge is absent)."""
-        wanted, out = list(iris), {}
-        for start in range(0, len(wanted), _CHUNK):
-            chunk = wanted[start:start + _CHUNK]
-            out.update(self._db.execute(f"SELECT iri, id FROM nodes WHERE iri IN ({','.join('?' * len(chunk))})",
-                                        chunk))
-        return out
+    def _blobs(self, iris: Iterable[str]) -> dict[str, bytes]:
+        return self._select_in("iri, edges", "iri", iris)
 
     def iris(self, ids: Iterable[int]) -> dict[int, str]:
         """The IRI of each id."""
-        wanted, out = [int(i) for i in ids], {}
-        for start in range(0, len(wanted), _CHUNK):
-            chunk = wanted[start:start + _CHUNK]
-            out.update(self._db.execute(f"SELECT id, iri FROM nodes WHERE id IN ({','.join('?' * len(chunk))})",
-                                        chunk))
-        return out
+        return self._select_in("id, iri", "id", (int(i) for i in ids))
 
     def edges(self, iris: Iterable[str]) -> dict[str, list[Edge]]:
         """Every fact edge at each node, in no set order (a node with none is absent): one lookup for the nodes'
