@@ -37,13 +37,13 @@ class AdjacencyFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        self._db.execute("PRAGMA mmap_size = 1073741824")  # pages are the OS's cache, shared, not this process's
-        # each bridge reads rows at random places in it: read the whole file ahead once, in order, as the degree
-        # index's file is (a cold row would cost the random read the file exists to avoid)
-        from mirage_kg.degree_index import _warm_in_background
+        from mirage_kg.degree_index import _ReadAhead, connect_read_only
 
-        _warm_in_background(path)
+        self._db = connect_read_only(path)  # 4 KiB reads, no memory map (why: ``connect_read_only``)
+        # each anchor and bridge reads rows at random places in it: read the whole file ahead once, in order, as
+        # the degree index's file is, before the first lookup (a cold row would cost the random read the file
+        # exists to avoid)
+        self._read_ahead = _ReadAhead(path)
         meta = dict(self._db.execute("SELECT key, value FROM meta"))
         self.fingerprint = meta.get("fingerprint")
         self.format = meta.get("format")
@@ -53,6 +53,7 @@ class AdjacencyFile:
         """``{key: value}`` of the ``nodes`` rows whose ``key`` column is one of ``keys``, ``_CHUNK`` keys an
         ``IN (...)`` lookup."""
         wanted, out = list(keys), {}
+        self._read_ahead.wait()
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start:start + _CHUNK]
             out.update(self._db.execute(f"SELECT {columns} FROM nodes WHERE {key} IN ({','.join('?' * len(chunk))})",
@@ -85,6 +86,7 @@ class AdjacencyFile:
     def node_edges(self, iri: str) -> list[Edge]:
         """``edges`` of one node (none when it is not on file), read without numpy: anchor asks for one node of a
         dozen edges, where array set-up would cost more than the lookups (two: the row, then its other ends)."""
+        self._read_ahead.wait()
         row = self._db.execute("SELECT edges FROM nodes WHERE iri = ?", (iri,)).fetchone()
         if row is None:
             return []

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -36,6 +37,11 @@ FORMAT = "4"  # bump when the file's layout or the degree's definition changes
 FILED_DEGREE = 1_000
 FILED_EDGES = 4_000_000  # ~60 bytes each on disk; a query process holds none of them
 _CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
+#: bytes of an index file asked for in one read-ahead advice: Linux reads at most max(read_ahead_kb, the device's
+#: largest request) of one WILLNEED (8 MiB here, 128 KiB by default), silently: the 16 MiB asked for before read half
+_WARM_SLICE = 128 << 10
+_WARM_WAIT_S = 120.0  # the longest a lookup waits for its file's read-ahead (a disk far slower than any seen here)
+_READ_CACHE_KIB = 16 << 10  # SQLite's page cache per read connection: the upper B-tree pages of a 600 MB file
 _MEMO = 50_000  # rows kept in memory after a lookup (bounded: the index itself stays on disk)
 _BATCH = 50_000  # rows per executemany while building
 #: positions per (relation, direction) kept for a hub's filed anchor: anchor with a larger ``k`` ranks as before
@@ -57,11 +63,8 @@ class DiskDegrees(Mapping[str, int]):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        # read through a memory map: lookups cost no read() call, and the pages are the OS's file cache (shared,
-        # dropped under pressure), not this process's own memory
-        self._db.execute("PRAGMA mmap_size = 1073741824")
-        _warm_in_background(path)
+        self._db = connect_read_only(path)
+        self._read_ahead = _ReadAhead(path)
         self._count = int(self._meta("count") or 0)
         #: the fact predicates the index counted (a hub's relations are probed among these)
         self.predicates: list[str] = json.loads(self._meta("predicates") or "[]")
@@ -94,6 +97,7 @@ class DiskDegrees(Mapping[str, int]):
         settings = self.hub_anchor_settings()
         if settings is None:
             return None
+        self._read_ahead.wait()
         found = self._db.execute("SELECT id FROM hub_anchor_nodes WHERE iri = ?", (iri,)).fetchone()
         if found is None:
             return None
@@ -197,6 +201,7 @@ class DiskDegrees(Mapping[str, int]):
                 out[iri] = row
         if not missing:
             return out
+        self._read_ahead.wait()
         found: dict[str, tuple[int, str | None]] = {}
         for start in range(0, len(missing), _CHUNK):
             chunk = missing[start:start + _CHUNK]
@@ -218,12 +223,14 @@ class DiskDegrees(Mapping[str, int]):
     def filed_links(self, iri: str) -> list[tuple[str, str, str]]:
         """(relation, "forward"|"backward", other node) of every fact edge at a node on file, in no set order."""
         relations = self._relations
+        self._read_ahead.wait()
         rows = self._db.execute("SELECT other, relation, forward FROM links WHERE node = ?", (self._filed[iri],))
         return [(relations[r], "forward" if f else "backward", other) for other, r, f in rows]
 
     def filed_links_to(self, iri: str, others: Iterable[str]) -> list[tuple[str, str, str]]:
         """The edges of ``filed_links(iri)`` whose other end is among ``others``: one indexed lookup per chunk."""
         relations, node, wanted = self._relations, self._filed[iri], list(others)
+        self._read_ahead.wait()
         out = []
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start:start + _CHUNK]
@@ -238,6 +245,7 @@ class DiskDegrees(Mapping[str, int]):
         of edges ``iri - x - other``, both nodes on file: one join in the file, where reading ``iri``'s edges and
         asking ``other`` about each end would bind every one of them."""
         relations = self._relations
+        self._read_ahead.wait()
         rows = self._db.execute(
             "SELECT a.other, a.relation, a.forward, b.relation, b.forward FROM links a "
             "JOIN links b ON b.node = ? AND b.other = a.other WHERE a.node = ?", (self._filed[other], self._filed[iri]))
@@ -255,28 +263,58 @@ class DiskDegrees(Mapping[str, int]):
         self._db.close()
 
 
-def _warm_in_background(path: Path) -> None:
-    """Ask the OS to read the whole file into its page cache, from a daemon thread, a slice at a time: each
-    anchor reads rows of ~15 nodes at random places in it, so a file read cold (at full size a few hundred MB,
-    evicted by a 15 GB store's pages) would cost as many random reads as the labels it replaced; read ahead in
-    order it costs a second of disk time once, and nothing when its pages are in memory already."""
-    import threading
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to an index file beside the store (this degree index, the adjacency index), whose
+    pages are read with ``pread``, not through a memory map: a page missing from the OS's cache then costs one
+    4 KiB read, where a fault in a mapped file makes the kernel read around it (``read_ahead_kb``: 8 MiB a fault on
+    this machine, ~25 ms of disk for each cold row an anchor reads at full size). SQLite's own cache keeps the
+    B-trees' upper pages, which every lookup passes through."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    db.execute(f"PRAGMA cache_size = -{_READ_CACHE_KIB}")
+    return db
 
+
+def _warm_in_background(path: Path) -> threading.Thread:
+    """Ask the OS to read the whole file into its page cache, in order, from a daemon thread (returned: the file's
+    lookups wait for it, ``_ReadAhead``). Each anchor reads rows of ~15 nodes at random places in it: read cold (at
+    full size a few hundred MB, evicted by a 15 GB store's pages), each row is a random 4 KiB read, 0.5 ms at the
+    median and 12 ms at p95 on this machine's disk, so an anchor of ~30 rows waited tens of milliseconds; read in
+    order the file costs its size at the disk's sequential speed once (seconds when cold, milliseconds when its
+    pages are already in memory)."""
     def warm() -> None:
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
             return
         try:
-            size, step = os.fstat(fd).st_size, 16 << 20
-            for start in range(0, size, step):
-                os.posix_fadvise(fd, start, step, os.POSIX_FADV_WILLNEED)
+            size = os.fstat(fd).st_size
+            slices = range(0, size, _WARM_SLICE)
+            for start in slices:  # queued at once: the disk reads them in order at its own pace
+                os.posix_fadvise(fd, start, _WARM_SLICE, os.POSIX_FADV_WILLNEED)
+            for start in slices:  # then each slice's last page read: done once they have all come in
+                os.pread(fd, 1, min(start + _WARM_SLICE, size) - 1)
         except (OSError, AttributeError):  # no fadvise on this system: the pages come in as they are read
             pass
         finally:
             os.close(fd)
 
-    threading.Thread(target=warm, name="degree-index-warm", daemon=True).start()
+    thread = threading.Thread(target=warm, name="degree-index-warm", daemon=True)
+    thread.start()
+    return thread
+
+
+class _ReadAhead:
+    """The read-ahead of an index file (``_warm_in_background``), which its first lookup waits for (at most
+    ``_WARM_WAIT_S``): a lookup made while it runs would queue its random reads behind it and wait longer than for
+    the whole file. ``wait`` is a no-op once it has finished."""
+
+    def __init__(self, path: Path) -> None:
+        self._thread: threading.Thread | None = _warm_in_background(path)
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join(_WARM_WAIT_S)
+            self._thread = None
 
 
 class MemoryDegrees(dict[str, int]):

@@ -410,6 +410,11 @@ class Graph:
         state = self._state()
         wanted = [i for i in dict.fromkeys(iris)]
         missing = [i for i in wanted if i not in state.relations]
+        table = self._current_degree_file() if missing else None
+        if table is not None:
+            # every fact relation with the first ones asked for: each is a few point lookups in the store, cold
+            # at first (~10 ms each at full size), which anchors seeing a relation for the first time each waited
+            missing += [p for p in table.predicates if p not in state.relations and p not in missing]
         if missing:
             meta = self._literal_values(
                 missing, (RDFS_LABEL, SKOS_PREF, INVERSE_LABEL, FORWARD_TEMPLATE, BACKWARD_TEMPLATE))
@@ -657,22 +662,42 @@ class Graph:
 
     def _anchor_walk(self, iri: str, relations: frozenset[str] | None,
                      per_relation: int) -> list[tuple[str, str, str, str, str]]:
-        """``walk`` for anchor: a node merged with none, no hub and not on the degree index's file, has its edges
-        read from the adjacency file while that is current (``_adjacency_file``: two lookups in a small file,
-        where the store decodes every edge's terms, a random block each the first time a node is read, which
-        was most of a typical anchor at full size); the same edges, the file holding what
+        """``walk`` for anchor: a node whose edges may come from the adjacency file (``_edges_on_file``, no hub
+        past ``HUB_DEGREE``) and whose neighbours are merged with none has them read from there (two lookups in a
+        small file, where the store decodes every edge's terms, a random block each the first time a node is read,
+        which was most of a typical anchor at full size); the same edges, the file holding what
         ``_stored_neighbours`` reads."""
-        merged = self.groups.representative
-        if iri not in merged and self.degrees([iri])[iri] <= HUB_DEGREE:
-            adjacency = self._adjacency_file()
-            state = self._state()
-            if adjacency is not None and state.degrees is not None and not state.degrees.is_filed(iri):
-                non = state.non_concepts
-                edges = sorted(e for e in adjacency.node_edges(iri)
-                               if e[2] not in non and (relations is None or e[0] in relations))
-                if not any(n in merged for _, _, n in edges):
-                    return _as_stored(iri, edges)
+        on_file = self._edges_on_file((iri,), relations, HUB_DEGREE).get(iri)
+        if on_file is not None:
+            merged = self.groups.representative
+            if not any(n in merged for _, _, n in on_file):
+                return _as_stored(iri, on_file)
         return self.walk(iri, relations, per_relation)
+
+    def _edges_on_file(self, nodes: Iterable[str], relations: frozenset[str] | None, max_degree: int,
+                       ends: Iterable[str] = ()) -> dict[str, list[Neighbour]]:
+        """The stored fact edges of each of ``nodes`` that may be read from the adjacency file, sorted, of
+        ``relations`` (None: all), an edge to a declaration (schema class, relation) left out as the store's walk
+        leaves it: the file current (``_adjacency_file``), the node merged with no other concept, its adjacency not
+        on the degree index's file (that one is read there), and its degree at most ``max_degree`` unless it is
+        one of ``ends`` (a hub keeps its capped read). A node absent from the answer is read as before. Anchor
+        and bridge both ask here, so they decide and filter alike."""
+        wanted = list(dict.fromkeys(nodes))
+        adjacency = self._adjacency_file() if wanted else None
+        if adjacency is None:
+            return {}
+        state = self._state()
+        table, merged, keep = state.degrees, self.groups.representative, set(ends)
+        degree = self.degrees(wanted)
+        wanted = [n for n in wanted if n not in merged and not table.is_filed(n)  # type: ignore[union-attr]
+                  and (n in keep or degree[n] <= max_degree)]
+        if not wanted:
+            return {}
+        # one node (anchor) is decoded without numpy: array set-up would cost more than its dozen edges
+        found = {wanted[0]: adjacency.node_edges(wanted[0])} if len(wanted) == 1 else adjacency.edges(wanted)
+        non = state.non_concepts
+        return {n: sorted(Neighbour(p, d, o) for p, d, o in found.get(n, ())  # type: ignore[arg-type]
+                          if o not in non and (relations is None or p in relations)) for n in wanted}
 
     def _node_degrees(self, nodes: Iterable[str]) -> dict[str, int]:
         """Degree of each node, a merged concept counting all its members' facts."""
@@ -1171,28 +1196,11 @@ class Graph:
     def _prefetch_adjacency(self, nodes: Iterable[str], memo: dict[str, list[tuple[str, str, str]]],
                             rels: frozenset[str] | None, ends: tuple[str, ...], merged: bool) -> None:
         """Put the adjacency of ``nodes`` that a search is about to walk into ``memo`` in one read of the
-        adjacency file (``_adjacency_file``), where the store would decode every edge term by term: the same
+        adjacency file (``_edges_on_file``), where the store would decode every edge term by term: the same
         edges ``_adjacency_of`` reads (a hub walked through keeps its capped edges, a node on the degree index's
         file its filed ones, so those are left to it, as is everything when concepts are merged)."""
-        if merged:
-            return
-        wanted = [n for n in dict.fromkeys(nodes) if n not in memo]
-        if not wanted:
-            return
-        adjacency = self._adjacency_file()
-        if adjacency is None:
-            return
-        table = self._state().degrees
-        degree = self.degrees(wanted)
-        wanted = [n for n in wanted if not table.is_filed(n)  # type: ignore[union-attr]
-                  and (n in ends or degree[n] <= PATH_HUB_DEGREE)]
-        if not wanted:
-            return
-        non = self._state().non_concepts
-        found = adjacency.edges(wanted)
-        for n in wanted:
-            memo[n] = sorted(Neighbour(p, d, o) for p, d, o in found.get(n, ())  # type: ignore[misc]
-                             if o not in non and (rels is None or p in rels))
+        if not merged:
+            memo.update(self._edges_on_file((n for n in nodes if n not in memo), rels, PATH_HUB_DEGREE, ends))
 
     def _paths_by_sparql(self, a: str, b: str, hops: int,
                          rels: frozenset[str] | None) -> list[tuple[tuple[str, str, str, str], ...]]:
