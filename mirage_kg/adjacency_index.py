@@ -3,8 +3,8 @@ the same store fingerprint, so a bridge reads the adjacency of the dozens of nod
 lookups of small integer arrays instead of decoding every edge out of the store (four term reads per edge in the
 engine: most of a bridge's CPU at UMLS size, and random reads of a 15 GB store when its pages are cold).
 
-It is a derived index like the degree index, never the source of truth: it is built from the store in one pass
-(a SELECT per fact predicate), holds exactly the edges ``Graph._stored_neighbours`` reads (IRI ends, named
+It is a derived index like the degree index, never the source of truth: it is built from the same streamed pass
+over the store as the degree index (``mirage_kg.fact_scan``, one TSV read per fact predicate), holds exactly the edges ``Graph._stored_neighbours`` reads (IRI ends, named
 graphs, fact predicates, a self-loop once, forward), and is used only while the degree index file it was built
 beside is current for the store's state (``Graph._adjacency_file``). Each node is a row: its IRI, its id, and a
 blob of its edges as ``uint32`` other-node ids then ``uint16`` kinds (relation number * 2, plus 1 when the edge
@@ -13,17 +13,17 @@ is walked backward)."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import struct
-from array import array
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from mirage_kg.caching import write_sqlite_in_place
 from mirage_kg.progress import progress_bar
-from mirage_kg.store.base import Store
-from mirage_kg.terms import iri_ref
+
+if TYPE_CHECKING:
+    from mirage_kg.fact_scan import FactScan
 
 FORMAT = "1"  # bump when the layout or what an edge is changes
 FILE_NAME = "adjacency.sqlite"
@@ -124,45 +124,14 @@ def open_beside(degree_file: Path, fingerprint: str) -> AdjacencyFile | None:
     return None
 
 
-def build_beside(degree_file: Path, fingerprint: str, store: Store, predicates: list[str]) -> bool:
-    """Write the adjacency file beside ``degree_file`` from ``store`` (its fact ``predicates``, as the degree
-    index counted them), to a temporary file moved into place in one rename (a killed build leaves none);
-    False when the folder cannot be written."""
-    import numpy as np
+def build_beside(degree_file: Path, fingerprint: str, scan: FactScan) -> bool:
+    """Write the adjacency file beside ``degree_file`` from one pass over the store (``scan``: its fact edges as
+    ids, the degree index's predicates), to a temporary file moved into place in one rename (a killed build
+    leaves none); False when the folder cannot be written."""
+    s_ids, o_ids, kinds, names = scan.subjects, scan.objects, scan.kinds(), scan.names
 
-    path = degree_file.with_name(FILE_NAME)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    ids: dict[str, int] = {}
-    subjects, objects, counts = array("I"), array("I"), []
-    with progress_bar("adjacency index: edges", unit="edges") as advance:
-        for predicate in predicates:
-            before = len(subjects)
-            rows = store.iri_rows(f"SELECT ?s ?o WHERE {{ GRAPH ?g {{ ?s {iri_ref(predicate)} ?o }} "
-                                  f"FILTER(isIRI(?s) && isIRI(?o)) }}", ("s", "o"))
-            for s, o in rows:
-                sid = ids.get(s)  # type: ignore[arg-type]
-                if sid is None:
-                    sid = ids[s] = len(ids)  # type: ignore[index]
-                oid = ids.get(o)  # type: ignore[arg-type]
-                if oid is None:
-                    oid = ids[o] = len(ids)  # type: ignore[index]
-                subjects.append(sid)
-                objects.append(oid)
-            counts.append(len(subjects) - before)
-            advance(counts[-1])
-    names = list(ids)  # ids were handed out in insertion order
-    del ids
-    s_ids = np.frombuffer(subjects, dtype=np.uint32)
-    o_ids = np.frombuffer(objects, dtype=np.uint32)
-    kinds = np.repeat(np.arange(len(predicates), dtype=np.uint16) * 2, counts)
-    try:
-        tmp.unlink(missing_ok=True)
-        db = sqlite3.connect(tmp)
-    except (OSError, sqlite3.Error):
-        return False
-    try:
-        db.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; "
-                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); "
+    def fill(db: sqlite3.Connection) -> None:
+        db.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); "
                          "CREATE TABLE nodes (id INTEGER PRIMARY KEY, iri TEXT NOT NULL, edges BLOB NOT NULL);")
         with progress_bar("adjacency index: nodes", total=len(names), unit="nodes") as advance:
             for low in range(0, len(names), _BUCKET):
@@ -172,15 +141,9 @@ def build_beside(degree_file: Path, fingerprint: str, store: Store, predicates: 
                 advance(high - low)
         db.execute("CREATE UNIQUE INDEX nodes_by_iri ON nodes (iri)")
         db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
-                       [("fingerprint", fingerprint), ("format", FORMAT), ("relations", json.dumps(predicates))])
-        db.commit()
-        db.close()
-        os.replace(tmp, path)
-    except (OSError, sqlite3.Error):
-        db.close()
-        tmp.unlink(missing_ok=True)
-        return False
-    return True
+                       [("fingerprint", fingerprint), ("format", FORMAT), ("relations", json.dumps(scan.predicates))])
+
+    return write_sqlite_in_place(degree_file.with_name(FILE_NAME), fill)
 
 
 def _bucket_rows(names: list[str], low: int, high: int, s_ids: Any, o_ids: Any, kinds: Any,

@@ -8,7 +8,9 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from mirage_kg.errors import StoreStateWarning
@@ -86,3 +88,28 @@ def write_atomic(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
+
+
+def write_sqlite_in_place(path: Path, fill: Callable[[sqlite3.Connection], None]) -> bool:
+    """Build the SQLite file ``path`` under a temporary name beside it (``fill`` creates and fills its tables,
+    with a one-shot build's settings: no journal, no syncs, one writer, a large page cache) and move it into place
+    in one rename, so a killed build leaves no file and a reader never sees half of one; False, nothing left
+    behind, when the folder cannot be written or the build fails."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.unlink(missing_ok=True)
+        db = sqlite3.connect(tmp)
+    except (OSError, sqlite3.Error):
+        return False
+    try:
+        db.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE; "
+                         "PRAGMA cache_size = -131072;")
+        fill(db)
+        db.commit()
+        db.close()
+        os.replace(tmp, path)
+    except (OSError, sqlite3.Error):
+        db.close()
+        tmp.unlink(missing_ok=True)
+        return False
+    return True

@@ -1,9 +1,10 @@
-"""The fact degree of every node (the distinct fact triples it takes part in; a self-loop counts twice), built in
-one native aggregate over the store and kept in a SQLite file beside it, so a query process reads degrees by key
-instead of holding millions of them in a dict (a small store keeps a dict).
+"""The fact degree of every node (the distinct fact triples it takes part in; a self-loop counts twice), kept in a
+SQLite file beside the store, so a query process reads degrees by key instead of holding millions of them in a
+dict (a small store keeps a dict, counted natively: ``degree_rows``).
 
-The build groups by node only, with no ``DISTINCT`` over the triples (which held every fact triple in the engine's
-memory at once: gigabytes at UMLS size); see ``degree_rows``. The same file keeps the whole adjacency of the
+The file is built from one streamed pass over the store (``mirage_kg.fact_scan``: every fact edge as integer ids,
+each node's best label candidate), the same pass the adjacency file beside it is built from, with numpy sorts
+and bulk inserts in key order (``build_on_disk``). The same file keeps the whole adjacency of the
 best-connected nodes (``FILED_DEGREE`` edges or more, at most ``FILED_EDGES`` edges in all): bridge asks it which of
 many nodes a hub is linked to in one indexed lookup, where the store would need two seeks per node or a read of
 every edge at the hub (each decoded term a separate read in the engine).
@@ -26,10 +27,15 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from mirage_kg.caching import write_sqlite_in_place
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import Store, chunked
 from mirage_kg.terms import iri_ref
+
+if TYPE_CHECKING:
+    from mirage_kg.fact_scan import FactScan
 
 FORMAT = "4"  # bump when the file's layout or the degree's definition changes
 #: nodes with at least this many fact edges have their adjacency on file (the heavy tail: 17 nodes at 2.2M
@@ -416,89 +422,97 @@ def open_on_disk(path: Path, fingerprint: str) -> DiskDegrees | None:
     return None
 
 
-Adjacency = Callable[[str], Iterable[tuple[str, str, str]]]  # node -> its fact edges (relation, direction, other)
-
-
-def build_on_disk(path: Path, fingerprint: str, rows: Iterable[tuple[str, int]], predicates: list[str],
-                  fallback: Callable[[], MemoryDegrees], adjacency: Adjacency | None = None,
-                  labels: Iterable[LabelRow] | None = None, annotated: bool = True,
-                  ) -> DiskDegrees | MemoryDegrees:
-    """Write the index to a temporary file and move it into place in one rename (a killed build leaves no index);
-    where the folder cannot be written, the index stays in memory (``fallback``). ``adjacency`` gives the edges
-    filed for the best-connected nodes (``file_adjacency``); ``labels`` streams every label literal, of which each
-    node keeps the one of smallest rank (``LabelRow``); ``annotated``: whether the store holds annotation records."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.unlink(missing_ok=True)
-        db = sqlite3.connect(tmp)
-    except (OSError, sqlite3.Error):
-        return fallback()
-    try:
-        # the counts and the label candidates go to temporary tables (SQLite's temporary files), so the file
-        # holds one compact table written in key order, each node's degree and label side by side
-        db.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA temp_store = FILE; "
-                         "PRAGMA cache_size = -65536; "
-                         "CREATE TEMP TABLE counts (iri TEXT PRIMARY KEY, degree INTEGER NOT NULL) WITHOUT ROWID; "
-                         "CREATE TEMP TABLE label_candidates (iri TEXT NOT NULL, source INTEGER NOT NULL, "
-                         "grp INTEGER NOT NULL, lang TEXT NOT NULL, text TEXT NOT NULL); "
-                         "PRAGMA temp.cache_size = -65536; "  # the counts' upserts land at random places
-                         "CREATE TABLE degrees (iri TEXT PRIMARY KEY, degree INTEGER NOT NULL, label TEXT) "
+def build_on_disk(path: Path, fingerprint: str, scan: FactScan, fallback: Callable[[], MemoryDegrees],
+                  non_concepts: frozenset[str] = frozenset(), annotated: bool = True) -> DiskDegrees | MemoryDegrees:
+    """Write the index from one pass over the store (``scan``: its fact edges as ids, each node's best label
+    candidate when it read them) to a temporary file moved into place in one rename (a killed build leaves no
+    index); where the folder cannot be written, the index stays in memory (``fallback``). The best-connected
+    nodes' edges are filed (``FILED_DEGREE``), less those to ``non_concepts``; ``annotated``: whether the store
+    holds annotation records."""
+    def fill(db: sqlite3.Connection) -> None:
+        db.executescript("CREATE TABLE degrees (iri TEXT PRIMARY KEY, degree INTEGER NOT NULL, label TEXT) "
                          "WITHOUT ROWID; "
                          "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); "
                          "CREATE TABLE filed (id INTEGER PRIMARY KEY, iri TEXT NOT NULL UNIQUE); "
                          "CREATE TABLE links (node INTEGER NOT NULL, other TEXT NOT NULL, relation INTEGER NOT NULL, "
                          "forward INTEGER NOT NULL, PRIMARY KEY (node, other, relation, forward)) WITHOUT ROWID;")
-        upsert = ("INSERT INTO counts (iri, degree) VALUES (?, ?) "
-                  "ON CONFLICT (iri) DO UPDATE SET degree = degree + excluded.degree")
-        for batch in chunked(rows, _BATCH):
-            db.executemany(upsert, batch)
-        if labels is not None:
-            _stream_labels(db, labels)
-        db.execute("INSERT INTO degrees (iri, degree, label) SELECT c.iri, c.degree, "
-                   "(SELECT l.text FROM label_candidates l WHERE l.iri = c.iri "
-                   "ORDER BY l.source, l.grp, l.lang, l.text LIMIT 1) FROM counts c ORDER BY c.iri")
-        db.executescript("DROP TABLE temp.label_candidates; DROP TABLE temp.counts;")
-        count = db.execute("SELECT COUNT(*) FROM degrees").fetchone()[0]
-        relations = file_adjacency(db, adjacency) if adjacency is not None else []
+        rows = _degree_rows(scan)
+        with progress_bar("degree index: nodes", total=len(rows), unit="nodes") as advance:
+            for start in range(0, len(rows), _BATCH * 10):
+                batch = rows[start:start + _BATCH * 10]
+                db.executemany("INSERT INTO degrees (iri, degree, label) VALUES (?, ?, ?)", batch)
+                advance(len(batch))
+        relations = _file_hub_links(db, scan, rows, non_concepts)
         db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
-                       [("fingerprint", fingerprint), ("format", FORMAT), ("count", str(count)),
-                        ("predicates", json.dumps(predicates)), ("filed_relations", json.dumps(relations)),
-                        ("labelled", "1" if labels is not None else "0"),
+                       [("fingerprint", fingerprint), ("format", FORMAT), ("count", str(len(rows))),
+                        ("predicates", json.dumps(scan.predicates)), ("filed_relations", json.dumps(relations)),
+                        ("labelled", "1" if scan.labels is not None else "0"),
                         ("annotated", "1" if annotated else "0")])
-        db.commit()
-        db.close()
-        os.replace(tmp, path)
-    except (OSError, sqlite3.Error):
-        db.close()
-        tmp.unlink(missing_ok=True)
+
+    if not write_sqlite_in_place(path, fill):
         return fallback()
     return DiskDegrees(path)
 
 
-def _stream_labels(db: sqlite3.Connection, labels: Iterable[LabelRow]) -> None:
-    """Every label literal into ``label_candidates``, then indexed in the order the choice takes (one sort)."""
-    with progress_bar("degree index: labels", unit="labels") as advance:
-        for batch in chunked(labels, _BATCH):
-            db.executemany("INSERT INTO label_candidates (iri, source, grp, lang, text) VALUES (?, ?, ?, ?, ?)",
-                           [(iri, *rank, text) for iri, rank, text in batch])
-            advance(len(batch))
-    db.execute("CREATE INDEX temp.label_order ON label_candidates (iri, source, grp, lang, text)")
+def _degree_rows(scan: FactScan) -> list[tuple[str, int, str | None]]:
+    """(node, degree, display label or None) of every node with a fact, in key order (the table's order, so
+    each insert appends)."""
+    labels = scan.labels or {}
+    names = scan.names
+    rows: list[tuple[str, int, str | None]] = [
+        (names[node], degree, found[1] if (found := labels.get(node)) is not None else None)
+        for node, degree in enumerate(scan.degrees().tolist())]
+    rows.extend((name, degree, found[1] if (found := labels.get(name)) is not None else None)
+                for name, degree in scan.extra_degrees.items())
+    rows.sort()
+    return rows
 
 
-def file_adjacency(db: sqlite3.Connection, adjacency: Adjacency) -> list[str]:
+def _file_hub_links(db: sqlite3.Connection, scan: FactScan, rows: list[tuple[str, int, str | None]],
+                    non_concepts: frozenset[str]) -> list[str]:
     """Write the fact edges of the nodes with ``FILED_DEGREE`` edges or more, the best connected first, while the
-    total stays within ``FILED_EDGES``; returns the relations, whose positions the rows store."""
+    total stays within ``FILED_EDGES`` (``Graph._stored_neighbours``' edges: distinct, a self-loop once, none to a
+    non-concept), read from ``scan``'s arrays in one pass over them; returns the relations, whose positions the
+    rows store (numbered as the hubs' edges come, each hub's in relation order)."""
+    import numpy as np
+
+    chosen = sorted(((iri, degree) for iri, degree, _ in rows if degree >= FILED_DEGREE),
+                    key=lambda row: (-row[1], row[0]))
+    if not chosen:
+        return []
+    node_ids = [scan.id_of(iri) for iri, _ in chosen]
+    size = len(scan.names)
+    is_hub = np.zeros(size, dtype=bool)
+    is_hub[[n for n in node_ids if n is not None]] = True
+    blocked = np.zeros(size, dtype=bool)
+    blocked[[n for n in map(scan.id_of, non_concepts) if n is not None]] = True
+    s, o, kinds = scan.subjects, scan.objects, scan.kinds()
+    forward = is_hub[s] & ~blocked[o]
+    backward = is_hub[o] & (s != o) & ~blocked[s]
+    node = np.concatenate([s[forward], o[backward]])
+    other = np.concatenate([o[forward], s[backward]])
+    kind = np.concatenate([kinds[forward], kinds[backward] + 1])
+    order = np.lexsort((other, kind, node))
+    node, other, kind = node[order], other[order], kind[order]
+    fresh = np.ones(len(node), dtype=bool)
+    fresh[1:] = (node[1:] != node[:-1]) | (kind[1:] != kind[:-1]) | (other[1:] != other[:-1])
+    node, other, kind = node[fresh], other[fresh], kind[fresh]
     relations: dict[str, int] = {}
     budget = FILED_EDGES
-    chosen = db.execute("SELECT iri, degree FROM degrees WHERE degree >= ? ORDER BY degree DESC, iri",
-                        (FILED_DEGREE,)).fetchall()
-    for number, (iri, degree) in enumerate(chosen):
+    for number, ((iri, degree), hub) in enumerate(zip(chosen, node_ids)):
         if degree > budget:
             continue  # a smaller node may still fit
-        edges = {(other, relations.setdefault(p, len(relations)), 1 if d == "forward" else 0)
-                 for p, d, other in adjacency(iri)}
-        budget -= len(edges)
+        if hub is None:
+            edges_other, edges_kind = other[:0], kind[:0]
+        else:
+            low, high = np.searchsorted(node, [hub, hub + 1])
+            edges_other, edges_kind = other[low:high], kind[low:high]
+        budget -= len(edges_other)
+        position = {p: relations.setdefault(scan.predicates[p], len(relations))
+                    for p in sorted(set((edges_kind >> 1).tolist()))}
         db.execute("INSERT INTO filed (id, iri) VALUES (?, ?)", (number, iri))
+        names = scan.names
         db.executemany("INSERT INTO links (node, other, relation, forward) VALUES (?, ?, ?, ?)",
-                       ((number, other, r, f) for other, r, f in edges))
+                       [(number, names[x], position[k >> 1], 0 if k & 1 else 1)
+                        for x, k in zip(edges_other.tolist(), edges_kind.tolist())])
     return sorted(relations, key=relations.__getitem__)

@@ -348,6 +348,7 @@ class Graph:
         can be written (one pass over the store, like the degree index's)."""
         from mirage_kg import adjacency_index
         from mirage_kg.degree_index import DiskDegrees
+        from mirage_kg.fact_scan import scan_facts
 
         table = state.degrees
         if state.adjacency_sought or not isinstance(table, DiskDegrees) or state.degrees_version != self.store.version:
@@ -355,11 +356,16 @@ class Graph:
         state.adjacency_sought = True
         fingerprint = table.fingerprint
         state.adjacency = adjacency_index.open_beside(table.path, fingerprint)
-        # a store opened read-only builds nothing beside it (a profiling or serving process must not write there)
-        if state.adjacency is None and not getattr(self.store, "read_only", False) and \
-                os.access(table.path.parent, os.W_OK) and \
-                adjacency_index.build_beside(table.path, fingerprint, self.store, table.predicates):
+        # a degree file built before the adjacency file existed (or by a read-only process): its edges alone
+        if state.adjacency is None and self._may_build_adjacency(table.path) and fingerprint is not None and \
+                adjacency_index.build_beside(table.path, fingerprint, scan_facts(self.store, table.predicates)):
             state.adjacency = adjacency_index.open_beside(table.path, fingerprint)
+
+    def _may_build_adjacency(self, degree_file: FsPath) -> bool:
+        """Whether this process builds an adjacency file beside ``degree_file``: a store opened read-only builds
+        nothing beside it (a profiling or serving process must not write there), nor where the folder is not
+        writable."""
+        return not getattr(self.store, "read_only", False) and os.access(degree_file.parent, os.W_OK)
 
     def _adjacency_file(self) -> AdjacencyFile | None:
         """The adjacency file while it is current: built for this store state beside a degree index file that
@@ -367,15 +373,6 @@ class Graph:
         if self._current_degree_file() is None:
             return None
         return self._state().adjacency
-
-    def _label_rows(self) -> Iterator[tuple[str, tuple[int, int, str], str]]:
-        """Every label literal of the store as ``degree_index.LabelRow``: (node, (predicate's place in
-        ``LABEL_PREDICATES``, *``label_rank``), text); the smallest per node is what ``labels`` picks (the
-        first predicate a node has, then ``pick_label``'s order)."""
-        for place, predicate in enumerate(LABEL_PREDICATES):
-            for quad in self.store.quads(None, predicate, None):
-                if quad.subject.kind == "uri" and quad.object.kind == "literal":
-                    yield quad.subject.value, (place, *label_rank(quad.object.lang)), quad.object.value
 
     def _literal_values(self, iris: Sequence[str], keys: Sequence[str]
                         ) -> dict[str, dict[str, list[tuple[str, str | None]]]]:
@@ -569,7 +566,8 @@ class Graph:
         """Every entity's degree in one native pass over the store; past 200k triples kept in a SQLite file
         beside the store, keyed by the store's fingerprint (built once; a query process holds none of it).
         ``build=False``: only a file already built for this store state, else None."""
-        from mirage_kg import degree_index
+        from mirage_kg import adjacency_index, degree_index
+        from mirage_kg.fact_scan import scan_facts
 
         def rows(predicates: list[str]) -> Iterable[tuple[str, int]]:
             return degree_index.degree_rows(self.store, predicates, self._DEGREE_QUERY)
@@ -596,10 +594,14 @@ class Graph:
         if folder is None or path is None:
             return degree_index.in_memory(rows(predicates), predicates)
         (folder / "degrees.json").unlink(missing_ok=True)  # the dict this file replaces (before this file)
-        return degree_index.build_on_disk(path, fingerprint, rows(predicates), predicates,
-                                          lambda: degree_index.in_memory(rows(predicates), predicates),
-                                          lambda iri: self._stored_neighbours(iri, None), self._label_rows(),
-                                          self._holds_annotation_records())
+        # one pass over the store builds both files a query reads: this one and the adjacency file beside it
+        scan = scan_facts(self.store, predicates, LABEL_PREDICATES, label_rank)
+        table = degree_index.build_on_disk(path, fingerprint, scan,
+                                           lambda: degree_index.in_memory(scan.degree_rows(), predicates),
+                                           self._state().non_concepts, self._holds_annotation_records())
+        if isinstance(table, degree_index.DiskDegrees) and self._may_build_adjacency(path):
+            adjacency_index.build_beside(path, fingerprint, scan)
+        return table
 
     def _holds_annotation_records(self) -> bool:
         """Whether any quad names an annotated edge's end (``rdf:subject`` / ``rdf:object``, what

@@ -22,7 +22,7 @@ from mirage_kg.errors import QueryError, StoreError
 from mirage_kg.namespaces import MKG
 from mirage_kg.store import checkpoints
 from mirage_kg.store.content_key import ContentKey, files_key, key_of, record, settled_files_key, steady_open
-from mirage_kg.store.base import MANIFEST_GRAPH, PENDING, LineReader, LoadReceipt, Quad, Store
+from mirage_kg.store.base import MANIFEST_GRAPH, PENDING, LineBlocks, LineReader, LoadReceipt, Quad, Store
 from mirage_kg.terms import Term, iri_ref, literal
 
 _FORMATS = {
@@ -443,6 +443,18 @@ class OxigraphStore(Store):
         for solution in result:  # no Term per value: these passes read millions of rows
             yield tuple(value.value if isinstance(value := solution[name], ox.NamedNode) else None
                         for name in variables)
+
+    def tsv_blocks(self, query: str, variables: Sequence[str], consume: Callable[[bytes], None]) -> None:
+        # the engine serialises the rows itself, straight into the blocks: no Python object per row or term
+        result = self._run(query)
+        if not isinstance(result, ox.QuerySolutions):
+            raise QueryError("expected a SELECT query")
+        if [v.value for v in result.variables] != list(variables):
+            raise QueryError(f"expected the variables {list(variables)}, the query selects "
+                             f"{[v.value for v in result.variables]}")
+        sink = LineBlocks(consume)
+        result.serialize(sink, ox.QueryResultsFormat.TSV)
+        sink.close()
 
     def ask(self, query: str, *, timeout: float | None = None) -> bool:
         def work(cancelled: threading.Event) -> bool:

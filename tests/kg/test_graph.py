@@ -477,12 +477,93 @@ def test_the_degree_index_counts_each_triple_once_on_disk_or_in_memory(
 
     with monkeypatch.context() as patch:
         patch.setattr(degree_module, "degree_rows", no_rebuild)
+        patch.setattr(degree_module, "build_on_disk", no_rebuild)
         again = KnowledgeGraph(store, embedding_model="none")
         assert again.degrees(expected) == expected
     load_text(store, "@prefix KG: <https://w3id.org/mirage-kg/entity/> . @prefix ex: <http://example.org/> .\n"
                      "KG:Lorazepam ex:treats KG:Headache .\n", "https://w3id.org/mirage-kg/graph/third")
     lorazepam = f"{E}Lorazepam"
     assert kg.degrees([lorazepam]) == {lorazepam: expected[lorazepam] + 1}  # the load is noticed, the index rebuilt
+
+
+def test_one_pass_over_the_store_builds_the_degree_index_and_the_adjacency_file_as_the_store_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index step (``build_indexes``, what ``load`` and ``mirage-kg index`` end with) builds the degree index
+    and the adjacency file from one streamed pass (``fact_scan``: one TSV read per fact predicate and per label
+    predicate, none for the second file): every degree is a count of distinct fact triples (a blank-node subject,
+    a triple in two graphs, a self-loop), every label the one the store's literals rank first (quotes, tabs,
+    newlines, backslashes, language tags, a number), every filed hub's edges and every node's adjacency what
+    ``_stored_neighbours`` reads; and the pass reads the same in tiny blocks and through the Store contract's
+    own TSV writer."""
+    import mirage_kg.degree_index as degree_module
+    import mirage_kg.fact_scan as scan_module
+    import mirage_kg.graph as graph_module
+    import mirage_kg.store.base as base_module
+    from mirage_kg.graph import LABEL_PREDICATES, label_rank
+    from mirage_kg.indexes import build_indexes
+
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(degree_module, "FILED_DEGREE", 15)
+    folder = tmp_path / "kg"
+    store = OxigraphStore(folder)
+    ensure_schema(store)
+    load_text(store, heavy_tailed_turtle(300, seed=2), TEST_GRAPH)
+    load_text(store, "@prefix KG: <https://w3id.org/mirage-kg/entity/> . @prefix ex: <http://example.org/rel/> .\n"
+                     "@prefix skos: <http://www.w3.org/2004/02/skos/core#> . "
+                     "@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> .\n"
+                     "KG:N3 ex:a KG:N9 . [] ex:a KG:N9 . [] ex:b KG:Only_blank . KG:N6 ex:c KG:N6 .\n"
+                     'KG:N7 skos:prefLabel "a \\"quoted\\"\\tlabel\\nwith \\\\ a backslash"@en-GB , "Zed"@fr .\n'
+                     'KG:N8 rdfs:label 42 . KG:N9 rdfs:label "nine" ; skos:prefLabel "Neun"@de .\n'
+                     'KG:Only_blank skos:prefLabel "only a blank node\'s object" .\n',
+              "https://w3id.org/mirage-kg/graph/second")
+    reads: list[str] = []
+    native = OxigraphStore.tsv_blocks
+
+    def spy(self: OxigraphStore, query: str, variables: Any, consume: Any) -> None:
+        reads.append(query)
+        native(self, query, variables, consume)
+
+    monkeypatch.setattr(OxigraphStore, "tsv_blocks", spy)
+    steps = build_indexes(store, embeddings=False)
+    assert steps[0].name == "degrees" and steps[0].status == "built"
+    kg = KnowledgeGraph(store, embedding_model="none")
+    table = kg._degree_table()
+    assert isinstance(table, degree_module.DiskDegrees) and (folder / ".mirage-cache" / "adjacency.sqlite").is_file()
+    assert len(reads) == len(table.predicates) + len(LABEL_PREDICATES)  # one pass, for both files
+    non = kg.non_concepts()
+    expected = reference_degrees(store, non)
+    assert dict(table) == expected and expected[f"{E}Only_blank"] == 1 and expected[f"{E}N6"] >= 2
+    best: dict[str, tuple[Any, str]] = {}
+    for place, predicate in enumerate(LABEL_PREDICATES):
+        for quad in store.quads(None, predicate, None):
+            if quad.subject.kind == "uri" and quad.object.kind == "literal":
+                candidate = ((place, *label_rank(quad.object.lang)), quad.object.value)
+                best[quad.subject.value] = min(best.get(quad.subject.value, candidate), candidate)
+    labels = table.labels(list(expected))
+    assert labels == {n: best[n][1] if n in best else None for n in expected}
+    assert labels[f"{E}N7"] == 'a "quoted"\tlabel\nwith \\ a backslash' and labels[f"{E}N8"] == "42"
+    assert labels[f"{E}N9"] == "Neun" and labels[f"{E}Only_blank"] == "only a blank node's object"
+    hubs = [n for n in expected if table.is_filed(n)]
+    assert len(hubs) >= 3
+    for hub in hubs:
+        assert sorted(table.filed_links(hub)) == sorted(tuple(e) for e in kg._stored_neighbours(hub, None)), hub
+    adjacency = kg._adjacency_file()
+    assert adjacency is not None
+    on_file = adjacency.edges(list(expected))
+    for node in expected:
+        assert sorted(graph_module.Neighbour(*e) for e in on_file.get(node, []) if e[2] not in non) == \
+            kg._stored_neighbours(node, None), node
+
+    def scanned() -> tuple[Any, ...]:
+        scan = scan_module.scan_facts(store, table.predicates, LABEL_PREDICATES, label_rank)
+        return (scan.names, scan.subjects.tolist(), scan.objects.tolist(), scan.counts, scan.extra_degrees,
+                scan.extra_by_id, scan.labels)
+
+    whole = scanned()
+    monkeypatch.setattr(base_module, "TSV_BLOCK", 64)  # blocks of a line or two: every cut between rows
+    assert scanned() == whole
+    monkeypatch.setattr(OxigraphStore, "tsv_blocks", Store.tsv_blocks)  # the contract's default, row by row
+    assert scanned() == whole
 
 
 def test_bridge_walks_through_a_hub_along_its_capped_edges_only(
