@@ -374,10 +374,21 @@ class Graph:
             return None
         return self._state().adjacency
 
-    def _literal_values(self, iris: Sequence[str], keys: Sequence[str]
+    def _literal_values(self, iris: Sequence[str], keys: Sequence[str], few_quads: bool = False
                         ) -> dict[str, dict[str, list[tuple[str, str | None]]]]:
-        """iri -> predicate -> [(value, language)] of the literals each IRI has for ``keys``, in any graph."""
+        """iri -> predicate -> [(value, language)] of the literals each IRI has for ``keys``, in any graph.
+        ``few_quads``: each IRI is the subject of a few quads (a relation's declaration), read in one scan of the
+        index rather than one lookup per key (each a few random reads while the store is cold); the same values
+        in the same order (the index orders a subject's quads by predicate, then object)."""
         found: dict[str, dict[str, list[tuple[str, str | None]]]] = {}
+        if self.store.indexed and few_quads:
+            wanted = set(keys)
+            for iri in dict.fromkeys(iris):
+                for quad in self.store.quads(iri):
+                    if quad.predicate.value in wanted and quad.object.kind == "literal":
+                        found.setdefault(iri, {}).setdefault(quad.predicate.value, []).append(
+                            (quad.object.value, quad.object.lang))
+            return found
         if self.store.indexed:
             # point lookups: Oxigraph plans the VALUES query below as a scan of every quad of each key (every
             # label in the store: a second at 2M quads, the first anchor of a process waited for it)
@@ -414,7 +425,7 @@ class Graph:
             missing += [p for p in table.predicates if p not in state.relations and p not in missing]
         if missing:
             meta = self._literal_values(
-                missing, (RDFS_LABEL, SKOS_PREF, INVERSE_LABEL, FORWARD_TEMPLATE, BACKWARD_TEMPLATE))
+                missing, (RDFS_LABEL, SKOS_PREF, INVERSE_LABEL, FORWARD_TEMPLATE, BACKWARD_TEMPLATE), few_quads=True)
             for iri in missing:
                 m = meta.get(iri, {})
                 label = pick_label(m.get(RDFS_LABEL) or m.get(SKOS_PREF) or []) or readable_name(iri)

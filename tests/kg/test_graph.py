@@ -1228,3 +1228,40 @@ def test_bridge_reads_every_nodes_adjacency_from_the_adjacency_file_with_the_sam
     graph._degree_table()
     assert graph._adjacency_file() is None and not (folder / ".mirage-cache" / "adjacency.sqlite").exists()
     reader.close()
+
+
+def test_relations_are_described_all_at_once_with_the_same_labels_and_templates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the degree index on file, the first relation asked about brings every fact relation's description (a
+    new relation was a few cold store lookups in whichever anchor first met it), each read in one scan of its
+    quads: the same labels, inverse labels and templates, in the same order, as one lookup per key (labels in two
+    graphs and two languages, a template, a relation with none)."""
+    import mirage_kg.graph as graph_module
+    from mirage_kg.graph import BACKWARD_TEMPLATE, FORWARD_TEMPLATE, INVERSE_LABEL, RDFS_LABEL, SKOS_PREF, Graph
+
+    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    store = OxigraphStore()
+    ensure_schema(store)
+    load_text(store, heavy_tailed_turtle(200, seed=4), TEST_GRAPH)
+    load_text(store, '@prefix ex: <http://example.org/rel/> . @prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> . '
+                     '@prefix mkg: <https://w3id.org/mirage-kg/schema#> . '
+                     'ex:a rdfs:label "zeta a"@en, "alpha a", "a en français"@fr ; mkg:inverseLabel "a of" ; '
+                     'mkg:forwardTemplate "{subject} has a {object}" . ex:b rdfs:label "b"@de .', TEST_GRAPH)
+    load_text(store, '@prefix ex: <http://example.org/rel/> . @prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> . '
+                     'ex:a rdfs:label "beta a"@en . ex:b rdfs:label "b"@en .',
+              "https://w3id.org/mirage-kg/graph/other")
+    kg = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
+    kg._degree_table()
+    table = kg._current_degree_file()
+    assert table is not None and len(table.predicates) >= 3
+    keys = (RDFS_LABEL, SKOS_PREF, INVERSE_LABEL, FORWARD_TEMPLATE, BACKWARD_TEMPLATE)
+    relations = [*table.predicates, "http://example.org/rel/none"]
+    assert kg._literal_values(relations, keys, few_quads=True) == kg._literal_values(relations, keys)
+    assert len(kg._literal_values(["http://example.org/rel/a"], keys)["http://example.org/rel/a"][RDFS_LABEL]) == 4
+    kg.relations(["http://example.org/rel/a"])
+    assert set(table.predicates) <= set(kg._state().relations)  # all of them, from the first question
+    plain = KnowledgeGraph(store, embedding_model="none")  # no degree file: each relation when asked, by lookups
+    monkeypatch.setattr(plain, "_literal_values", lambda iris, keys, few_quads=False: Graph._literal_values(
+        plain, iris, keys))
+    assert kg.relations(table.predicates) == plain.relations(table.predicates)
+    assert kg.relation("http://example.org/rel/a").inverse_label == "a of"
