@@ -209,13 +209,14 @@ class Store(abc.ABC):
             yield tuple(term.value if (term := row.get(name)) is not None and term.kind == "uri" else None
                         for name in variables)
 
-    def tsv_blocks(self, query: str, variables: Sequence[str], consume: Callable[[bytes], None]) -> None:
+    def tsv_blocks(self, query: str, variables: Sequence[str], consume: Callable[[bytes], None],
+                   block: int | None = None) -> None:
         """The rows of a SELECT as SPARQL 1.1 TSV (UTF-8, no header line; an IRI ``<...>``, a blank node
         ``_:id``, a literal quoted with ``\\t \\n \\r \\" \\\\`` escaped), handed to ``consume`` in blocks of whole
         lines, ``variables`` in that order: the whole-store passes that build the query indexes read tens of
-        millions of rows, and the embedded store writes them natively, with no Python object per row. This
-        default formats ``select_all``'s rows."""
-        sink = LineBlocks(consume, header=False)
+        millions of rows, and the embedded store writes them natively, with no Python object per row. ``block``:
+        about how many bytes a block holds (``TSV_BLOCK`` by default). This default formats ``select_all``'s rows."""
+        sink = LineBlocks(consume, header=False, block=block)
         lines: list[str] = []
         for row in self.select_all(query):
             lines.append("\t".join(_tsv_term(row.get(name)) for name in variables) + "\n")

@@ -444,7 +444,8 @@ class OxigraphStore(Store):
             yield tuple(value.value if isinstance(value := solution[name], ox.NamedNode) else None
                         for name in variables)
 
-    def tsv_blocks(self, query: str, variables: Sequence[str], consume: Callable[[bytes], None]) -> None:
+    def tsv_blocks(self, query: str, variables: Sequence[str], consume: Callable[[bytes], None],
+                   block: int | None = None) -> None:
         # the engine serialises the rows itself, straight into the blocks: no Python object per row or term
         result = self._run(query)
         if not isinstance(result, ox.QuerySolutions):
@@ -452,7 +453,7 @@ class OxigraphStore(Store):
         if [v.value for v in result.variables] != list(variables):
             raise QueryError(f"expected the variables {list(variables)}, the query selects "
                              f"{[v.value for v in result.variables]}")
-        sink = LineBlocks(consume)
+        sink = LineBlocks(consume, block=block)
         result.serialize(sink, ox.QueryResultsFormat.TSV)
         sink.close()
 

@@ -8,9 +8,11 @@ parents over millions of IRIs took 4.25 GB at that size).
 - ``ComponentLabels``: connected components over id pairs fed in batches (SciPy's ``connected_components`` on
   each batch's edges between the current components), holding one label per node.
 
-Hashes are Python's 64-bit ``hash`` of the IRI string or ``Term`` (salted per process, computed once per value):
-within a table they are checked unique (a collision there falls back to an exact dict); that two other values
-share one somewhere in a run is about 3 in 10^7 at UMLS size (n^2 / 2^65 for n = 3.4M)."""
+IRIs are hashed from their UTF-8 bytes (``utf8_hashes``: a 64-bit polynomial hash, finished by splitmix64's
+mixer, computed in numpy over spans of a byte buffer), so the same hash comes from a Python string or from the
+engine's TSV output (``tsv_rows``) with no Python object per value; ``Term`` s are hashed with Python's ``hash``.
+Within a table hashes are checked unique (a collision there falls back to an exact dict and string lookups);
+that two other values share one somewhere in a run is about 3 in 10^7 at UMLS size (n^2 / 2^65 for n = 3.4M)."""
 
 from __future__ import annotations
 
@@ -26,21 +28,84 @@ def hashes_of(values: Sequence[Hashable]) -> np.ndarray:
     return np.fromiter(map(hash, values), dtype=np.int64, count=len(values))
 
 
+# an odd 64-bit multiplier (invertible modulo 2^64) and its inverse: the polynomial's base
+_BASE = 0x9E3779B97F4A7C15
+_BASE_INVERSE = pow(_BASE, -1, 1 << 64)
+_powers: list[np.ndarray] = []  # [BASE^i, BASE^-i] for i below their length, grown on demand
+
+
+def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
+    if not _powers or len(_powers[0]) < n:
+        size = max(n, 1 << 16)
+        forward = np.full(size, _BASE, dtype=np.uint64)
+        forward[0] = 1
+        backward = np.full(size, _BASE_INVERSE, dtype=np.uint64)
+        backward[0] = 1
+        # unsigned numpy arithmetic wraps modulo 2^64, which is the ring the polynomial lives in
+        _powers[:] = [np.cumprod(forward, dtype=np.uint64), np.cumprod(backward, dtype=np.uint64)]
+    return _powers[0], _powers[1]
+
+
+def utf8_prefix(data: np.ndarray) -> np.ndarray:
+    """The prefix sums of sum(b_k * BASE^k) over a uint8 buffer, from which ``span_hashes`` reads any span's hash
+    (one pass over the buffer however many spans are hashed)."""
+    forward, _ = _power_tables(len(data) + 1)
+    prefix = np.zeros(len(data) + 1, dtype=np.uint64)
+    np.cumsum(data.astype(np.uint64) * forward[: len(data)], out=prefix[1:])
+    return prefix
+
+
+def span_hashes(prefix: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The hash of each span ``[starts[i], ends[i])`` of the buffer ``prefix`` was made from, as int64: the
+    polynomial sum(b_k * BASE^k) modulo 2^64 over the span's bytes (its share of the prefix sums shifted back
+    to its start by BASE^-start), then the length mixed in and splitmix64's finalizer for the low bits' sake."""
+    _, backward = _power_tables(len(prefix))
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    h = (prefix[ends] - prefix[starts]) * backward[starts]
+    h ^= (ends - starts).astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+    h ^= h >> np.uint64(30)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(27)
+    h *= np.uint64(0x94D049BB133111EB)
+    h ^= h >> np.uint64(31)
+    return h.view(np.int64)
+
+
+def utf8_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The hash of each span ``data[starts[i]:ends[i]]`` of a uint8 buffer (see ``span_hashes``)."""
+    return span_hashes(utf8_prefix(data), starts, ends)
+
+
+def string_hashes(strings: Sequence[str], window: int = 1 << 16) -> np.ndarray:
+    """``utf8_hashes`` of each string's UTF-8 bytes (what a TSV row's IRI hashes to), ``window`` strings at a
+    time so the buffers stay small."""
+    out = np.empty(len(strings), dtype=np.int64)
+    for low in range(0, len(strings), window):
+        encoded = [s.encode() for s in strings[low: low + window]]
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        ends = np.cumsum(lengths)
+        data = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        out[low: low + len(encoded)] = utf8_hashes(data, ends - lengths, ends)
+    return out
+
+
 class IriTable:
     """A set of IRIs, each with a dense id in sorted order (code points, as Python sorts ``str``), held as one
     UTF-8 blob with offsets and a sorted hash index: about 60 bytes an IRI where a Python set takes ~120."""
 
-    def __init__(self, iris: Iterable[str]) -> None:
+    def __init__(self, iris: Iterable[str] | Iterable[bytes]) -> None:
         # sorted, then repeats dropped (one IRI from several graphs): the one list of strings while building
-        # (~100 bytes an IRI), written into the blob one by one rather than through a second list of bytes
-        ordered = sorted(iris)
+        # (~100 bytes an IRI), written into the blob one by one rather than through a second list of bytes.
+        # The IRIs may come as UTF-8 bytes (read straight from the engine's TSV), which sort as their strings do.
+        ordered: list = sorted(iris)  # type: ignore[type-var]
         blob = bytearray()
         ends = array("q")  # 8 bytes an IRI, not a Python int
         kept = 0
         for iri, _ in groupby(ordered):
             ordered[kept] = iri
             kept += 1
-            blob += iri.encode()
+            blob += iri if isinstance(iri, bytes) else iri.encode()
             ends.append(len(blob))
         del ordered[kept:]
         self._blob = bytes(blob)
@@ -48,12 +113,28 @@ class IriTable:
         self._offsets = np.zeros(kept + 1, dtype=np.int64)
         self._offsets[1:] = np.frombuffer(ends, dtype=np.int64)
         del ends
-        hashes = hashes_of(ordered)
+        hashes = self._blob_hashes()
         self._by_hash = np.argsort(hashes, kind="stable")
         self._hashes = hashes[self._by_hash]
         # two IRIs of the table with one hash: look them all up exactly (never seen; kept correct, not fast)
-        self._exact = ({iri: i for i, iri in enumerate(ordered)}
+        self._exact = ({(iri.decode() if isinstance(iri, bytes) else iri): i for i, iri in enumerate(ordered)}
                        if len(self._hashes) > 1 and bool(np.any(self._hashes[1:] == self._hashes[:-1])) else None)
+
+    def _blob_hashes(self, window: int = 1 << 16) -> np.ndarray:
+        """``utf8_hashes`` of every IRI, straight from the blob, ``window`` IRIs at a time."""
+        count = len(self._offsets) - 1
+        out = np.empty(count, dtype=np.int64)
+        for low in range(0, count, window):
+            high = min(low + window, count)
+            base = int(self._offsets[low])
+            data = np.frombuffer(self._blob, dtype=np.uint8, offset=base, count=int(self._offsets[high]) - base)
+            out[low:high] = utf8_hashes(data, self._offsets[low:high] - base, self._offsets[low + 1:high + 1] - base)
+        return out
+
+    @property
+    def exact(self) -> bool:
+        """Whether two IRIs of the table share a hash, so that only strings (``ids``) find them apart."""
+        return self._exact is not None
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -69,7 +150,7 @@ class IriTable:
         """Each IRI's id, or -1 for one not in the table."""
         if self._exact is not None:
             return np.fromiter((self._exact.get(iri, -1) for iri in iris), dtype=np.int64, count=len(iris))
-        return self.ids_of_hashes(hashes_of(iris))
+        return self.ids_of_hashes(string_hashes(iris))
 
     def ids_of_hashes(self, hashes: np.ndarray) -> np.ndarray:
         if len(self._hashes) == 0:

@@ -19,7 +19,8 @@ import numpy as np
 from mirage_kg.namespaces import MKG, MKG_RELATION, OWL, RDF, RDFS, SCHEMA_GRAPH, SKOS, XSD, compress
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
 from mirage_kg.terms import Term, iri_ref
-from mirage_kg.validation.compact import ComponentLabels, IriTable, groups_with_several, hashes_of
+from mirage_kg.validation import tsv_rows
+from mirage_kg.validation.compact import ComponentLabels, IriTable, groups_with_several, hashes_of, string_hashes
 from mirage_kg.validation.report import Example, Finding, Level
 
 PREFIXES = f"""PREFIX rdf: <{RDF}>
@@ -193,6 +194,41 @@ class Context:
                     yield quad.subject.value, quad.object.value
 
     @cached_property
+    def reads_tsv(self) -> bool:
+        """Whether the whole-graph passes read the engine's TSV results as hashes (``tsv_rows``): on the embedded
+        store, when no two concepts share a hash (then only their strings tell them apart)."""
+        return tsv_rows.readable(self.store) and not self.concepts.exact
+
+    def edge_batches(self, predicates: list[str], *, with_schema: bool = False) -> Iterator[EdgeBatch]:
+        """``edges`` a batch at a time, as hashes of their two ends (``compact.string_hashes``), each end's IRI
+        read back on demand. On the embedded store no Python object is made per edge (``tsv_rows``)."""
+        if not self.reads_tsv:
+            for subjects, objects in _batches(self.edges(predicates, with_schema=with_schema)):
+                yield EdgeBatch(string_hashes(subjects), string_hashes(objects), (subjects, objects))
+            return
+        graphs = self.data_graphs + ([SCHEMA_GRAPH] if with_schema and SCHEMA_GRAPH in self.graphs else [])
+        for graph in graphs if predicates else ():
+            query = f"SELECT ?s ?o WHERE {{ {values('p', predicates)} GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}"
+            for chunk in tsv_rows.tsv_rows(self.store, query, ("s", "o")):
+                subjects, objects = chunk.iri_hashes(0), chunk.iri_hashes(1)
+                both = chunk.is_iri(0) & chunk.is_iri(1)  # a literal or blank node at either end is no edge
+                rows = None if bool(both.all()) else np.flatnonzero(both)
+                if rows is not None:
+                    subjects, objects = subjects[rows], objects[rows]
+                yield EdgeBatch(subjects, objects, chunk=chunk, rows=rows)
+
+    def concept_mask(self, predicate: str) -> np.ndarray:
+        """Which concepts (by id) have ``predicate`` in some graph."""
+        if not self.reads_tsv:
+            return self.concepts.mask(self.subjects(predicate))
+        seen = np.zeros(len(self.concepts), dtype=bool)
+        query = f"SELECT DISTINCT ?s WHERE {{ GRAPH ?g {{ ?s {iri_ref(predicate)} ?o }} }}"
+        for chunk in tsv_rows.tsv_rows(self.store, query, ("s",)):
+            found = self.concepts.ids_of_hashes(chunk.iri_hashes(0)[chunk.is_iri(0)])
+            seen[found[found >= 0]] = True
+        return seen
+
+    @cached_property
     def graphs(self) -> list[str]:
         return self.store.graphs()
 
@@ -218,7 +254,14 @@ class Context:
                       for q in self.store.quads(predicate=RDF + "type", obj=Term("uri", meta))}
         described = {q.subject.value for q in self.store.quads(graph=SCHEMA_GRAPH)}
 
-        def found() -> Iterator[str]:
+        def found() -> Iterator[str] | Iterator[bytes]:
+            if tsv_rows.readable(self.store):  # a row per concept (deduped natively), each as its UTF-8 bytes
+                for graph in self.data_graphs:
+                    query = (f"SELECT DISTINCT ?s WHERE {{ {values('p', predicates)} "
+                             f"GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}")
+                    for data in tsv_rows.tsv_chunks(self.store, query, ("s",)):
+                        yield from (line[1:-1] for line in data.split(b"\n") if line[:1] == b"<")
+                return
             if self.store.indexed:  # the embedded store dedupes natively: a row per concept, not per triple
                 for graph in self.data_graphs:
                     yield from (s for (s,) in self.store.iri_rows(
@@ -229,7 +272,10 @@ class Context:
                 yield from (q.subject.value for q in self.store.quads(predicate=predicate)
                             if q.graph not in skip and q.subject.kind == "uri")
 
-        return IriTable(s for s in found() if s not in vocabulary and s not in described)
+        if tsv_rows.readable(self.store):
+            vocabulary = {iri.encode() for iri in vocabulary}  # type: ignore[misc]
+            described = {iri.encode() for iri in described}  # type: ignore[misc]
+        return IriTable(s for s in found() if s not in vocabulary and s not in described)  # type: ignore[misc]
 
     @cached_property
     def components(self) -> Components:
@@ -238,14 +284,14 @@ class Context:
     @cached_property
     def with_preflabel(self) -> np.ndarray:
         """Which concepts (by id) have a ``skos:prefLabel`` in some graph."""
-        return self.concepts.mask(self.subjects(SKOS + "prefLabel"))
+        return self.concept_mask(SKOS + "prefLabel")
 
     @cached_property
     def described(self) -> np.ndarray:
         """Which concepts (by id) have a label (prefLabel, rdfs:label, altLabel) or a type in some graph."""
         described = self.with_preflabel.copy()
         for predicate in DESCRIBING[1:]:
-            described |= self.concepts.mask(self.subjects(predicate))
+            described |= self.concept_mask(predicate)
         return described
 
     def subjects(self, predicate: str) -> Iterator[str]:
@@ -356,55 +402,86 @@ def missing_preflabel(ctx: Context) -> tuple[int, list[Example]]:
     return len(missing), [_example(x, "no skos:prefLabel") for x in ctx.concepts.iris(missing[: ctx.max_examples])]
 
 
-def _hashed_rows(ctx: Context, query: str, *parts: Callable[[dict], object]) -> list[np.ndarray]:
-    """One pass over a SELECT's rows (streamed): for each function in ``parts``, the hashes of its value on every
-    row. The grouping checks count with these instead of a GROUP BY, which the embedded store holds whole (a
-    hash set per group: 2-3 GB for the notations or prefLabels of a UMLS-size KG)."""
+Part = tuple[str, ...]  # consecutive variables of a grouping check's SELECT whose values together form one key
+
+
+def _select_variables(query: str) -> tuple[str, ...]:
+    """The variables a ``SELECT ?a ?b WHERE`` query projects, in order."""
+    head = query[query.index("SELECT") + len("SELECT"): query.index("WHERE")]
+    return tuple(name.lstrip("?") for name in head.split())
+
+
+def _part_hashes(variables: tuple[str, ...], part: Part) -> Callable[[tsv_rows.TsvChunk], np.ndarray]:
+    first, last = variables.index(part[0]), variables.index(part[-1])
+    if variables[first:last + 1] != part:
+        raise ValueError(f"{part} are not consecutive variables of {variables}")
+    return lambda chunk: chunk.span_hashes(first, last)
+
+
+def _hashed_rows(ctx: Context, query: str, *parts: Part) -> list[np.ndarray]:
+    """One pass over a SELECT's rows (streamed): for each part (consecutive variables), the hash of its values on
+    every row. The grouping checks count with these instead of a GROUP BY, which the embedded store holds whole
+    (a hash set per group: 2-3 GB for the notations or prefLabels of a UMLS-size KG). On the embedded store the
+    hashes come from the engine's TSV (``tsv_rows``: no Python object per row), elsewhere from ``Term``\\ s."""
     hashed: list[list[np.ndarray]] = [[] for _ in parts]
-    rows = iter(ctx.store.select_all(PREFIXES + query))
-    while chunk := list(islice(rows, ROW_BATCH)):
-        for out, part in zip(hashed, parts):
-            out.append(hashes_of([part(row) for row in chunk]))
+    variables = _select_variables(query)
+    if tsv_rows.readable(ctx.store):
+        readers = [_part_hashes(variables, part) for part in parts]
+        for tsv in tsv_rows.tsv_rows(ctx.store, PREFIXES + query, variables):
+            for out, read in zip(hashed, readers):
+                out.append(read(tsv))
+    else:
+        rows = iter(ctx.store.select_all(PREFIXES + query))
+        while chunk := list(islice(rows, ROW_BATCH)):
+            for out, part in zip(hashed, parts):
+                out.append(hashes_of([tuple(row.get(name) for name in part) for row in chunk]))
     return [np.concatenate(h) if h else np.zeros(0, dtype=np.int64) for h in hashed]
 
 
-def _first_rows(ctx: Context, query: str, key: Callable[[dict], object], flagged: np.ndarray,
-                rank: Callable[[dict, int], object], n: int) -> list[dict]:
-    """A second pass over the rows, for the examples: one row per key in ``flagged`` (sorted hashes), the ``n``
-    smallest by ``rank(row, position of its key in flagged)``; only those rows are kept."""
+def _first_rows(ctx: Context, query: str, key: Part, flagged: np.ndarray, rank: Callable[[dict, int], object],
+                n: int) -> list[tuple[dict, int]]:
+    """A second pass over the rows, for the examples: one row per key in ``flagged`` (sorted hashes of ``key``,
+    as ``_hashed_rows`` made them), the ``n`` smallest by ``rank(row, position of its key in flagged)``, each
+    with that position; only those rows are kept (and, on the embedded store, only rows of a flagged key are
+    read into ``Term``\\ s)."""
     done = np.zeros(len(flagged), dtype=bool)
+    variables = _select_variables(query)
 
-    def candidates() -> Iterator[tuple[object, dict]]:
+    def matches(hashes: np.ndarray) -> Iterator[tuple[int, int]]:
+        at = np.minimum(np.searchsorted(flagged, hashes), len(flagged) - 1)
+        for i in np.flatnonzero(flagged[at] == hashes).tolist():
+            if not done[at[i]]:
+                done[at[i]] = True
+                yield i, int(at[i])
+
+    def candidates() -> Iterator[tuple[object, dict, int]]:
+        if tsv_rows.readable(ctx.store):
+            read = _part_hashes(variables, key)
+            for tsv in tsv_rows.tsv_rows(ctx.store, PREFIXES + query, variables):
+                for i, at in matches(read(tsv)):
+                    row = tsv.terms(i, variables)
+                    yield rank(row, at), row, at
+            return
         rows = iter(ctx.store.select_all(PREFIXES + query))
         while chunk := list(islice(rows, ROW_BATCH)):
-            hashes = hashes_of([key(row) for row in chunk])
-            at = np.minimum(np.searchsorted(flagged, hashes), len(flagged) - 1)
-            for i in np.flatnonzero(flagged[at] == hashes).tolist():
-                if not done[at[i]]:
-                    done[at[i]] = True
-                    yield rank(chunk[i], int(at[i])), chunk[i]
+            for i, at in matches(hashes_of([tuple(row.get(name) for name in key) for row in chunk])):
+                yield rank(chunk[i], at), chunk[i], at
 
-    return [row for _, row in heapq.nsmallest(n, candidates(), key=lambda item: item[0])] if n else []
-
-
-def _lang(term: Term | None) -> str | None:
-    """SPARQL's LANG: "" for a literal without a tag, unbound (None) for anything else."""
-    return (term.lang or "") if term is not None and term.kind == "literal" else None
+    return [(row, at) for _, row, at in heapq.nsmallest(n, candidates(), key=lambda item: item[0])] if n else []
 
 
 def multiple_preflabels(ctx: Context) -> tuple[int, list[Example]]:
     # counted from hashes of (concept, language) and label; the labels concatenated for the shown concepts only
     where = f"GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} BIND(LANG(?l) AS ?lang)"
-    rows = f"SELECT ?x ?l WHERE {{ GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} }}"
-    keys, labels, concepts = _hashed_rows(ctx, rows, lambda r: (r["x"], _lang(r["l"])), lambda r: r["l"],
-                                          lambda r: r["x"])
+    rows = f"SELECT ?x ?lang ?l WHERE {{ {where} }}"  # ?lang unbound on a value that is not a literal
+    keys, labels, concepts = _hashed_rows(ctx, rows, ("x", "lang"), ("l",), ("x",))
     _, _, first = groups_with_several(keys, labels)
     flagged = np.unique(concepts[first])
     if not len(flagged):
         return 0, []
     concepts_only = f"SELECT ?x WHERE {{ GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} }}"  # the labels unread
-    shown_rows = _first_rows(ctx, concepts_only, lambda r: r["x"], flagged, lambda r, _: _sort_key(r["x"]),
-                             ctx.max_examples)
+    shown_rows = [row for row, _ in _first_rows(ctx, concepts_only, ("x",), flagged,
+                                                lambda r, _: _sort_key(r["x"]), ctx.max_examples)]
     if not shown_rows:
         return len(flagged), []
     inner = f"""SELECT ?x (SAMPLE(?lang) AS ?language) (MAX(?k) AS ?most) WHERE {{
@@ -430,16 +507,16 @@ def ambiguous_label(ctx: Context) -> tuple[int, list[Example]]:
     where = f"""GRAPH ?g {{ ?x skos:prefLabel ?l }} {DATA} FILTER(isIRI(?x))
         BIND(LCASE(STR(?l)) AS ?key) BIND(LANG(?l) AS ?lang)"""
     rows = f"SELECT ?x ?key ?lang WHERE {{ {where} }}"
-    keys, concepts = _hashed_rows(ctx, rows, lambda r: (r.get("key"), r.get("lang")), lambda r: r["x"])
+    keys, concepts = _hashed_rows(ctx, rows, ("key", "lang"), ("x",))
     flagged, counts, _ = groups_with_several(keys, concepts)
     if not len(flagged):
         return 0, []
     keys_only = f"SELECT ?key ?lang WHERE {{ {where} }}"  # the concepts unread
-    shown_rows = _first_rows(ctx, keys_only, lambda r: (r.get("key"), r.get("lang")), flagged,
+    first_rows = _first_rows(ctx, keys_only, ("key", "lang"), flagged,
                              lambda r, at: (-int(counts[at]), _sort_key(r["key"]), _sort_key(r["lang"])),
                              ctx.max_examples)
-    count_of = {(r["key"], r["lang"]): int(counts[np.searchsorted(flagged, hash((r["key"], r["lang"])))])
-                for r in shown_rows}
+    shown_rows = [row for row, _ in first_rows]
+    count_of = {(row["key"], row["lang"]): int(counts[at]) for row, at in first_rows}
     if not shown_rows:
         return len(flagged), []
     shown = " ".join(f"({r['key'].sparql()} {r['lang'].sparql()})" for r in shown_rows)
@@ -529,8 +606,8 @@ def isa_cycle(ctx: Context) -> tuple[int, list[Example]]:
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    batches = [(hashes_of(children), hashes_of(parents))
-               for children, parents in _batches(ctx.edges([RDFS + "subClassOf"], with_schema=True))]
+    batches = [(batch.subjects, batch.objects)
+               for batch in ctx.edge_batches([RDFS + "subClassOf"], with_schema=True)]
     if not batches:
         return 0, []
     child = np.concatenate([c for c, _ in batches])
@@ -550,11 +627,12 @@ def isa_cycle(ctx: Context) -> tuple[int, list[Example]]:
         return 0, []
     names: dict[int, str] = {}
     edges: dict[str, set[str]] = defaultdict(set)
-    for children, parents in _batches(ctx.edges([RDFS + "subClassOf"], with_schema=True)):
-        inside = np.isin(hashes_of(children), members) & np.isin(hashes_of(parents), members)
+    for batch in ctx.edge_batches([RDFS + "subClassOf"], with_schema=True):
+        inside = np.isin(batch.subjects, members) & np.isin(batch.objects, members)
         for at in np.flatnonzero(inside).tolist():
-            names[hash(children[at])], names[hash(parents[at])] = children[at], parents[at]
-            edges[children[at]].add(parents[at])
+            child, parent = batch.iri(at, 0), batch.iri(at, 1)
+            names[int(batch.subjects[at])], names[int(batch.objects[at])] = child, parent
+            edges[child].add(parent)
     groups: dict[int, list[str]] = defaultdict(list)
     for node, label in zip(nodes[in_cycle].tolist(), labels[in_cycle].tolist()):
         groups[label].append(names[node])
@@ -662,13 +740,15 @@ def duplicate_id(ctx: Context) -> tuple[int, list[Example]]:
     # as ambiguous_label: counted from hashes, the members and graphs concatenated for the shown codes only
     where = f"GRAPH ?g {{ ?x skos:notation ?code }} {DATA} FILTER(isIRI(?x))"
     rows = f"SELECT ?x ?code WHERE {{ {where} }}"
-    codes, carriers = _hashed_rows(ctx, rows, lambda r: r["code"], lambda r: r["x"])
+    codes, carriers = _hashed_rows(ctx, rows, ("code",), ("x",))
     flagged, counts, _ = groups_with_several(codes, carriers)
     if not len(flagged):
         return 0, []
     codes_only = f"SELECT ?code WHERE {{ {where} }}"  # the carriers unread
-    shown_rows = _first_rows(ctx, codes_only, lambda r: r["code"], flagged,
+    first_rows = _first_rows(ctx, codes_only, ("code",), flagged,
                              lambda r, at: (-int(counts[at]), _sort_key(r["code"])), ctx.max_examples)
+    shown_rows = [row for row, _ in first_rows]
+    count_at = [int(counts[at]) for _, at in first_rows]
     if not shown_rows:
         return len(flagged), []
     details = {d["code"]: d for d in ctx.select(
@@ -676,11 +756,10 @@ def duplicate_id(ctx: Context) -> tuple[int, list[Example]]:
         (GROUP_CONCAT(DISTINCT STR(?g); separator=" ") AS ?graphs) WHERE {{ {values_terms('code', [r['code'] for r in shown_rows])}
         {where} }} GROUP BY ?code""")}
     out = []
-    for r in shown_rows:
+    for r, k in zip(shown_rows, count_at):
         d = details[r["code"]]
         members = sorted(d["all"].value.split(" "))
         graphs = sorted(compress(g) for g in d["graphs"].value.split(" "))
-        k = int(counts[np.searchsorted(flagged, hash(r["code"]))])
         out.append(_example(members[0], f"notation {_quote(r['code'].value)} is on {k} IRIs: "
                                         f"{', '.join(compress(m) for m in members[:5])} (graphs: {', '.join(graphs)})"))
     return len(flagged), out
@@ -749,6 +828,35 @@ def _batches(pairs: Iterable[tuple[str, str]], size: int = ROW_BATCH) -> Iterato
         yield [a for a, _ in chunk], [b for _, b in chunk]
 
 
+class EdgeBatch:
+    """Edges of one pass, as the hashes of their subjects and objects (``compact.string_hashes``), each end's IRI
+    read back for a row on demand: from the strings when the edges came as strings, else from the TSV chunk."""
+
+    def __init__(self, subjects: np.ndarray, objects: np.ndarray, names: tuple[list[str], list[str]] | None = None,
+                 *, chunk: tsv_rows.TsvChunk | None = None, rows: np.ndarray | None = None) -> None:
+        self.subjects, self.objects = subjects, objects
+        self._names, self._chunk, self._rows = names, chunk, rows
+
+    def __len__(self) -> int:
+        return len(self.subjects)
+
+    def hashes(self, end: int) -> np.ndarray:
+        """The subjects' (``end`` 0) or objects' (1) hashes."""
+        return self.objects if end else self.subjects
+
+    def iri(self, row: int, end: int) -> str:
+        if self._names is not None:
+            return self._names[end][row]
+        assert self._chunk is not None
+        return self._chunk.iri(row if self._rows is None else int(self._rows[row]), end)
+
+    def ids(self, table: IriTable, end: int) -> np.ndarray:
+        """Each end's id in ``table`` (-1 outside it): by string where the table needs strings, else by hash."""
+        if self._names is not None and table.exact:
+            return table.ids(self._names[end])
+        return table.ids_of_hashes(self.hashes(end))
+
+
 def _id_batches(pairs: Iterable[tuple[np.ndarray, np.ndarray]], size: int = UNION_BATCH
                 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The id pairs regrouped into arrays of about ``size``: each union costs a pass over every node."""
@@ -788,33 +896,40 @@ def _components(ctx: Context) -> Components:
     known = len(table)
     if not ctx.links:
         return Components(0, 0, (), np.zeros(known, dtype=bool), np.zeros(known, dtype=bool), frozenset())
-    outside: dict[str, int] = {}  # linked IRIs that are not concepts: few on a sound KG
+    outside: dict[int, int] = {}  # the hash of a linked IRI that is not a concept -> its node id: few on a sound KG
+    outside_names: dict[int, str] = {}  # node id -> IRI, for those
     merged = ComponentLabels(known)
     targets = np.zeros(known, dtype=bool)
-    outside_targets: set[str] = set()
+    outside_target_ids: set[int] = set()
 
-    def target_ids(iris: list[str]) -> np.ndarray:
-        found = ids(iris)
+    def ids(batch: EdgeBatch, end: int) -> np.ndarray:
+        found = batch.ids(table, end)
+        missing = np.flatnonzero(found < 0)
+        for at, key in zip(missing.tolist(), batch.hashes(end)[missing].tolist()):
+            node = outside.get(key)
+            if node is None:
+                node = outside[key] = known + len(outside)
+                outside_names[node] = batch.iri(at, end)
+            found[at] = node
+        return found
+
+    def target_ids(batch: EdgeBatch) -> np.ndarray:
+        found = ids(batch, 1)
         targets[found[found < known]] = True
-        outside_targets.update(iris[at] for at in np.flatnonzero(found >= known).tolist())
+        outside_target_ids.update(found[found >= known].tolist())
         return found
 
-    def ids(iris: list[str]) -> np.ndarray:
-        found = table.ids(iris)
-        for at in np.flatnonzero(found < 0).tolist():
-            found[at] = outside.setdefault(iris[at], known + len(outside))
-        return found
-
-    for left, right in _id_batches((ids(subjects), target_ids(objects))
-                                   for subjects, objects in _batches(ctx.edges(ctx.concept_links))):
+    for left, right in _id_batches((ids(batch, 0), target_ids(batch))
+                                   for batch in ctx.edge_batches(ctx.concept_links)):
         merged.grow(known + len(outside))
         merged.union(left, right)
+    outside_targets = {outside_names[node] for node in outside_target_ids}
     mappings = [p for p in ctx.links if p in MAPPINGS]
 
     def concept_pairs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
         # a mapping between two concepts of this KG joins them; one to an outside IRI does not
-        for subjects, objects in _batches(ctx.edges(mappings)) if mappings else ():
-            left, right = table.ids(subjects), table.ids(objects)
+        for batch in ctx.edge_batches(mappings) if mappings else ():
+            left, right = batch.ids(table, 0), batch.ids(table, 1)
             both = (left >= 0) & (right >= 0)
             yield left[both], right[both]
 
@@ -830,7 +945,7 @@ def _components(ctx: Context) -> Components:
     concept_nodes = nodes < known
     np.minimum.at(smallest, np.searchsorted(roots, labels[concept_nodes]), nodes[concept_nodes])
     outside_smallest: dict[int, str] = {}
-    for iri, node in outside.items():
+    for node, iri in outside_names.items():
         if merged.touched[node]:
             at = int(np.searchsorted(roots, merged.labels[node]))
             outside_smallest[at] = min(iri, outside_smallest.get(at, iri))
@@ -911,15 +1026,19 @@ def run_structural(store: Store, *, max_examples: int = 5, only: Iterable[str] |
     unknown = wanted - set(CHECK_IDS)
     if unknown:
         raise ValueError(f"unknown structural check(s): {', '.join(sorted(unknown))}; known: {', '.join(CHECK_IDS)}")
+    from mirage_kg.progress import progress_bar
+
     ctx = Context(store, max_examples)
     findings = []
-    for check in CHECKS:
-        if check.id not in wanted:
-            continue
-        started = time.perf_counter()
-        count, examples = check.run(ctx)
-        if timings is not None:
-            timings[check.id] = time.perf_counter() - started
-        if count:
-            findings.append(Finding(check.id, check.level, count, tuple(examples[:max_examples])))
+    chosen = [check for check in CHECKS if check.id in wanted]
+    # a check's time includes the shared passes it is the first to need (the concept table, the components)
+    with progress_bar("validate: structural checks", total=len(chosen), unit="checks") as advance:
+        for check in chosen:
+            started = time.perf_counter()
+            count, examples = check.run(ctx)
+            if timings is not None:
+                timings[check.id] = time.perf_counter() - started
+            if count:
+                findings.append(Finding(check.id, check.level, count, tuple(examples[:max_examples])))
+            advance(1)
     return findings
