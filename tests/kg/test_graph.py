@@ -511,7 +511,7 @@ def test_one_pass_over_the_store_builds_the_degree_index_and_the_adjacency_file_
     load_text(store, "@prefix KG: <https://w3id.org/mirage-kg/entity/> . @prefix ex: <http://example.org/rel/> .\n"
                      "@prefix skos: <http://www.w3.org/2004/02/skos/core#> . "
                      "@prefix rdfs: <http://www.w3.org/2000/01/rdf-schema#> .\n"
-                     "KG:N3 ex:a KG:N9 . [] ex:a KG:N9 . [] ex:b KG:Only_blank . KG:N6 ex:c KG:N6 .\n"
+                     "KG:N3 ex:a KG:N9 . [] ex:a KG:N9 . [] ex:b KG:Only_blank . KG:N6 ex:c KG:N6 . KG:N3 ex:a \"a literal\" .\n"
                      'KG:N7 skos:prefLabel "a \\"quoted\\"\\tlabel\\nwith \\\\ a backslash"@en-GB , "Zed"@fr .\n'
                      'KG:N8 rdfs:label 42 . KG:N9 rdfs:label "nine" ; skos:prefLabel "Neun"@de .\n'
                      'KG:Only_blank skos:prefLabel "only a blank node\'s object" .\n',
