@@ -336,6 +336,35 @@ def test_normalisation_helpers() -> None:
         "hypertension", "eye closed", "red eye", "glass eye", "bus"]
     assert [singular(w) for w in ("allergies", "rashes", "headaches", "dizziness", "virus", "arthritis")] == [
         "allergy", "rash", "headache", "dizziness", "virus", "arthritis"]
+    # the ASCII table folds every character as the general (Unicode) path does: a letter or digit lower-cased,
+    # an apostrophe dropped, anything else a space, runs of spaces one
+    for code in range(128):
+        char = chr(code)
+        expected = "ab" + (char.lower() if char.isalnum() else "" if char == "'" else " ") + "cd"
+        assert fold(f"Ab{char}Cd") == " ".join(expected.split()), repr(char)
+    assert fold("  Crohn's_Disease\t(X-ray)  ") == "crohns disease x ray"
+    assert fold("Crohn’s_Disease\t(X-ray) é") == "crohns disease x ray e"  # the Unicode path, alike
+
+
+def test_records_built_without_their_init_are_the_same_records() -> None:
+    """The linker's fast builders of ``Entity`` and ``Candidate`` (slots set directly) give objects equal to,
+    hashed and printed as the dataclass's own, with every field set: a field added to either class fails here."""
+    import dataclasses
+
+    from mirage_kg.linking import _candidate, _entity
+    from mirage_kg.model import Entity
+
+    entity = _entity("https://w3id.org/mirage-kg/entity/Headache", "Headache")
+    assert type(entity) is Entity and entity == Entity(entity.iri, "Headache") and repr(entity) == repr(
+        Entity(entity.iri, "Headache")) and hash(entity) == hash(Entity(entity.iri, "Headache"))
+    for made, built in ((_candidate(entity, 0.98, "synonym"), Candidate(entity, 0.98, "synonym")),
+                        (_candidate(entity, 1.0, "exact", ("KG:A",)), Candidate(entity, 1.0, "exact", ("KG:A",)))):
+        assert type(made) is Candidate and made == built and repr(made) == repr(built) and hash(made) == hash(built)
+        assert all(getattr(made, f.name) == getattr(built, f.name) for f in dataclasses.fields(Candidate))
+    assert [f.name for f in dataclasses.fields(Entity)] == ["iri", "label"]  # what _entity sets
+    assert [f.name for f in dataclasses.fields(Candidate)] == ["entity", "score", "method", "same_as"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entity.label = "changed"  # type: ignore[misc]
 
 
 # --- free text ----------------------------------------------------------------------------------------------------
