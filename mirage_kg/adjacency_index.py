@@ -39,7 +39,7 @@ class AdjacencyFile:
         self.path = path
         from mirage_kg.degree_index import _ReadAhead, connect_read_only
 
-        self._db = connect_read_only(path)  # 4 KiB reads, no memory map (why: ``connect_read_only``)
+        self._db = connect_read_only(path)  # through a memory map, as the degree index's file
         # each anchor and bridge reads rows at random places in it: read the whole file ahead once, in order, as
         # the degree index's file is, before the first lookup (a cold row would cost the random read the file
         # exists to avoid)

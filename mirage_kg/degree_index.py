@@ -47,7 +47,6 @@ _CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
 #: largest request) of one WILLNEED (8 MiB here, 128 KiB by default), silently: the 16 MiB asked for before read half
 _WARM_SLICE = 128 << 10
 _WARM_WAIT_S = 120.0  # the longest a lookup waits for its file's read-ahead (a disk far slower than any seen here)
-_READ_CACHE_KIB = 16 << 10  # SQLite's page cache per read connection: the upper B-tree pages of a 600 MB file
 _MEMO = 50_000  # rows kept in memory after a lookup (bounded: the index itself stays on disk)
 _BATCH = 50_000  # rows per executemany while building
 #: positions per (relation, direction) kept for a hub's filed anchor: anchor with a larger ``k`` ranks as before
@@ -270,13 +269,13 @@ class DiskDegrees(Mapping[str, int]):
 
 
 def connect_read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection to an index file beside the store (this degree index, the adjacency index), whose
-    pages are read with ``pread``, not through a memory map: a page missing from the OS's cache then costs one
-    4 KiB read, where a fault in a mapped file makes the kernel read around it (``read_ahead_kb``: 8 MiB a fault on
-    this machine, ~25 ms of disk for each cold row an anchor reads at full size). SQLite's own cache keeps the
-    B-trees' upper pages, which every lookup passes through."""
+    """A read-only connection to an index file beside the store (this degree index, the adjacency index), read
+    through a memory map: a lookup costs no read() call (``pread`` instead cost ~25% more CPU an anchor or a bridge
+    at S = 1.0), and the pages are the OS's file cache (shared, dropped under pressure), not this process's memory.
+    A fault on a page not in that cache makes the kernel read around it (``read_ahead_kb``: 8 MiB a fault on the
+    benchmark machine), which is why the whole file is read ahead before its first lookup (``_ReadAhead``)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-    db.execute(f"PRAGMA cache_size = -{_READ_CACHE_KIB}")
+    db.execute("PRAGMA mmap_size = 1073741824")
     return db
 
 
