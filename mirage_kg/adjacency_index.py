@@ -99,6 +99,7 @@ class AdjacencyFile:
         return [(relations[k >> 1], walked[k & 1], names[o]) for o, k in zip(others, kinds)]
 
     def close(self) -> None:
+        self._read_ahead.stop()
         self._db.close()
 
 

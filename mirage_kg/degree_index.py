@@ -77,7 +77,7 @@ class DiskDegrees(Mapping[str, int]):
         try:  # node -> its id in ``links`` for the nodes whose adjacency is on file (a few hundred at most)
             self._filed: dict[str, int] = dict(self._db.execute("SELECT iri, id FROM filed"))
         except sqlite3.Error:  # a file of an older format: the caller rebuilds it
-            self._db.close()
+            self.close()
             raise
         self._relations: list[str] = json.loads(self._meta("filed_relations") or "[]")
         #: whether the file holds each node's display label (``labels``)
@@ -265,6 +265,7 @@ class DiskDegrees(Mapping[str, int]):
         return self._count
 
     def close(self) -> None:
+        self._read_ahead.stop()
         self._db.close()
 
 
@@ -279,14 +280,22 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _warm_in_background(path: Path) -> threading.Thread:
-    """Ask the OS to read the whole file into its page cache, in order, from a daemon thread (returned: the file's
-    lookups wait for it, ``_ReadAhead``). Each anchor reads rows of ~15 nodes at random places in it: read cold (at
-    full size a few hundred MB, evicted by a 15 GB store's pages), each row is a random 4 KiB read, 0.5 ms at the
-    median and 12 ms at p95 on this machine's disk, so an anchor of ~30 rows waited tens of milliseconds; read in
-    order the file costs its size at the disk's sequential speed once (seconds when cold, milliseconds when its
-    pages are already in memory)."""
-    def warm() -> None:
+class _ReadAhead:
+    """Reads an index file whole into the OS's page cache, in order, from a daemon thread; the file's lookups
+    ``wait`` for it (at most ``_WARM_WAIT_S``; a no-op once done), ``stop`` ends it early (the file closed unused,
+    e.g. built for another store state). Each anchor reads rows of ~15 nodes at random places in the file: read
+    cold (at full size a few hundred MB, evicted by a 15 GB store's pages), each row is a random read (0.5 ms at
+    the median, 12 ms at p95 on the benchmark machine's disk) and, the file being memory-mapped, one of 8 MiB
+    around it; read in order the file costs its size at the disk's sequential speed once (seconds when cold,
+    ~0.1 s when its pages are in memory already). A lookup made while it runs would queue behind it."""
+
+    def __init__(self, path: Path) -> None:
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = threading.Thread(
+            target=self._read, args=(path,), name="degree-index-warm", daemon=True)
+        self._thread.start()
+
+    def _read(self, path: Path) -> None:
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
@@ -294,32 +303,26 @@ def _warm_in_background(path: Path) -> threading.Thread:
         try:
             size = os.fstat(fd).st_size
             slices = range(0, size, _WARM_SLICE)
-            for start in slices:  # queued at once: the disk reads them in order at its own pace
+            for start in slices:  # queued at once (the kernel blocks here once its queue is full): read in order
+                if self._stopped.is_set():
+                    return
                 os.posix_fadvise(fd, start, _WARM_SLICE, os.POSIX_FADV_WILLNEED)
             for start in slices:  # then each slice's last page read: done once they have all come in
+                if self._stopped.is_set():
+                    return
                 os.pread(fd, 1, min(start + _WARM_SLICE, size) - 1)
         except (OSError, AttributeError):  # no fadvise on this system: the pages come in as they are read
             pass
         finally:
             os.close(fd)
 
-    thread = threading.Thread(target=warm, name="degree-index-warm", daemon=True)
-    thread.start()
-    return thread
-
-
-class _ReadAhead:
-    """The read-ahead of an index file (``_warm_in_background``), which its first lookup waits for (at most
-    ``_WARM_WAIT_S``): a lookup made while it runs would queue its random reads behind it and wait longer than for
-    the whole file. ``wait`` is a no-op once it has finished."""
-
-    def __init__(self, path: Path) -> None:
-        self._thread: threading.Thread | None = _warm_in_background(path)
-
     def wait(self) -> None:
         if self._thread is not None:
             self._thread.join(_WARM_WAIT_S)
             self._thread = None
+
+    def stop(self) -> None:
+        self._stopped.set()
 
 
 class MemoryDegrees(dict[str, int]):

@@ -916,6 +916,15 @@ def test_opening_the_degree_index_file_reads_it_all_ahead_and_its_first_lookup_w
     assert all(a_end >= b_start for (_, a_end), (b_start, _) in zip(covered, covered[1:]))  # no gap
     # every slice's last page read back: the thread ends once the whole file is in
     assert waited == [min(start + length, size) - 1 for start, length, _ in asked]
+    # a file closed unused (built for another store state) stops its read-ahead rather than read on
+    held.clear()
+    asked.clear()
+    unused = DiskDegrees(table.path)
+    warming = [t for t in threading.enumerate() if t.name == "degree-index-warm"]
+    unused.close()
+    held.set()
+    warming[0].join(10)
+    assert not warming[0].is_alive() and len(asked) <= 1
 
 
 def test_a_hubs_anchor_is_read_from_the_degree_index_file_as_ranked_when_built(
