@@ -34,16 +34,22 @@ _BASE_INVERSE = pow(_BASE, -1, 1 << 64)
 _powers: list[np.ndarray] = []  # [BASE^i, BASE^-i] for i below their length, grown on demand
 
 
+_KEPT_POWERS = 1 << 19  # tables kept for buffers up to this many bytes (8 MB); a longer one gets its own
+
+
 def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
-    if not _powers or len(_powers[0]) < n:
-        size = max(n, 1 << 16)
-        forward = np.full(size, _BASE, dtype=np.uint64)
-        forward[0] = 1
-        backward = np.full(size, _BASE_INVERSE, dtype=np.uint64)
-        backward[0] = 1
-        # unsigned numpy arithmetic wraps modulo 2^64, which is the ring the polynomial lives in
-        _powers[:] = [np.cumprod(forward, dtype=np.uint64), np.cumprod(backward, dtype=np.uint64)]
-    return _powers[0], _powers[1]
+    if _powers and len(_powers[0]) >= n:
+        return _powers[0], _powers[1]
+    size = max(n, 1 << 16)
+    forward = np.full(size, _BASE, dtype=np.uint64)
+    forward[0] = 1
+    backward = np.full(size, _BASE_INVERSE, dtype=np.uint64)
+    backward[0] = 1
+    # unsigned numpy arithmetic wraps modulo 2^64, which is the ring the polynomial lives in
+    tables = [np.cumprod(forward, dtype=np.uint64), np.cumprod(backward, dtype=np.uint64)]
+    if size <= _KEPT_POWERS:
+        _powers[:] = tables
+    return tables[0], tables[1]
 
 
 def utf8_prefix(data: np.ndarray) -> np.ndarray:
@@ -77,9 +83,9 @@ def utf8_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nd
     return span_hashes(utf8_prefix(data), starts, ends)
 
 
-def string_hashes(strings: Sequence[str], window: int = 1 << 16) -> np.ndarray:
+def string_hashes(strings: Sequence[str], window: int = 1 << 12) -> np.ndarray:
     """``utf8_hashes`` of each string's UTF-8 bytes (what a TSV row's IRI hashes to), ``window`` strings at a
-    time so the buffers stay small."""
+    time so the buffers (8 bytes of numpy per byte hashed) stay small."""
     out = np.empty(len(strings), dtype=np.int64)
     for low in range(0, len(strings), window):
         encoded = [s.encode() for s in strings[low: low + window]]
@@ -120,7 +126,7 @@ class IriTable:
         self._exact = ({(iri.decode() if isinstance(iri, bytes) else iri): i for i, iri in enumerate(ordered)}
                        if len(self._hashes) > 1 and bool(np.any(self._hashes[1:] == self._hashes[:-1])) else None)
 
-    def _blob_hashes(self, window: int = 1 << 16) -> np.ndarray:
+    def _blob_hashes(self, window: int = 1 << 12) -> np.ndarray:
         """``utf8_hashes`` of every IRI, straight from the blob, ``window`` IRIs at a time."""
         count = len(self._offsets) - 1
         out = np.empty(count, dtype=np.int64)

@@ -199,33 +199,41 @@ class Context:
         store, when no two concepts share a hash (then only their strings tell them apart)."""
         return tsv_rows.readable(self.store) and not self.concepts.exact
 
-    def edge_batches(self, predicates: list[str], *, with_schema: bool = False) -> Iterator[EdgeBatch]:
-        """``edges`` a batch at a time, as hashes of their two ends (``compact.string_hashes``), each end's IRI
-        read back on demand. On the embedded store no Python object is made per edge (``tsv_rows``)."""
+    def each_edge_batch(self, predicates: list[str], consume: Callable[[EdgeBatch], None], *,
+                        with_schema: bool = False) -> None:
+        """``edges`` handed to ``consume`` a batch at a time, as hashes of their two ends
+        (``compact.string_hashes``), each end's IRI read back on demand. On the embedded store no Python object
+        is made per edge (``tsv_rows``)."""
         if not self.reads_tsv:
             for subjects, objects in _batches(self.edges(predicates, with_schema=with_schema)):
-                yield EdgeBatch(string_hashes(subjects), string_hashes(objects), (subjects, objects))
+                consume(EdgeBatch(string_hashes(subjects), string_hashes(objects), (subjects, objects)))
             return
+
+        def edges_of(chunk: tsv_rows.TsvChunk) -> None:
+            subjects, objects = chunk.iri_hashes(0), chunk.iri_hashes(1)
+            both = chunk.is_iri(0) & chunk.is_iri(1)  # a literal or blank node at either end is no edge
+            rows = None if bool(both.all()) else np.flatnonzero(both)
+            if rows is not None:
+                subjects, objects = subjects[rows], objects[rows]
+            consume(EdgeBatch(subjects, objects, chunk=chunk, rows=rows))
+
         graphs = self.data_graphs + ([SCHEMA_GRAPH] if with_schema and SCHEMA_GRAPH in self.graphs else [])
         for graph in graphs if predicates else ():
-            query = f"SELECT ?s ?o WHERE {{ {values('p', predicates)} GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}"
-            for chunk in tsv_rows.tsv_rows(self.store, query, ("s", "o")):
-                subjects, objects = chunk.iri_hashes(0), chunk.iri_hashes(1)
-                both = chunk.is_iri(0) & chunk.is_iri(1)  # a literal or blank node at either end is no edge
-                rows = None if bool(both.all()) else np.flatnonzero(both)
-                if rows is not None:
-                    subjects, objects = subjects[rows], objects[rows]
-                yield EdgeBatch(subjects, objects, chunk=chunk, rows=rows)
+            tsv_rows.each_chunk(self.store, f"SELECT ?s ?o WHERE {{ {values('p', predicates)} "
+                                            f"GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}", ("s", "o"), edges_of)
 
     def concept_mask(self, predicate: str) -> np.ndarray:
         """Which concepts (by id) have ``predicate`` in some graph."""
         if not self.reads_tsv:
             return self.concepts.mask(self.subjects(predicate))
         seen = np.zeros(len(self.concepts), dtype=bool)
-        query = f"SELECT DISTINCT ?s WHERE {{ GRAPH ?g {{ ?s {iri_ref(predicate)} ?o }} }}"
-        for chunk in tsv_rows.tsv_rows(self.store, query, ("s",)):
+
+        def mark(chunk: tsv_rows.TsvChunk) -> None:
             found = self.concepts.ids_of_hashes(chunk.iri_hashes(0)[chunk.is_iri(0)])
             seen[found[found >= 0]] = True
+
+        tsv_rows.each_chunk(self.store, f"SELECT DISTINCT ?s WHERE {{ GRAPH ?g {{ ?s {iri_ref(predicate)} ?o }} }}",
+                            ("s",), mark)
         return seen
 
     @cached_property
@@ -256,11 +264,13 @@ class Context:
 
         def found() -> Iterator[str] | Iterator[bytes]:
             if tsv_rows.readable(self.store):  # a row per concept (deduped natively), each as its UTF-8 bytes
+                found: list[bytes] = []
                 for graph in self.data_graphs:
-                    query = (f"SELECT DISTINCT ?s WHERE {{ {values('p', predicates)} "
-                             f"GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}")
-                    for data in tsv_rows.tsv_chunks(self.store, query, ("s",)):
-                        yield from (line[1:-1] for line in data.split(b"\n") if line[:1] == b"<")
+                    tsv_rows.each_chunk(self.store, f"SELECT DISTINCT ?s WHERE {{ {values('p', predicates)} "
+                                                    f"GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}", ("s",),
+                                        lambda chunk: found.extend(line[1:-1] for line in chunk.data.split(b"\n")
+                                                                   if line[:1] == b"<"))
+                yield from found
                 return
             if self.store.indexed:  # the embedded store dedupes natively: a row per concept, not per triple
                 for graph in self.data_graphs:
@@ -427,9 +437,12 @@ def _hashed_rows(ctx: Context, query: str, *parts: Part) -> list[np.ndarray]:
     variables = _select_variables(query)
     if tsv_rows.readable(ctx.store):
         readers = [_part_hashes(variables, part) for part in parts]
-        for tsv in tsv_rows.tsv_rows(ctx.store, PREFIXES + query, variables):
+
+        def hash_parts(chunk: tsv_rows.TsvChunk) -> None:
             for out, read in zip(hashed, readers):
-                out.append(read(tsv))
+                out.append(read(chunk))
+
+        tsv_rows.each_chunk(ctx.store, PREFIXES + query, variables, hash_parts)
     else:
         rows = iter(ctx.store.select_all(PREFIXES + query))
         while chunk := list(islice(rows, ROW_BATCH)):
@@ -454,20 +467,30 @@ def _first_rows(ctx: Context, query: str, key: Part, flagged: np.ndarray, rank: 
                 done[at[i]] = True
                 yield i, int(at[i])
 
-    def candidates() -> Iterator[tuple[object, dict, int]]:
-        if tsv_rows.readable(ctx.store):
-            read = _part_hashes(variables, key)
-            for tsv in tsv_rows.tsv_rows(ctx.store, PREFIXES + query, variables):
-                for i, at in matches(read(tsv)):
-                    row = tsv.terms(i, variables)
-                    yield rank(row, at), row, at
-            return
+    best: list[tuple[object, int, dict, int]] = []  # (rank, arrival, row, at): trimmed to the n smallest
+    arrivals = iter(range(1 << 62))  # ties keep the order rows came in, as heapq.nsmallest over a stream does
+
+    def offer(row: dict, at: int) -> None:
+        best.append((rank(row, at), next(arrivals), row, at))
+        if len(best) >= 4 * n + 64:
+            best[:] = heapq.nsmallest(n, best, key=lambda item: (item[0], item[1]))
+
+    if not n:
+        return []
+    if tsv_rows.readable(ctx.store):
+        read = _part_hashes(variables, key)
+
+        def offer_matches(chunk: tsv_rows.TsvChunk) -> None:
+            for i, at in matches(read(chunk)):
+                offer(chunk.terms(i, variables), at)
+
+        tsv_rows.each_chunk(ctx.store, PREFIXES + query, variables, offer_matches)
+    else:
         rows = iter(ctx.store.select_all(PREFIXES + query))
         while chunk := list(islice(rows, ROW_BATCH)):
             for i, at in matches(hashes_of([tuple(row.get(name) for name in key) for row in chunk])):
-                yield rank(chunk[i], at), chunk[i], at
-
-    return [(row, at) for _, row, at in heapq.nsmallest(n, candidates(), key=lambda item: item[0])] if n else []
+                offer(chunk[i], at)
+    return [(row, at) for _, _, row, at in heapq.nsmallest(n, best, key=lambda item: (item[0], item[1]))]
 
 
 def multiple_preflabels(ctx: Context) -> tuple[int, list[Example]]:
@@ -606,8 +629,9 @@ def isa_cycle(ctx: Context) -> tuple[int, list[Example]]:
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    batches = [(batch.subjects, batch.objects)
-               for batch in ctx.edge_batches([RDFS + "subClassOf"], with_schema=True)]
+    batches: list[tuple[np.ndarray, np.ndarray]] = []
+    ctx.each_edge_batch([RDFS + "subClassOf"], lambda batch: batches.append((batch.subjects, batch.objects)),
+                        with_schema=True)
     if not batches:
         return 0, []
     child = np.concatenate([c for c, _ in batches])
@@ -627,12 +651,14 @@ def isa_cycle(ctx: Context) -> tuple[int, list[Example]]:
         return 0, []
     names: dict[int, str] = {}
     edges: dict[str, set[str]] = defaultdict(set)
-    for batch in ctx.edge_batches([RDFS + "subClassOf"], with_schema=True):
+    def name_cycle_edges(batch: EdgeBatch) -> None:
         inside = np.isin(batch.subjects, members) & np.isin(batch.objects, members)
         for at in np.flatnonzero(inside).tolist():
             child, parent = batch.iri(at, 0), batch.iri(at, 1)
             names[int(batch.subjects[at])], names[int(batch.objects[at])] = child, parent
             edges[child].add(parent)
+
+    ctx.each_edge_batch([RDFS + "subClassOf"], name_cycle_edges, with_schema=True)
     groups: dict[int, list[str]] = defaultdict(list)
     for node, label in zip(nodes[in_cycle].tolist(), labels[in_cycle].tolist()):
         groups[label].append(names[node])
@@ -857,21 +883,28 @@ class EdgeBatch:
         return table.ids_of_hashes(self.hashes(end))
 
 
-def _id_batches(pairs: Iterable[tuple[np.ndarray, np.ndarray]], size: int = UNION_BATCH
-                ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The id pairs regrouped into arrays of about ``size``: each union costs a pass over every node."""
-    lefts: list[np.ndarray] = []
-    rights: list[np.ndarray] = []
-    held = 0
-    for left, right in pairs:
-        lefts.append(left)
-        rights.append(right)
-        held += len(left)
-        if held >= size:
-            yield np.concatenate(lefts), np.concatenate(rights)
-            lefts, rights, held = [], [], 0
-    if lefts:
-        yield np.concatenate(lefts), np.concatenate(rights)
+class _PairBatches:
+    """Id pairs gathered into arrays of about ``size`` and handed to ``merge``: each union costs a pass over
+    every node, so batches of a few thousand edges are merged a million at a time."""
+
+    def __init__(self, merge: Callable[[np.ndarray, np.ndarray], object], size: int = UNION_BATCH) -> None:
+        self._merge, self._size = merge, size
+        self._lefts: list[np.ndarray] = []
+        self._rights: list[np.ndarray] = []
+        self._held = 0
+
+    def add(self, left: np.ndarray, right: np.ndarray) -> None:
+        self._lefts.append(left)
+        self._rights.append(right)
+        self._held += len(left)
+        if self._held >= self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._lefts:
+            left, right = np.concatenate(self._lefts), np.concatenate(self._rights)
+            self._lefts, self._rights, self._held = [], [], 0
+            self._merge(left, right)
 
 
 @dataclass(frozen=True)
@@ -919,22 +952,21 @@ def _components(ctx: Context) -> Components:
         outside_target_ids.update(found[found >= known].tolist())
         return found
 
-    for left, right in _id_batches((ids(batch, 0), target_ids(batch))
-                                   for batch in ctx.edge_batches(ctx.concept_links)):
-        merged.grow(known + len(outside))
-        merged.union(left, right)
+    pending = _PairBatches(lambda left, right: (merged.grow(known + len(outside)), merged.union(left, right)))
+    ctx.each_edge_batch(ctx.concept_links, lambda batch: pending.add(ids(batch, 0), target_ids(batch)))
+    pending.flush()
     outside_targets = {outside_names[node] for node in outside_target_ids}
     mappings = [p for p in ctx.links if p in MAPPINGS]
 
-    def concept_pairs() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def concept_pair(batch: EdgeBatch) -> None:
         # a mapping between two concepts of this KG joins them; one to an outside IRI does not
-        for batch in ctx.edge_batches(mappings) if mappings else ():
-            left, right = batch.ids(table, 0), batch.ids(table, 1)
-            both = (left >= 0) & (right >= 0)
-            yield left[both], right[both]
+        left, right = batch.ids(table, 0), batch.ids(table, 1)
+        both = (left >= 0) & (right >= 0)
+        pending.add(left[both], right[both])
 
-    for left, right in _id_batches(concept_pairs()):
-        merged.union(left, right)
+    if mappings:
+        ctx.each_edge_batch(mappings, concept_pair)
+        pending.flush()
     nodes = np.flatnonzero(merged.touched)
     labels = merged.labels[nodes]
     if len(nodes) == 0:

@@ -224,7 +224,8 @@ def test_tsv_rows_find_the_iris_the_engine_writes(tmp_path) -> None:
     store.load(io.BytesIO("\n".join(lines).encode()), media_type="application/n-triples", graph=DATA_GRAPH)
     query = "SELECT ?s ?o ?none WHERE { GRAPH ?g { ?s ?p ?o } }"
     expected = [(r["s"].value, r["o"].value if r["o"].kind == "uri" else "") for r in store.select(query)]
-    chunks = list(tsv_rows.tsv_chunks(store, query, ("s", "o", "none"), size=500))
+    chunks: list[bytes] = []
+    store.tsv_blocks(query, ["s", "o", "none"], chunks.append, block=500)
     assert len(chunks) > 10 and all(c.endswith(b"\n") for c in chunks)
     found = []
     for chunk in (tsv_rows.TsvChunk(c, 3) for c in chunks):
@@ -237,10 +238,8 @@ def test_tsv_rows_find_the_iris_the_engine_writes(tmp_path) -> None:
                 assert hashes[row] == compact.string_hashes([obj])[0]
             found.append((chunk.iri(row, 0), obj))
     assert sorted(found) == sorted(expected)
-    for _ in zip(range(2), tsv_rows.tsv_chunks(store, query, ("s", "o", "none"), size=100)):
-        pass  # leaving early stops the engine's writer
     with pytest.raises(Exception, match="SELECT"):
-        list(tsv_rows.tsv_chunks(store, "ASK { ?s ?p ?o }", ()))
+        tsv_rows.each_chunk(store, "ASK { ?s ?p ?o }", (), lambda chunk: None)
 
 
 def test_component_labels_in_batches_equal_networkx() -> None:
@@ -281,8 +280,10 @@ def test_tsv_values_read_back_as_the_terms_select_gives() -> None:
     query = f"SELECT ?s ?o ?lang WHERE {{ GRAPH <{DATA_GRAPH}> {{ ?s ?p ?o }} BIND(LANG(?o) AS ?lang) }}"
     expected = sorted(store.select(query), key=lambda r: r["s"].value)
     variables = ("s", "o", "lang")
-    found = sorted((chunk.terms(row, variables) for chunk in tsv_rows.tsv_rows(store, query, variables)
-                    for row in range(len(chunk))), key=lambda r: r["s"].value)
+    found: list[dict] = []
+    tsv_rows.each_chunk(store, query, variables, lambda chunk: found.extend(chunk.terms(row, variables)
+                                                                            for row in range(len(chunk))))
+    found.sort(key=lambda r: r["s"].value)
     assert len(found) == len(expected) == len(objects)
     for ours, theirs in zip(found, expected):
         assert ours == theirs
