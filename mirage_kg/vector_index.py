@@ -11,7 +11,7 @@ key stands for (-1: removed). A fresh build keys row ``i`` as ``i``; an update k
 gives new texts new keys, so only the changed labels touch the graph.
 
 Shards: the keys are striped over ``shard_count()`` HNSW graphs (key ``k`` in shard ``k % shards``), each built on
-its own thread and searched in turn, the answers merged by distance. Not one graph added to on several threads:
+its own thread and searched at once (one thread a shard), the answers merged by distance. Not one graph added to on several threads:
 usearch's concurrent ``add`` strands vectors that no search reaches (usearch issue #735, open; its fix, pull
 request #772, is in no release up to 2.26.6): a node whose upper-level links are in place before its level-0 links
 is a descent seed that dead-ends another thread's insertion. Each shard is added to on one thread, so it is the
@@ -158,6 +158,10 @@ class VectorIndex:
         self._shards = list(shards)
         self.rows = rows  # key -> row of the current matrix, -1 for a removed key
         self.path = path
+        # asks the shards after the first at once, while the caller's thread asks the first (``search``); made
+        # here, not on first use, so two threads searching at once share one (its threads start on first use)
+        self._search_pool = ThreadPoolExecutor(max_workers=len(self._shards) - 1, thread_name_prefix="vector-search") \
+            if len(self._shards) > 1 else None
 
     def __len__(self) -> int:
         return sum(int(len(shard)) for shard in self._shards)
@@ -356,8 +360,12 @@ class VectorIndex:
 
         query = np.asarray(vector, np.float32)
         found_keys, found_distances = [], []
-        for shard in self._shards:
-            found = shard.search(query, count, threads=1)
+        # every shard at once, each on a thread of its own: usearch releases the GIL while it searches, so a
+        # search takes about one shard's time, not the sum of theirs
+        pending = [self._search_pool.submit(shard.search, query, count, threads=1)
+                   for shard in self._shards[1:]] if self._search_pool is not None else []
+        answers = [self._shards[0].search(query, count, threads=1)] + [job.result() for job in pending]
+        for found in answers:
             keys = np.asarray(found.keys, dtype=np.int64).reshape(-1)
             distances = np.asarray(found.distances, dtype=np.float32).reshape(-1)
             valid = (keys >= 0) & (keys < len(self.rows))
