@@ -11,9 +11,10 @@ import datetime as _dt
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, copy_context
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,9 @@ def remember_hash(path: Path, sha256: str) -> None:
         remembered[path.resolve()] = (stat.st_size, stat.st_mtime_ns, sha256)
 
 
-def file_hashes(path: Path) -> dict[str, str]:
-    """SHA-256 of a file, or of every file under a release folder (relative names), read in 1 MiB blocks."""
+def file_hashes(path: Path, stop: threading.Event | None = None) -> dict[str, str]:
+    """SHA-256 of a file, or of every file under a release folder (relative names), read in 1 MiB blocks.
+    ``stop``: set by another thread to give up (``HashesAhead``), which then raises ``_HashingStopped``."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     remembered = _REMEMBERED.get() or {}
     out = {}
@@ -95,6 +97,8 @@ def file_hashes(path: Path) -> dict[str, str]:
             digest = hashlib.sha256()
             with open(item, "rb") as handle:
                 for block in iter(lambda: handle.read(1 << 20), b""):
+                    if stop is not None and stop.is_set():
+                        raise _HashingStopped(item)
                     digest.update(block)
             hexdigest = digest.hexdigest()
         out[item.name if item == path else str(item.relative_to(path))] = hexdigest
@@ -158,12 +162,14 @@ def _describe_obo(path: Path) -> tuple[str, dict[str, Any]]:
 
 
 def new_release_info(source: str, path: Path, graph: str, options: dict[str, Any],
-                     history: tuple[str, ...] = ()) -> ReleaseInfo:
-    """The record of a release about to be loaded into ``graph`` (hashes its files)."""
+                     history: tuple[str, ...] = (), files: dict[str, str] | None = None) -> ReleaseInfo:
+    """The record of a release about to be loaded into ``graph`` (hashes its files, unless ``files`` gives their
+    hashes already)."""
     name, details = describe_release(source, path)
     now = _dt.datetime.now(_dt.timezone.utc).isoformat()
     return ReleaseInfo(graph=graph, source=source, release=name, path=str(path), details=details,
-                       files=file_hashes(path), loaded_at=now, options=options, history=history)
+                       files=file_hashes(path) if files is None else files, loaded_at=now, options=options,
+                       history=history)
 
 
 def release_record_update(info: ReleaseInfo) -> str:
@@ -176,12 +182,58 @@ def release_record_update(info: ReleaseInfo) -> str:
 
 def load_recorded(store: Store, loader: Any, path: Path, options: Any, report: Any) -> list[Any]:
     """``loader.load`` with each graph's release record committed in the same update as its data (``Store.
-    recording``): a load killed at any point leaves either no graph or a graph with its record."""
-    def record(graph: str) -> str:
-        return release_record_update(new_release_info(loader.name, path, graph, options_record(options)))
+    recording``): a load killed at any point leaves either no graph or a graph with its record. The release's
+    files are hashed beside the load (``HashesAhead``), not after it."""
+    with HashesAhead(path) as ahead:
+        def record(graph: str) -> str:
+            return release_record_update(new_release_info(loader.name, path, graph, options_record(options),
+                                                           files=ahead.result()))
 
-    with store.recording(record):
-        return loader.load(store, path, options, report)
+        with store.recording(record):
+            return loader.load(store, path, options, report)
+
+
+class _HashingStopped(Exception):
+    """``file_hashes`` gave up on ``stop`` (internal to ``HashesAhead``; never reaches a caller)."""
+
+
+class HashesAhead:
+    """The release's file hashes, computed in a thread of their own while the load runs: hashlib and file reads
+    release the GIL, so the hash (a 4.7 GB UMLS release: ~25 s of one core, more when its pages left the cache)
+    overlaps the load instead of adding to its wall after the native loader ends. ``result`` waits for it and
+    raises what hashing raised (an unreadable file), as hashing in the caller's thread would; leaving the block
+    stops a hash not asked for (the load failed first)."""
+
+    def __init__(self, path: Path) -> None:
+        self._stop = threading.Event()
+        self._hashes: dict[str, str] | None = None
+        self._error: BaseException | None = None
+        context = copy_context()  # the thread sees the caller's ``hashes_remembered``
+        self._thread = threading.Thread(target=context.run, args=(self._run, path), name="mirage-kg-hash",
+                                        daemon=True)
+
+    def _run(self, path: Path) -> None:
+        try:
+            self._hashes = file_hashes(path, self._stop)
+        except _HashingStopped:
+            pass
+        except BaseException as exc:  # re-raised by ``result`` in the caller's thread
+            self._error = exc
+
+    def __enter__(self) -> HashesAhead:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def result(self) -> dict[str, str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._hashes is not None
+        return dict(self._hashes)
 
 
 def record_release(store: Store, info: ReleaseInfo) -> None:

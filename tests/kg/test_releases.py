@@ -866,6 +866,96 @@ def test_a_load_commits_its_release_record_with_its_data(tmp_path: Path) -> None
     assert store._recording is None  # only loads inside load_recorded carry a record
 
 
+def test_release_files_are_hashed_beside_the_load_and_recorded_the_same(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load_recorded`` hashes the release in a thread while the loader runs: the record holds the SHA-256 of
+    every file, and hashing began before the loader ended (a hash run after the load would never be seen)."""
+    import hashlib
+    import threading
+
+    from mirage_kg.loaders import LoadOptions, LoadReport
+    from mirage_kg.loaders.triples import TriplesLoader
+    from mirage_kg.releases import provenance, release_of
+    from mirage_kg.releases.provenance import load_recorded
+    from mirage_kg.store import OxigraphStore
+
+    release = tmp_path / "facts-2025.tsv"
+    release.write_text(_TRIPLES_V1, encoding="utf-8")
+    hashing = threading.Event()
+    plain_hashes = provenance.file_hashes
+
+    def signalling(path: Path, stop: threading.Event | None = None) -> dict[str, str]:
+        hashing.set()
+        return plain_hashes(path, stop)
+
+    monkeypatch.setattr(provenance, "file_hashes", signalling)
+    seen: list[bool] = []
+
+    class Watching(TriplesLoader):
+        def load(self, store, path, options, report):  # type: ignore[no-untyped-def]
+            seen.append(hashing.wait(10))
+            return super().load(store, path, options, report)
+
+    store = OxigraphStore()
+    (receipt,) = load_recorded(store, Watching(), release, LoadOptions(), LoadReport())
+    assert release_of(store, receipt.graph).files == {"facts-2025.tsv": hashlib.sha256(release.read_bytes()).hexdigest()}
+    assert seen == [True]  # hashing ran while the loader did
+    assert not any(t.name == "mirage-kg-hash" for t in threading.enumerate())  # and joined after
+
+
+def test_a_release_that_cannot_be_hashed_fails_the_load_and_a_failed_load_stops_the_hash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hashing's error reaches the caller (as when it hashed in its own thread); a load that fails first stops
+    the hash within a block and joins its thread."""
+    import threading
+
+    from mirage_kg.releases import provenance
+    from mirage_kg.releases.provenance import HashesAhead
+
+    folder = tmp_path / "release"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(b"x" * (3 << 20))
+    with HashesAhead(folder) as ahead:
+        assert set(ahead.result()) == {"a.txt"}
+
+    def unreadable(path: Path, stop: threading.Event | None = None) -> dict[str, str]:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(provenance, "file_hashes", unreadable)
+    with HashesAhead(folder) as ahead, pytest.raises(PermissionError):
+        ahead.result()
+    monkeypatch.undo()
+
+    blocks: list[int] = []
+    go = threading.Event()
+    real_open = open
+
+    class Slow:
+        def __init__(self, handle):  # type: ignore[no-untyped-def]
+            self.handle = handle
+
+        def __enter__(self):  # type: ignore[no-untyped-def]
+            return self
+
+        def __exit__(self, *exc):  # type: ignore[no-untyped-def]
+            self.handle.close()
+
+        def read(self, size: int) -> bytes:
+            blocks.append(size)
+            go.wait(10)  # the first block is held until the load has failed
+            return self.handle.read(size)
+
+    monkeypatch.setattr(provenance, "open", lambda path, mode: Slow(real_open(path, mode)), raising=False)
+    with pytest.raises(RuntimeError, match="the load failed"):
+        with HashesAhead(folder) as ahead:
+            try:
+                raise RuntimeError("the load failed")
+            finally:
+                threading.Timer(0.2, go.set).start()  # the block's read ends while __exit__ waits
+    assert not ahead._thread.is_alive()  # stopped and joined on the way out
+    assert ahead._hashes is None and len(blocks) == 1  # gave up after the first block, no hash kept
+
+
 def test_update_carries_the_label_index_over_for_the_changed_concepts(
         tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
     from mirage_kg.graph import Graph
