@@ -617,7 +617,7 @@ class LabelIndex:
                         size = self._db.execute("SELECT coalesce(sum(length(data)), 0) FROM packed WHERE name = ?",
                                                 (name,)).fetchone()[0]
                         parts = self._db.execute("SELECT data FROM packed WHERE name = ? ORDER BY part", (name,))
-                        return _in_memory(size, (row[0] for row in parts), huge=name in _EXACT_ARRAYS)
+                        return _in_memory(size, (row[0] for row in parts))
 
                     self._packed = _Packed(read)
         return self._packed
@@ -1377,36 +1377,26 @@ def _group_buckets(keys: np.ndarray) -> np.ndarray:
 
 
 _RECENT_ENTITIES = 4096  # entities the packed lookup keeps decoded (``_Packed.record``)
-_HUGE_PAGE = 2 << 20  # the size of an x86-64 transparent huge page
-_PAGE = 4096  # the size of an ordinary one
-# the packed arrays an exact, normalised or synonym mention reads (``_Packed.spans``, its rows, ``record``)
-_EXACT_ARRAYS = frozenset({"group_table", "group_buckets", "row_levels", "row_idx", "entity_text", "entity_ends"})
+_ANONYMOUS_FROM = 2 << 20  # packed arrays of this size or more go into anonymous memory (``_in_memory``)
+_PAGE = 4096  # the size of a memory page
 
 
-def _in_memory(size: int, parts: Iterable[bytes], huge: bool = False) -> bytes | mmap.mmap:
+def _in_memory(size: int, parts: Iterable[bytes]) -> bytes | mmap.mmap:
     """One packed array of ``size`` bytes from its parts, in memory; a large one in anonymous memory filled part
-    by part (the whole array is never held twice, as joining the parts held it). ``huge``: the kernel is asked
-    to back it with transparent huge pages, for the arrays every exact mention reads at random (a dozen reads in
-    half a gigabyte at UMLS size, each of which also missed the TLB with 4 KiB pages: a page-table walk, dearer
-    in a virtual machine). Not for all: where memory is fragmented each huge page costs the open a compaction."""
-    if size < _HUGE_PAGE or not hasattr(mmap, "MAP_ANONYMOUS"):  # small, or no anonymous maps (Windows)
+    by part (the whole array is never held twice, as joining the parts held it). Ordinary pages: transparent huge
+    pages (session 7) made a steady lookup 1.06x faster, but in the virtual machine measured the first read of
+    each huge page after other memory work (the bench reads 3 GB of labels between the open and the first
+    mention) stalled ~0.15 ms, 20-25 ms over the first hundred exact mentions at UMLS size: the first pass of
+    2,000 ran at 0.6x the speed it has with ordinary pages."""
+    if size < _ANONYMOUS_FROM or not hasattr(mmap, "MAP_ANONYMOUS"):  # small, or no anonymous maps (Windows)
         return b"".join(parts)
     memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if huge and hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            memory.madvise(mmap.MADV_HUGEPAGE)  # before the first write, which faults the pages in
-        except OSError:  # a kernel without them, or with them turned off: ordinary pages
-            pass
     at = 0
     for part in parts:
         memory[at:at + len(part)] = part
         at += len(part)
     if at != size:
         raise ValueError(f"packed array: {at} bytes read, {size} expected")
-    # one byte of every page read now, by the open: in the virtual machine measured, the first read of a page
-    # after it was written could still stall ~0.15 ms (the host mapping it); at UMLS size the first hundred
-    # exact mentions paid 10-25 ms of such stalls, more than the other 1,900 took in all
-    memory[::_PAGE]
     return memory
 
 
@@ -1510,6 +1500,16 @@ class _Packed:
         self._variant_words = memoryview(read("variant_words")).cast("i")
         self._choice_entity_idx = memoryview(read("choice_entity_idx")).cast("i")
         self._choice_entity_ends = memoryview(read("choice_entity_ends")).cast("q")
+        # one byte of every page of each array read now, once all are in memory, so that the open, not the first
+        # mentions, pays for whatever the first read of a page still costs (a few milliseconds at UMLS size; with
+        # huge pages it was 10-25 ms of stalls; with ordinary ones the first hundred exact mentions took 1.6 ms
+        # CPU after it, 2.5 ms without it, one run each)
+        for array in (self._table, self._buckets, self.levels, self.idxs, self._entity_text, self._entity_ends,
+                      self._choice_text, self._choice_ends, self._word_text, self._word_ends, self._posting_ends,
+                      self._variant_key_at, self._variant_words, self._choice_entity_idx, self._choice_entity_ends):
+            memoryview(array).cast("B")[::_PAGE].tobytes()
+        for array in (self._posting_ids, self._posting_lens):
+            array[::_PAGE // array.itemsize].sum()
 
     def choice_texts(self, ids: Sequence[int]) -> list[str]:
         """The word-sorted texts of these choices."""

@@ -207,18 +207,18 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
 
     for (mention, top), found in answers.items():
         assert fully_ranked(packed, mention, top) == found, (mention, top)
-    # every packed array in huge-page memory, and the decoded entities kept two at a time: the same answers
-    monkeypatch.setattr(linking, "_HUGE_PAGE", 1)
+    # every packed array in anonymous memory, and the decoded entities kept two at a time: the same answers
+    monkeypatch.setattr(linking, "_ANONYMOUS_FROM", 1)
     monkeypatch.setattr(linking, "_RECENT_ENTITIES", 2)
-    huge = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed")
-    assert isinstance(huge.index._lookup()._table.obj, mmap.mmap) == hasattr(mmap, "MAP_ANONYMOUS")
+    anonymous = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed")
+    assert isinstance(anonymous.index._lookup()._table.obj, mmap.mmap) == hasattr(mmap, "MAP_ANONYMOUS")
     for (mention, top), found in answers.items():
-        assert huge.link_one(mention, top=top) == found, (mention, top)
-    assert [huge.index._entity_row(i) for i in range(len(huge.index))] == [
+        assert anonymous.link_one(mention, top=top) == found, (mention, top)
+    assert [anonymous.index._entity_row(i) for i in range(len(anonymous.index))] == [
         packed.index._entity_row(i) for i in range(len(packed.index))]
     every = range(len(packed.index))
-    assert [huge.index.names[i] for i in every] == [packed.index.names[i] for i in every]
-    assert len(huge.index._lookup()._recent) <= 2
+    assert [anonymous.index.names[i] for i in every] == [packed.index.names[i] for i in every]
+    assert len(anonymous.index._lookup()._recent) <= 2
     monkeypatch.undo()
     monkeypatch.setattr(linking, "_form_digest", lambda form: (len(form) % 3, 0))  # every form clashes
     plain = Linker(store, embedding_model="none", cache_dir=tmp_path / "plain")
@@ -306,17 +306,16 @@ def test_only_an_index_without_the_packed_lookup_keeps_forms_and_variants(tmp_pa
 
 
 def test_a_packed_array_is_read_into_memory_part_by_part() -> None:
-    """Large arrays go into anonymous memory (huge pages on request) filled part by part, small ones stay bytes; a part
+    """Large arrays go into anonymous memory filled part by part, small ones stay bytes; a part
     count that does not add up to the size the table gave is an error, not a short array."""
     import mirage_kg.linking as linking
 
     parts = [bytes(range(256)) * 8192, b"tail"]
     size = sum(map(len, parts))
-    for huge in (False, True):
-        whole = linking._in_memory(size, iter(parts), huge=huge)
-        assert bytes(whole[:]) == b"".join(parts) and len(whole) == size
-        assert isinstance(whole, mmap.mmap) == hasattr(mmap, "MAP_ANONYMOUS")
-    assert linking._in_memory(4, iter([b"ab", b"cd"]), huge=True) == b"abcd"
+    whole = linking._in_memory(size, iter(parts))
+    assert bytes(whole[:]) == b"".join(parts) and len(whole) == size
+    assert isinstance(whole, mmap.mmap) == hasattr(mmap, "MAP_ANONYMOUS")
+    assert linking._in_memory(4, iter([b"ab", b"cd"])) == b"abcd"
     if hasattr(mmap, "MAP_ANONYMOUS"):
         with pytest.raises(ValueError, match="expected"):
             linking._in_memory(size + 1, iter(parts))
