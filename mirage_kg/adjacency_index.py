@@ -154,16 +154,10 @@ def _bucket_rows(names: list[str], low: int, high: int, s_ids: Any, o_ids: Any, 
     graphs hold the triple."""
     import numpy as np
 
-    out_side = (s_ids >= low) & (s_ids < high)
-    in_side = (o_ids >= low) & (o_ids < high) & (s_ids != o_ids)
-    node = np.concatenate([s_ids[out_side], o_ids[in_side]])
-    other = np.concatenate([o_ids[out_side], s_ids[in_side]])
-    kind = np.concatenate([kinds[out_side], kinds[in_side] + 1])
-    order = np.lexsort((other, kind, node))
-    node, other, kind = node[order], other[order], kind[order]
-    fresh = np.ones(len(node), dtype=bool)
-    fresh[1:] = (node[1:] != node[:-1]) | (kind[1:] != kind[:-1]) | (other[1:] != other[:-1])
-    node, other, kind = node[fresh], other[fresh], kind[fresh]
+    from mirage_kg.fact_scan import edges_from_both_ends
+
+    node, other, kind = edges_from_both_ends(s_ids, o_ids, kinds, (s_ids >= low) & (s_ids < high),
+                                             (o_ids >= low) & (o_ids < high) & (s_ids != o_ids))
     starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
     ends = np.r_[starts[1:], len(node)]
     other, kind = other.astype("<u4"), kind.astype("<u2")

@@ -488,17 +488,11 @@ def _file_hub_links(db: sqlite3.Connection, scan: FactScan, rows: list[tuple[str
     is_hub[[n for n in node_ids if n is not None]] = True
     blocked = np.zeros(size, dtype=bool)
     blocked[[n for n in map(scan.id_of, non_concepts) if n is not None]] = True
-    s, o, kinds = scan.subjects, scan.objects, scan.kinds()
-    forward = is_hub[s] & ~blocked[o]
-    backward = is_hub[o] & (s != o) & ~blocked[s]
-    node = np.concatenate([s[forward], o[backward]])
-    other = np.concatenate([o[forward], s[backward]])
-    kind = np.concatenate([kinds[forward], kinds[backward] + 1])
-    order = np.lexsort((other, kind, node))
-    node, other, kind = node[order], other[order], kind[order]
-    fresh = np.ones(len(node), dtype=bool)
-    fresh[1:] = (node[1:] != node[:-1]) | (kind[1:] != kind[:-1]) | (other[1:] != other[:-1])
-    node, other, kind = node[fresh], other[fresh], kind[fresh]
+    from mirage_kg.fact_scan import edges_from_both_ends
+
+    s, o = scan.subjects, scan.objects
+    node, other, kind = edges_from_both_ends(s, o, scan.kinds(), is_hub[s] & ~blocked[o],
+                                             is_hub[o] & (s != o) & ~blocked[s])
     relations: dict[str, int] = {}
     budget = FILED_EDGES
     for number, ((iri, degree), hub) in enumerate(zip(chosen, node_ids)):

@@ -82,6 +82,22 @@ class FactScan:
         yield from self.extra_degrees.items()
 
 
+
+def edges_from_both_ends(subjects: Any, objects: Any, kinds: Any, forward: Any, backward: Any) -> tuple[Any, Any, Any]:
+    """The rows picked by ``forward`` seen from their subject and those picked by ``backward`` from their object
+    (kind + 1), as (node, other, kind) arrays sorted by node, kind, other, each edge once however many graphs hold
+    its triple: the one grouping both the adjacency file and the degree file's filed hubs are written from."""
+    import numpy as np
+
+    node = np.concatenate([subjects[forward], objects[backward]])
+    other = np.concatenate([objects[forward], subjects[backward]])
+    kind = np.concatenate([kinds[forward], kinds[backward] + 1])
+    order = np.lexsort((other, kind, node))
+    node, other, kind = node[order], other[order], kind[order]
+    fresh = np.ones(len(node), dtype=bool)
+    fresh[1:] = (node[1:] != node[:-1]) | (kind[1:] != kind[:-1]) | (other[1:] != other[:-1])
+    return node[fresh], other[fresh], kind[fresh]
+
 def scan_facts(store: Store, predicates: list[str], label_predicates: Iterable[str] | None = None,
                rank_language: Callable[[str | None], tuple[int, str]] | None = None) -> FactScan:
     """Read every fact edge of ``predicates`` (IRI objects; IRI or blank-node subjects, in named graphs) and, when
