@@ -324,10 +324,12 @@ def child_index(store_dir: str, cache: str) -> dict[str, Any]:
 
 
 def _evict(folder: Path) -> int:
-    """Drop every file of ``folder`` (the link stage's own cache) from the OS's page cache, written back first:
-    the next process then reads from disk what its lookups touch, as after a reboot. Bytes evicted."""
+    """Drop every file of ``folder`` (the link stage's own cache, a release; or one file) from the OS's page
+    cache, written back first: the next process then reads from disk what it touches, as after a reboot. Bytes
+    evicted."""
     evicted = 0
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    files = [folder] if folder.is_file() else sorted(p for p in folder.rglob("*") if p.is_file())
+    for path in files:
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -472,20 +474,26 @@ def timed(cmd: list[str]) -> tuple[float, int, str, float]:
 
 
 def stage_load(work: Path, release: Path, store: Path) -> dict[str, Any]:
+    """Ours and the baseline each read their input cold: the release is dropped from the page cache before our
+    load, the exported N-Triples before ``bulk_load`` (the export has just written them, so the baseline used to
+    read its input from memory while ours read 4.7 GB from disk at S = 1.0)."""
     # the load alone: the indexes it would build next are measured by the query and link stages
+    release_evicted = _evict(release)
     wall, rss, _, cpu = timed([sys.executable, "-m", "mirage_kg.cli", "load", str(release), "--format", "umls",
                           "--store", str(store), "--no-index"])
     nt = work / "umls.nt"
     exported, _ = run_json_child("export", str(store), str(nt))
     base_dir = work / "bulk-store"
     shutil.rmtree(base_dir, ignore_errors=True)
+    nt_evicted = _evict(nt)
     # the baseline's wall is its whole process too (interpreter start and imports included), as ours is
     bulk_wall, base_rss, bulk_triples, bulk_cpu = timed([sys.executable, "-c", CHILD_BULK, str(base_dir), str(nt)])
     base = {"seconds": bulk_wall, "triples": int(bulk_triples)}
     result = {"wall_s": wall, "rss_mib": rss, "store_quads": exported["quads"], "triples": base["triples"],
               "disk_bytes": _du(store), "nt_bytes": nt.stat().st_size, "bulk_wall_s": base["seconds"],
               "bulk_rss_mib": base_rss, "bulk_disk_bytes": _du(base_dir),
-              "cpu_s": cpu, "bulk_cpu_s": bulk_cpu}
+              "cpu_s": cpu, "bulk_cpu_s": bulk_cpu, "inputs_cold": True, "release_evicted_bytes": release_evicted,
+              "nt_evicted_bytes": nt_evicted}
     result["ratio"] = wall / base["seconds"]
     shutil.rmtree(base_dir, ignore_errors=True)
     nt.unlink()
@@ -543,7 +551,9 @@ def table(result: dict[str, Any]) -> list[dict[str, Any]]:
 
     if "load" in result:
         r = result["load"]
-        row("load", "wall", r["wall_s"], r["bulk_wall_s"], "bulk_load of the same N-Triples", "ratio <= 1.3, <= 15 min", "s")
+        row("load", "wall", r["wall_s"], r["bulk_wall_s"],
+            "bulk_load of the same N-Triples" + (", both inputs read cold" if r.get("inputs_cold") else ""),
+            "ratio <= 1.3, <= 15 min", "s")
         if "cpu_s" in r:
             row("load", "CPU (user + system)", r["cpu_s"], r["bulk_cpu_s"], "bulk_load", "", "s")
         row("load", "peak RSS", r["rss_mib"], r["bulk_rss_mib"], "bulk_load", "< 4096", "MiB")
