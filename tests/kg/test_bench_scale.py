@@ -60,6 +60,12 @@ def test_smoke_run_reports_every_stage(tmp_path: Path) -> None:
     # CPU seconds of the whole child (its threads included): the interpreter start alone takes some
     assert by[("load", "CPU (user + system)")]["ours"] > 0.1 and by[("load", "CPU (user + system)")]["baseline"] > 0.1
     assert by[("validate", "CPU (user + system)")]["ours"] > 0.1
+    timings = result["validate"]["timings"]  # each check's seconds, from `validate --timings`
+    assert {"dangling-reference", "ambiguous-label", "isa-cycle"} <= set(timings) and sum(timings.values()) > 0
+    # the query process built the degree index and adjacency file: its CPU, and the process's peak (wait4's, which
+    # counts pages a little differently from /proc's resident figure) beside the memory left after its queries
+    query = result["query"]
+    assert 0 < query["degree_index_cpu_s"] and query["peak_rss_mib"] >= 0.95 * query["rss_mib"] > 0
     for group in ("typical", "hub"):
         assert by[("query", f"anchor {group} p50")]["ours"] <= by[("query", f"anchor {group} p95")]["ours"]
         assert by[("query", f"bridge h=3 {group} p50")]["ours"] <= by[("query", f"bridge h=3 {group} p95")]["ours"]
