@@ -15,7 +15,8 @@ Stages (each in its own child process, so its peak RSS from ``wait4`` counts nat
   quad-pattern fetch of the same node's edges (anchor) and pyoxigraph's SPARQL engine on the hop query an
   endpoint would get (bridge h=2, a small sample with a deadline); with ``--cold``, the store's own files (not the
   caches beside it) are dropped from the OS page cache before every timed call, as a full-size store (14.8 GB on a
-  24 GB machine) mostly is: a smaller S then shows the cost of pages read from disk;
+  24 GB machine) mostly is: a smaller S then shows the cost of pages read from disk; the degree index and
+  adjacency file are built first when absent (wall and CPU seconds), and the process's peak RSS counts that build;
 - ``link``: label-index build (its own process: time, peak RSS, size on disk), then, in another process, the
   index opened from its cache: resident memory and exact / normalised / synonym / fuzzy mentions per second
   against every name, each one product call ``Linker.link_one(mention, top=5)`` (what a search block's term and
@@ -24,7 +25,8 @@ Stages (each in its own child process, so its peak RSS from ``wait4`` counts nat
   and rapidfuzz over every label without blocking (fuzzy), on the same mentions; with ``--cold``, the index's
   files are dropped from the page cache before that process, and it reports what opening the index and each
   kind's lookups read from disk (``/proc/self/io`` read_bytes) and their major page faults;
-- ``validate``: ``mirage-kg validate`` wall and peak RSS; baseline: one SPARQL COUNT over every quad (a full scan);
+- ``validate``: ``mirage-kg validate`` wall, CPU, peak RSS and each check's seconds (``--timings``); baseline: one
+  SPARQL COUNT over every quad (a full scan);
 - ``retrieve``: ``KnowledgeGraph.retrieve`` per question ("How is X related to Y?" with two concepts' names) vs
   linking the same question alone.
 The embedding ANN index is not measured (docs/benchmarks.md says why).
@@ -593,7 +595,8 @@ def table(result: dict[str, Any]) -> list[dict[str, Any]]:
         # rss_mib is the query process's resident memory after its queries (it used to be labelled its peak)
         row("query", "RSS after the queries", r["rss_mib"], None, "", "", "MiB")
         if "peak_rss_mib" in r:
-            row("query", "peak RSS (the index build's, if built)", r["peak_rss_mib"], None, "", "", "MiB")
+            row("query", "peak RSS (the whole process, any index build included)", r["peak_rss_mib"], None, "", "",
+                "MiB")
     if "link" in result:
         r = result["link"]
         row("link", "index build", r["build_s"], None, "", "", "s")
@@ -711,7 +714,7 @@ def main() -> None:
             print("query ...", file=sys.stderr)
             result["query"], query_peak = run_json_child("query", str(store), str(concepts), str(args.seed), quick,
                                                          *(["cold"] if args.cold else []))
-            result["query"]["peak_rss_mib"] = query_peak  # the index build's, when this run built the files
+            result["query"]["peak_rss_mib"] = query_peak  # counts the index build, when this run built the files
             result["query"].update(stage_first_answer(store, concepts))
         if "link" in stages or "retrieve" in stages:
             print("link and retrieve ...", file=sys.stderr)
