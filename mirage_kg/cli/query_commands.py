@@ -26,7 +26,11 @@ def query() -> None:
 @store_options
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds before giving up.")
 @click.option("--json", "as_json", is_flag=True, help="Print SPARQL-JSON-like results.")
-def sparql(sparql_query: str, store: str | None, endpoint: str | None, timeout: float, as_json: bool) -> None:
+@click.option("--allow-service", "allow_service", multiple=True, metavar="URL",
+              help="Let SERVICE call this endpoint (repeatable); SERVICE is refused otherwise, since it makes this "
+                   "process send requests to whatever host the query names.")
+def sparql(sparql_query: str, store: str | None, endpoint: str | None, timeout: float, as_json: bool,
+           allow_service: tuple[str, ...]) -> None:
     """Run a read-only SPARQL QUERY (SELECT, ASK, CONSTRUCT, DESCRIBE; '@file.rq' reads a file). The shipped
     prefixes (MKG:, HP:, SNOMEDCT:, rdfs:, skos:, ...) may be used undeclared; the query is parsed here first, and
     anything that is not a query is refused."""
@@ -44,7 +48,7 @@ def sparql(sparql_query: str, store: str | None, endpoint: str | None, timeout: 
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"cannot read the query: {exc}", source) from None
     sparql_query = with_known_prefixes(sparql_query)
-    check_read_only(sparql_query)  # an update is refused before any store opens
+    check_read_only(sparql_query, allow_service)  # an update or a SERVICE is refused before any store opens
     with open_store(store, endpoint) as opened:
         result = opened.query(sparql_query, timeout=timeout)
     if as_json:

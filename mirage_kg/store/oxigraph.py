@@ -404,6 +404,15 @@ class OxigraphStore(Store):
         timed-out cross product used to grow memory without bound). A single row that takes long (an aggregate
         over a huge join) still finishes in the background; its result is dropped."""
         cancelled = threading.Event()
+        inner = work
+
+        def work(cancelled: threading.Event) -> T:  # type: ignore[no-redef]
+            try:
+                return inner(cancelled)
+            except OSError as exc:  # raised while rows are read: a storage error, or an allowed SERVICE failing
+                raise StoreError(f"store {self.location}: the query failed: "
+                                 f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]}") from exc
+
         if not timeout:
             return work(cancelled)
         outcome: list[Any] = []

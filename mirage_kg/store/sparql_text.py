@@ -5,6 +5,8 @@ property paths written the way an endpoint can evaluate them."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from mirage_kg.errors import QueryError, UpdateRefusedError
 
@@ -43,9 +45,16 @@ def _strip_iris_and_strings(text: str) -> str:
     return re.sub(r"""<[^<>"{}|^`\\\s]*>|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'""", " ", text)
 
 
-def check_read_only(query: str) -> str:
+def check_read_only(query: str, allow_service: "Iterable[str]" = ()) -> str:
     """The form of ``query`` if a SPARQL parser reads it as a query; ``UpdateRefusedError`` (a ``QueryError``) for
-    an update, ``QueryError`` for anything that does not parse (so no update can pass as a query, whatever its spacing or variable names)."""
+    an update, ``QueryError`` for anything that does not parse (so no update can pass as a query, whatever its spacing or variable names).
+
+    A query is read-only for the host it runs on too: ``SERVICE`` (the engine would send requests to any URL the
+    query names, a server-side request forgery through the read-only path) is refused unless its endpoint is one
+    of ``allow_service`` (IRIs, exactly as written after the prefixes are expanded); so are ``FROM``/``FROM NAMED``
+    of a ``file:`` IRI and calls of an engine's built-in SQL functions (Virtuoso's ``bif:``/``sql:``, which read
+    files and URLs). The check walks rdflib's parse tree, so a comment or a string that spells ``SERVICE`` is
+    neither refused nor a way round it."""
     try:
         from rdflib.plugins.sparql.parser import parseQuery, parseUpdate
     except ImportError as exc:  # rdflib is a core dependency; say so rather than skip the check
@@ -60,12 +69,81 @@ def check_read_only(query: str) -> str:
             raise QueryError(f"not a valid SPARQL query: {_first_line(exc)}") from None
         raise UpdateRefusedError("query sparql is read-only: this is a SPARQL update (INSERT/DELETE/LOAD/CLEAR/"
                                  "DROP/...), and updates are refused") from None
+    check_no_outside_access(parsed, set(allow_service))
     name = type(parsed[1]).__name__ if len(parsed) > 1 else ""
     name = getattr(parsed[1], "name", name)
     for form in ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE"):
         if form.lower() in str(name).lower():
             return form
     raise QueryError(f"not a SPARQL query form this command runs: {name}")
+
+
+#: function namespaces whose calls reach outside the store (Virtuoso's built-in SQL functions: files, HTTP, SQL)
+_OUTSIDE_FUNCTIONS = ("http://www.openlinksw.com/schemas/bif#", "http://www.openlinksw.com/schemas/sql#", "bif:", "sql:")
+
+
+def check_no_outside_access(parsed: Any, allow_service: set[str]) -> None:
+    """Refuse what in a parsed query reaches beyond the store (see ``check_read_only``), one line saying why."""
+    from rdflib.plugins.sparql.algebra import translatePrologue
+    from rdflib.plugins.sparql.parserutils import CompValue
+
+    prologue = None
+
+    def iri(term: Any) -> str | None:
+        """The IRI a parsed term names (prefixes and BASE applied); None for a variable."""
+        nonlocal prologue
+        if isinstance(term, CompValue) and term.name == "pname":
+            if term.get("prefix") in ("bif", "sql"):
+                return f"{term.get('prefix')}:{term.get('localname') or ''}"  # Virtuoso declares these itself
+            if prologue is None:
+                prologue = translatePrologue(parsed[0], None)
+            try:
+                return str(prologue.absolutize(term))
+            except Exception:  # an undeclared prefix: the engine could only read it as its own
+                return f"{term.get('prefix')}:{term.get('localname') or ''}"
+        if type(term).__name__ == "Variable":
+            return None
+        return str(term)
+
+    for kind, term in _outside_nodes(parsed, CompValue):
+        if kind == "SERVICE":
+            endpoint = iri(term)
+            if endpoint is None:
+                raise UpdateRefusedError("SERVICE with a variable endpoint is refused: federated queries could send "
+                                         "requests to any host (name the endpoint, and allow it with "
+                                         "--allow-service)")
+            if endpoint not in allow_service:
+                raise UpdateRefusedError(f"SERVICE <{endpoint}> is refused: a federated query makes this server "
+                                         "send requests to another host or read local files; allow an endpoint "
+                                         "explicitly with --allow-service URL")
+        elif kind == "FROM":
+            graph = iri(term) or ""
+            if graph.lower().startswith("file:"):
+                raise UpdateRefusedError(f"FROM <{graph}> is refused: a dataset of local files is not read")
+        elif kind == "FUNCTION":
+            name = iri(term) or ""
+            if name.startswith(_OUTSIDE_FUNCTIONS):
+                raise UpdateRefusedError(f"{name} is refused: the engine's built-in SQL functions read files and "
+                                         "URLs outside the graph")
+
+
+def _outside_nodes(parsed: Any, comp_value: type) -> Iterator[tuple[str, Any]]:
+    """(SERVICE | FROM | FUNCTION, the term it names) for each such node of rdflib's parse tree."""
+    stack: list[Any] = [parsed]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, comp_value):
+            if node.name == "ServiceGraphPattern":
+                yield "SERVICE", node.get("term")
+            elif node.name == "DatasetClause":
+                yield "FROM", node["default"] if "default" in node else node.get("named")
+            elif node.name == "Function":
+                yield "FUNCTION", node.get("iri")
+            stack.extend(node.values())
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)) or type(node).__name__ == "ParseResults":
+            stack.extend(node)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -215,7 +215,7 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
         return (await run(kg.retrieve, question, budget)).to_json()
 
     async def sparql_run(query: str, timeout: float | None) -> dict[str, Any]:
-        check_read_only(query)  # refused here, parsed locally, before any store sees it
+        check_read_only(query, settings.sparql_services)  # refused here (updates, SERVICE), before any store
         limit = min(timeout or settings.sparql_timeout, settings.sparql_timeout)
         result = await run(lambda: kg.store.query(query, timeout=limit), timeout=limit + 1)
         return sparql_json(result)

@@ -49,12 +49,16 @@ TOKEN_ENV = "MIRAGE_KG_TOKEN"
               help="Sentence-transformers model for linking [default: the offline all-MiniLM-L6-v2]; 'none': off.")
 @click.option("--script", hidden=True, type=click.Path(exists=True, dir_okay=False),
               help="Replay a scripted model from a JSON file (tests).")
+@click.option("--allow-service", "allow_service", multiple=True, metavar="URL",
+              help="Let SPARQL SERVICE call this endpoint (repeatable); refused otherwise (the server would send "
+                   "requests to any host a query names).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
 def serve(store: str | None, endpoint: str | None, host: str, port: int, token: str | None, cors: tuple[str, ...],
           backend_kind: str, model: str | None, base_url: str | None, no_ask: bool, pipeline: str,
           max_new_tokens: int | None, ask_workers: int, ask_queue: int, request_timeout: float,
-          ask_timeout: float, embedding_model: str | None, script: str | None, log_level: str) -> None:
+          ask_timeout: float, embedding_model: str | None, script: str | None, allow_service: tuple[str, ...],
+          log_level: str) -> None:
     """Serve the KG and MIRAGE over HTTP: JSON under /v1/ (the same shapes as --json; OpenAPI at /openapi.json)
     and a web app at / to search concepts, draw neighbourhoods and paths, and watch answers being made.
 
@@ -75,7 +79,8 @@ def serve(store: str | None, endpoint: str | None, host: str, port: int, token: 
 
     try:
         settings = ServiceSettings(token=token, cors_origins=cors, request_timeout=request_timeout,
-                                   ask_workers=ask_workers, ask_queue=ask_queue, ask_timeout=ask_timeout)
+                                   ask_workers=ask_workers, ask_queue=ask_queue, ask_timeout=ask_timeout,
+                                   sparql_services=tuple(allow_service))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if store is not None and endpoint is not None:

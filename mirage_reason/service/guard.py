@@ -4,10 +4,12 @@ headers that keep the web app's pages from being framed or sniffed.
 The body is read here, whole and bounded, before the application sees it, so an oversized upload is refused with
 413 without reaching an endpoint. The web app, which cannot set headers on a page load, authenticates once with
 ``/?token=...``: the guard checks it, sets an HttpOnly same-site cookie and redirects to ``/`` so the token does
-not linger in the address bar."""
+not linger in the address bar. The cookie holds a session value derived from the token (an HMAC), never the token
+itself, so a cookie read off a browser profile is no bearer token for the API or for another server."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -46,6 +48,9 @@ class Guard:
         self.app = app
         self.settings = settings
         self._token = settings.token.encode("utf-8") if settings.token else None
+        #: what the web app's cookie holds: derived from the token, not the token
+        self._session = (hmac.new(self._token, b"mirage-kg web session", hashlib.sha256).hexdigest().encode("ascii")
+                         if self._token is not None else None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -60,7 +65,7 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         if self._token is not None and not self._authorised(headers):
             if scope["path"] == "/" and self._token_in_query(query):
-                await _redirect_with_cookie(send, self.settings.token or "")
+                await _redirect_with_cookie(send, (self._session or b"").decode("ascii"))
                 return
             await _reply(send, 401, "Unauthorized", "this server needs a bearer token: send 'Authorization: Bearer "
                          "<token>' (the web app: open /?token=<token> once)",
@@ -110,7 +115,8 @@ class Guard:
         except Exception:  # a malformed Cookie header authenticates nothing
             return False
         morsel = cookie.get(COOKIE)
-        return morsel is not None and hmac.compare_digest(morsel.value.encode("utf-8"), self._token)
+        return morsel is not None and self._session is not None and hmac.compare_digest(
+            morsel.value.encode("utf-8"), self._session)
 
     def _token_in_query(self, query: bytes) -> bool:
         assert self._token is not None
@@ -127,8 +133,8 @@ async def _reply(send: Send, status: int, kind: str, message: str,
     await send({"type": "http.response.body", "body": payload})
 
 
-async def _redirect_with_cookie(send: Send, token: str) -> None:
-    cookie = f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/".encode("utf-8")
+async def _redirect_with_cookie(send: Send, session: str) -> None:
+    cookie = f"{COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/".encode("utf-8")
     await send({"type": "http.response.start", "status": 303, "headers": [
         (b"location", b"/"), (b"set-cookie", cookie), (b"content-length", b"0"), *_SECURITY_HEADERS]})
     await send({"type": "http.response.body", "body": b""})

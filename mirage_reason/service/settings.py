@@ -24,6 +24,7 @@ class ServiceSettings:
     max_query_string_bytes: int = 8 * 1024
     request_timeout: float = 30.0
     sparql_timeout: float = 10.0
+    sparql_services: tuple[str, ...] = ()  # endpoints SPARQL SERVICE may call; none: SERVICE is refused
     kg_threads: int = 16  # graph requests served at once; more wait for a thread
     ask_workers: int = 1  # model runs at once
     ask_queue: int = 4  # asks that may wait for a worker; past this a new ask gets 429
