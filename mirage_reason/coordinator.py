@@ -26,6 +26,7 @@ from mirage_reason.citing import cite_releases
 from mirage_reason.config import MirageConfig
 from mirage_reason.decomposer import Decomposer, Decomposition
 from mirage_reason.errors import ReasonerError
+from mirage_reason.support import SentenceCheck, Support, flag_json, unsupported_text
 from mirage_reason.synthesizer import Claim, Conflict, Synthesis, Synthesizer, normalise_units, whole_sentences
 
 if TYPE_CHECKING:
@@ -63,6 +64,17 @@ class Answer:
     # what ran the model: the backend's ``engine_info`` (llama.cpp: its thread count and why) and, where the engine
     # times itself, its prompt-evaluation and generation seconds and tokens over this answer's completions
     engine: Mapping[str, Any] = field(default_factory=dict)
+    support: Support = Support("unsupported", "the answer was not checked against the knowledge graph")
+    sentences: tuple[SentenceCheck, ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        return self.support.verdict
+
+    @property
+    def unsupported_text(self) -> str:
+        """The model's own words that no claim supports, shown apart from the answer under their own label."""
+        return unsupported_text(self.flags)
 
     def cited_paths(self) -> tuple[Path, ...]:
         return _unique(p for c in self.claims for p in c.citations)
@@ -76,14 +88,25 @@ class Answer:
         return {n.id for p in self.evidence_paths() for n in p.nodes}
 
     def to_json(self, full: bool = False) -> dict[str, Any]:
-        """The ``ask --json`` record; ``full`` adds the pipeline, entities, dropped claims, conflicts and flags."""
+        """The ``ask --json`` record (the same on every surface: ``/v1/ask``, the stream's answer event, ``eval``):
+        the answer and how grounded it is (the verdict, flags, the model's unsupported text shown apart, a check
+        per sentence), its claims, conflicts and dropped claims, the chains (each saying which claims came of
+        it), notes, timings and tokens. ``full`` adds the pipeline, the question's entities, the claims' kinds
+        and support, and every evidence path."""
         data: dict[str, Any] = {
             "question": self.question,
             "answer": self.text,
             "abstained": self.abstained,
+            "support": self.support.to_json(),
+            "flags": [flag_json(f) for f in self.flags],
+            "unsupported_text": self.unsupported_text,
+            "sentences": [s.to_json() for s in self.sentences],
             "sub_questions": list(self.sub_questions),
             "claims": [c.to_json() for c in self.claims],
-            "chains": [c.to_json() for c in self.chains],
+            "conflicts": [c.to_json() for c in self.conflicts],
+            "dropped_claims": [c.to_json(full=True) for c in self.dropped],
+            "chains": [self._chain_json(i, c) for i, c in enumerate(self.chains)],
+            "notes": list(self.notes),
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
             "tokens": dict(self.tokens),
         }
@@ -94,18 +117,25 @@ class Answer:
                 pipeline=self.pipeline,
                 question_entities=[e.to_json() for e in self.question_entities],
                 claims=[c.to_json(full=True) for c in self.claims],
-                dropped_claims=[c.to_json(full=True) for c in self.dropped],
-                conflicts=[c.to_json() for c in self.conflicts],
-                flags=list(self.flags),
-                notes=list(self.notes),
                 evidence=[path_json(p) for p in self.evidence_paths()],
             )
         return data
+
+    def _chain_json(self, index: int, chain: ChainResult) -> dict[str, Any]:
+        """A chain's record, plus what the synthesizer kept of its answer (claims and dropped claims by index)."""
+        kept = [i for i, c in enumerate(self.claims) if index in c.chains]
+        dropped = [i for i, c in enumerate(self.dropped) if index in c.chains or not c.chains and
+                   chain.answer and _names_label(chain.answer, c.entity.label)]
+        return {**chain.to_json(), "kept": bool(kept), "kept_claims": kept, "dropped_claims": dropped}
 
     def to_html(self) -> str:
         from mirage_reason.html import render_answer
 
         return render_answer(self)
+
+
+def _names_label(text: str, label: str) -> bool:
+    return bool(label) and label.casefold() in text.casefold()
 
 
 def _unique(paths: Any) -> tuple[Path, ...]:
@@ -237,6 +267,7 @@ class Mirage:
         tokens["total"] = sum(tokens[s] for s in TOKEN_STAGES)
         synthesis = ws.synthesis
         sub_questions = ws.decomposition.texts if ws.decomposition is not None else ()
+        support, sentences = self._review(ws)
         ws.answer = Answer(
             question=ws.question,
             text=ws.text,
@@ -253,8 +284,23 @@ class Mirage:
             flags=ws.flags,
             notes=tuple(ws.notes),
             engine=self._engine_record(ws),
+            support=support,
+            sentences=sentences,
         )
         ws.emit("answer", answer=ws.answer.to_json())
+
+    def _review(self, ws: Workspace) -> tuple[Support, tuple[SentenceCheck, ...]]:
+        """How grounded the finished text is. Only the synthesizer checks an answer against the claims; the
+        pipelines without it say so (their claims are still extracted and checked per sentence where they exist)."""
+        if ws.synthesis is None:
+            return Support("unsupported", "the model's own answer: this pipeline does not consult the knowledge "
+                                          "graph"), ()
+        support, sentences = self.synthesizer.review(ws.synthesis, ws.text, ws.flags, ws.abstained)
+        if not self.config.use_synthesizer or self.config.single_chain:
+            verdict = "unsupported" if support.verdict == "unsupported" else "partial"
+            return Support(verdict, f"this pipeline ({self.config.pipeline_name}) does not check its answer "
+                                    f"against the claims; by sentence: {support.reason}"), sentences
+        return support, sentences
 
 
 class _Run:

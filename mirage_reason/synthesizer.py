@@ -33,6 +33,7 @@ from mirage_reason.chain import ChainResult, path_json
 from mirage_reason.choices import LETTERS, extract_letter, parse_options
 from mirage_reason.config import MirageConfig
 from mirage_reason.decomposer import question_intents
+from mirage_reason.support import Flag, SentenceCheck, Support
 
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
@@ -671,6 +672,100 @@ class Synthesizer:
         parts.append("Please see a doctor about your situation.")
         return " ".join(parts)
 
+    def review(self, synthesis: Synthesis, text: str, flags: Sequence[str], abstained: bool = False
+               ) -> tuple[Support, tuple[SentenceCheck, ...]]:
+        """The verdict on the finished ``text`` and one check per sentence: the claims it rests on (``[n]`` markers,
+        the claims' entities it names, the facts it repeats) and whether the graph supports it. Sentences the
+        synthesizer wrote itself (the cited facts, gaps, warnings, the abstention) rest on the graph by
+        construction; advice to see a doctor states no fact; anything else needs a claim and no problem."""
+        claims = list(synthesis.claims)
+        facts = synthesis.facts
+        ours = {s.strip() for part in self._own_texts(synthesis) for s in _sentences(part)}
+        found = self._mentions(text)
+        allowed = self._allowed(synthesis)
+        checks: list[SentenceCheck] = []
+        start = 0
+        for sentence in _sentences(text):
+            at = text.find(sentence, start)
+            start = at + len(sentence)
+            named: set[int] = set()
+            for n in re.findall(r"\[(\d+)\]", sentence):
+                if 1 <= int(n) <= len(facts):
+                    named.update(i for i, c in enumerate(claims) if c.text == facts[int(n) - 1])
+            spans = [(e, s, t) for e, s, t in found if at <= s < start]
+            iris = {e.iri for e, _, _ in spans}
+            folded = sentence.casefold()
+            for i, c in enumerate(claims):
+                if c.entity.iri in iris or c.text.casefold() in folded or _names(folded, c.entity.label):
+                    named.add(i)
+            problems = [str(f) for f in self.sentence_problems(synthesis, sentence, spans, allowed)]
+            clean = sentence.strip()
+            if problems:
+                checks.append(SentenceCheck(clean, tuple(sorted(named)), False, "; ".join(problems)))
+            elif clean in ours:
+                checks.append(SentenceCheck(clean, tuple(sorted(named)), True,
+                                            "written from the knowledge graph's claims"))
+            elif _ADVICE.search(sentence) and not named:
+                checks.append(SentenceCheck(clean, (), True, "advice; states no medical fact"))
+            elif named:
+                checks.append(SentenceCheck(clean, tuple(sorted(named)), True,
+                                            "names claims the knowledge graph supports"))
+            else:
+                checks.append(SentenceCheck(clean, (), False, "no claim of the knowledge graph supports it"))
+        return self._verdict(synthesis, checks, flags, abstained), tuple(checks)
+
+    def _verdict(self, synthesis: Synthesis, checks: Sequence[SentenceCheck], flags: Sequence[str],
+                 abstained: bool) -> Support:
+        codes = {getattr(f, "code", "") for f in flags}
+        if abstained:
+            return Support("unsupported", "no claim of the knowledge graph survived; the answer abstains")
+        if not synthesis.claims and not (synthesis.options and synthesis.letter is not None):
+            return Support("unsupported", "no claim of the knowledge graph supports an answer; what the model "
+                                          "wrote is shown apart, under its own label")
+        if synthesis.options and (synthesis.letter is None or "model_pick" in codes
+                                  or any("own pick" in f or "closest" in f for f in flags)):
+            return Support("unsupported", "the knowledge graph does not back the option picked")
+        replaced = [c for c in ("harmful_instruction", "unsupported_dose", "unsupported_entity",
+                                "unsupported_recommendation", "missing_claim", "empty_wording") if c in codes]
+        if replaced:
+            return Support("partial", "the model's wording was replaced by the cited claims ("
+                           + ", ".join(c.replace("_", " ") for c in replaced) + ")")
+        if "unsupported_text" in codes:
+            return Support("partial", "the answer shows the cited claims; the model's sentences no claim supports "
+                                      "are shown apart, under their own label")
+        if "check_unavailable" in codes:
+            return Support("partial", "a check could not run; the answer is not fully checked")
+        factual = [c for c in checks if c.reason != "advice; states no medical fact"]
+        unsupported = [c for c in factual if not c.supported]
+        if unsupported and len(unsupported) == len(factual):
+            return Support("unsupported", "no sentence of the answer rests on a claim of the knowledge graph")
+        if unsupported:
+            return Support("partial", f"{len(unsupported)} of {len(factual)} sentences rest on no claim")
+        return Support("grounded", "every sentence rests on claims the knowledge graph supports, cited")
+
+    def _own_texts(self, synthesis: Synthesis) -> list[str]:
+        """What the synthesizer writes itself from the graph (never the model's words)."""
+        return [self.fallback_text(synthesis), self.abstention(synthesis), *synthesis.gaps,
+                *(f"Warning: {w}." for w in synthesis.warnings), *(c.text + "." for c in synthesis.claims)]
+
+    def _allowed(self, synthesis: Synthesis) -> set[str]:
+        """The entities a worded answer may name: the question's, the claims' and those on their cited paths."""
+        allowed = {e.iri for e in synthesis.question_entities}
+        for claim in synthesis.claims:
+            allowed.add(claim.entity.iri)
+            allowed.update(n.iri for p in claim.citations for n in p.nodes)
+        return allowed
+
+    def sentence_problems(self, synthesis: Synthesis, sentence: str, spans: Sequence[tuple[Entity, int, int]],
+                          allowed: set[str]) -> list[Flag]:
+        """What makes one sentence unsafe or unsupported, whatever else it names."""
+        problems: list[Flag] = []
+        for entity, _, _ in spans:
+            if entity.iri not in allowed:
+                problems.append(Flag(f"it names {entity.label}, which no surviving claim supports",
+                                     "unsupported_entity"))
+        return problems
+
     def synthesize(self, question: str, question_entities: Sequence[Entity], chains: Sequence[ChainResult],
                    *, seed: int | None = None) -> tuple[Synthesis, str, tuple[str, ...], Completion | None]:
         """One question end to end (the coordinator batches the wording step of many)."""
@@ -688,6 +783,16 @@ _RECOMMENDS = re.compile(r"\b(?:take|taking|drink|use|using|try|prescribe[sd]?|r
                          r"cure[sd]?|helps? (?:with|against)|relieve[sd]?|dose)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:not|never|no|avoid|don't|do not|contraindicated)\b|see a doctor|ask a doctor|"
                       r"talk to|consult", re.IGNORECASE)
+
+
+_ADVICE = re.compile(r"\b(?:see|ask|call|consult|talk to|contact) (?:a|your) (?:doctor|physician|pharmacist|clinician|"
+                     r"nurse|GP)\b|\bnot medical advice\b|\bseek (?:urgent )?(?:medical )?(?:care|help|attention)\b",
+                     re.IGNORECASE)
+
+
+def _names(folded: str, label: str) -> bool:
+    """Whether the casefolded sentence names ``label`` as a whole word or phrase."""
+    return bool(label) and re.search(rf"(?<!\w){re.escape(label.casefold())}(?!\w)", folded) is not None
 
 
 def whole_sentences(text: str) -> str:

@@ -134,13 +134,18 @@ def test_answer_record_and_json_shape() -> None:
     mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))  # type: ignore[arg-type]
     answer = mirage.answer(FEVER_WHEEZE)
     data = json.loads(json.dumps(answer.to_json()))
-    assert list(data) == ["question", "answer", "abstained", "sub_questions", "claims", "chains", "timings", "tokens"]
+    assert list(data)[:11] == ["question", "answer", "abstained", "support", "flags", "unsupported_text", "sentences",
+                               "sub_questions", "claims", "conflicts", "dropped_claims"]
+    assert {"chains", "notes", "timings", "tokens"} <= set(data)
+    assert data["support"]["verdict"] in ("grounded", "partial", "unsupported") and data["support"]["reason"]
+    assert all(set(f) == {"code", "message", "sentence"} for f in data["flags"])
+    assert data["sentences"] and all(set(s) == {"text", "claims", "supported", "reason"} for s in data["sentences"])
     assert data["claims"] and all(set(c) == {"text", "citations"} for c in data["claims"])
     for citation in (c for claim in data["claims"] for c in claim["citations"]):
         assert set(citation) == {"nodes", "steps", "text", "sources"}
         assert all(set(s) == {"subject", "relation", "object", "direction"} for s in citation["steps"])
     for chain in data["chains"]:
-        assert set(chain) == {"sub_question", "searches", "answer", "trace"}
+        assert set(chain) >= {"sub_question", "searches", "answer", "trace", "kept", "kept_claims", "dropped_claims"}
         assert all(set(s) == {"query", "mode", "results"} and s["mode"] in ("anchor", "bridge")
                    for s in chain["searches"])
     assert set(STAGES) | {"total"} == set(data["timings"])
