@@ -61,13 +61,18 @@ _VALUES_CHUNK = 400  # IRIs per VALUES block: keeps queries well under any endpo
 #: stops growing with the hub's degree; bridge stays exact (its search starts from the other end).
 HUB_DEGREE = 10_000  # the default KG's largest node has 4,199
 HUB_EDGES_PER_RELATION = 250
-#: bridge walks *through* a node with more than ``PATH_HUB_DEGREE`` fact edges along at most ``PATH_HUB_EDGES`` of
-#: them per relation and direction (the first in the store's index order, so the same every time): the search
-#: never reads a hub's whole neighbourhood to go past it. A hub at either end of the bridge keeps all its edges
-#: (they are checked by lookups from the other side). Merged concepts are walked uncapped. No shipped KG reaches it
-#: (the default KG's largest node has 4,199 edges, EMCKG's 76).
+#: bridge's search is exact (every engine gives the same paths) except in one case: extending a partial path *past*
+#: a node with more than ``PATH_HUB_DEGREE`` fact edges, it takes at most ``PATH_HUB_EDGES`` of them per relation
+#: and direction (the first in the store's index order, so the same every time), and the answer says so
+#: (``BridgePaths.capped``; ``hub_edges=0`` lifts it). A path that only enters or leaves a hub is found by lookups
+#: from the other side, never by reading the hub's whole neighbourhood, and a hub at either end keeps all its
+#: edges. The search extends the other side instead while that costs at most ``2 * PATH_HUB_DEGREE`` partial
+#: paths, so at most 3 hops it is cut only beside a large end. Merged concepts are walked uncapped. No shipped KG
+#: reaches it (the default KG's largest node has 4,199 edges, EMCKG's 76).
 PATH_HUB_DEGREE = 5_000
 PATH_HUB_EDGES = 100
+#: a hub whose capped edges are in hand is asked about at most this many other nodes one pair at a time (exact)
+_HUB_PAIR_LOOKUPS = 4_096
 DEGREE_INDEX_ON_DISK = 200_000  # triples past which the degree index is a file beside the store, not a dict
 _SPARQL_RECHECK_S = 2.0  # how often a remote store's manifest is re-read to notice loads
 
@@ -155,6 +160,25 @@ class Neighbour(NamedTuple):
     relation: str
     direction: Direction
     node: str
+
+
+class BridgePaths(list):  # type: ignore[type-arg]
+    """``bridge``'s paths (a list of ``Path``), and ``capped``: (hub IRI, its fact edges) for each hub the search
+    extended past along only ``hub_edges`` of its edges per relation and direction, so that paths through its other
+    edges may be missing; empty when the search was exact. ``hub_edges=0`` walks every edge."""
+
+    capped: tuple[tuple[str, int], ...] = ()
+    hub_edges: int = 0
+
+
+@dataclass
+class _HubWalk:
+    """One bridge call's hub cap (``limit`` edges per relation and direction; 0: none), the hubs whose capped
+    edges are in hand, and those the search extended past along them (``cut``)."""
+
+    limit: int
+    capped: set[str] = field(default_factory=set)
+    cut: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -896,11 +920,16 @@ class Graph:
 
     # --- bridge --------------------------------------------------------------------------------------------------
     def bridge(self, a: str | Entity, b: str | Entity, max_hops: int = 3, max_paths: int = 20,
-               relations: Sequence[str] | None = None, rank: str = "specificity") -> list[Path]:
+               relations: Sequence[str] | None = None, rank: str = "specificity",
+               hub_edges: int | None = None) -> BridgePaths:
         """All simple paths of at most ``max_hops`` edges between ``a`` and ``b``, each edge walked either way
         (its step says which), merged concepts taken as one node. Shortest first; equal lengths ordered, with
         ``rank="specificity"``, by how specific the intermediate nodes are (hubs last, ``ranking.path_cost``),
-        then by node ids, relation ids and directions (forward first); the first ``max_paths``."""
+        then by node ids, relation ids and directions (forward first); the first ``max_paths``.
+
+        ``hub_edges``: how many edges per relation and direction the embedded store's search takes when it must
+        extend a partial path past a hub (``PATH_HUB_DEGREE``; None: ``PATH_HUB_EDGES``; 0: every edge). The
+        answer's ``capped`` names the hubs where that cut the search (an endpoint's search is never cut)."""
         from mirage_kg.ranking import RANKINGS, path_cost
 
         if max_hops < 1:
@@ -909,11 +938,14 @@ class Graph:
             raise InputError(f"max_paths must be at least 1, not {max_paths}")
         if rank not in RANKINGS:
             raise InputError(f"rank must be one of {', '.join(RANKINGS)}, not {rank!r}")
+        if hub_edges is not None and hub_edges < 0:
+            raise InputError(f"hub_edges must be 0 (every edge) or more, not {hub_edges}")
+        walk = _HubWalk(PATH_HUB_EDGES if hub_edges is None else hub_edges)
         source, target = self.entity(a), self.entity(b)
         groups = self.groups
         start, goal = groups.rep(source.iri), groups.rep(target.iri)
         if start == goal:
-            return []
+            return BridgePaths()
         rels = self._resolve_relations(relations)
         merged = bool(groups.members)
         # a path through merged nodes may need more stored edges than hops, so the bounded ASK cannot decide it
@@ -921,13 +953,13 @@ class Graph:
         # will find something; the embedded store's search is bounded by itself and cheaper than that ASK, which
         # the engine evaluates through every hub next to either end (0.6 s against 0.05 s, measured)
         if not merged and not self.store.indexed and not self.connected(source.iri, target.iri, max_hops, rels):
-            return []
+            return BridgePaths()
         raw_paths: list[tuple[tuple[str, str, str, str], ...]] = []
         memo: dict[str, list[tuple[str, str, str]]] = {}
         real: dict[tuple[str, str, str], tuple[str, str]] = {}
         for hops in range(1, max_hops + 1):
             if self.store.indexed or merged:
-                found = self._paths_by_search(start, goal, hops, rels, memo, real)
+                found = self._paths_by_search(start, goal, hops, rels, memo, real, walk)
             else:
                 found = self._paths_by_sparql(start, goal, hops, rels)
             found = once_each_way(found)
@@ -947,7 +979,12 @@ class Graph:
             s, o = real.get((s, p, o), (s, o))
             return s, p, o, d
 
-        return self._materialise([tuple(stored(step) for step in path) for path in raw_paths[:max_paths]])
+        out = BridgePaths(self._materialise([tuple(stored(step) for step in path) for path in raw_paths[:max_paths]]))
+        if walk.cut:
+            degree = self.degrees(walk.cut)
+            out.capped = tuple((n, degree[n]) for n in sorted(walk.cut) if degree[n] > len(memo.get(n, ())))
+            out.hub_edges = walk.limit
+        return out
 
     def connected(self, a: str, b: str, max_hops: int, relations: frozenset[str] | None = None) -> bool:
         """Whether any walk of at most ``max_hops`` fact-like edges joins ``a`` and ``b``: one bounded
@@ -966,13 +1003,14 @@ class Graph:
     def _paths_by_search(self, a: str, b: str, hops: int, rels: frozenset[str] | None,
                          memo: dict[str, list[tuple[str, str, str]]],
                          real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
-                         ) -> list[tuple[tuple[str, str, str, str], ...]]:
+                         walk: _HubWalk | None = None) -> list[tuple[tuple[str, str, str, str], ...]]:
         """Paths of exactly ``hops`` edges by meeting in the middle over the store's index: partial paths from
         ``a`` and from ``b`` (``hops - 1`` edges between them, each added on the side that fans out least), joined
         by one middle edge. With
         merged concepts the walk is over nodes (``_walk``) and ``real`` maps each node-level triple to the stored
-        one."""
-        adj = self._adjacency_of(rels, memo, real, (a, b))
+        one. ``walk``: the hub cap (``_HubWalk``), and where it cut the search."""
+        walk = walk if walk is not None else _HubWalk(PATH_HUB_EDGES)
+        adj = self._adjacency_of(rels, memo, real, (a, b), walk)
         merged = real is not None and bool(self.groups.members)
         # which side to extend: the one whose partial paths fan out least (the degree index says), so a hub at
         # either end, or next to it, is never expanded when the other side is small; any split finds the same paths
@@ -984,7 +1022,17 @@ class Graph:
             # the last edge added next to an untouched end on file: partial paths ending at a node on file are
             # finished by one join of the two nodes' edges in the file, not by binding each of their neighbours
             last = extension == hops - 2 and table is not None
-            if self._fan_out(left, memo, merged, rels, (a, b)) <= self._fan_out(right, memo, merged, rels, (a, b)):
+            cost_left = self._fan_out(left, memo, merged, rels, (a, b))
+            cost_right = self._fan_out(right, memo, merged, rels, (a, b))
+            extend_left = cost_left <= cost_right
+            # past a hub the walk is capped: extend the other side instead while that stays affordable
+            if walk.limit and not merged and self.store.indexed:
+                past_left, past_right = self._past_hub(left, walk), self._past_hub(right, walk)
+                if extend_left and past_left and not past_right and cost_right <= 2 * PATH_HUB_DEGREE:
+                    extend_left = False
+                elif not extend_left and past_right and not past_left and cost_left <= 2 * PATH_HUB_DEGREE:
+                    extend_left = True
+            if extend_left:
                 if last and right == [([b], [])] and table.is_filed(b):  # type: ignore[union-attr]
                     left, done = self._joined_on_file(left, b, rels, from_right=False)
                     joined += done
@@ -1002,7 +1050,7 @@ class Graph:
             left_ends.setdefault(nodes[-1], []).append((nodes, steps))
         for nodes, steps in right:
             right_ends.setdefault(nodes[-1], []).append((nodes, steps))
-        middle = self._middle_edges(set(left_ends), set(right_ends), memo, rels, real, (a, b))
+        middle = self._middle_edges(set(left_ends), set(right_ends), memo, rels, real, (a, b), walk)
         out = []
         for (x, y), edges in middle.items():
             for lnodes, lsteps in left_ends[x]:
@@ -1012,21 +1060,25 @@ class Graph:
                     back = [(s, p, o, "backward" if d == "forward" else "forward") for s, p, o, d in reversed(rsteps)]
                     for edge in edges:
                         out.append(tuple(lsteps) + (edge,) + tuple(back))
-        return out if merged else self._through_capped_hubs(out + joined, rels)
+        return out if merged else out + joined
+
+    def _past_hub(self, layer: list[tuple[list[str], list[tuple[str, str, str, str]]]], walk: _HubWalk) -> bool:
+        """Whether extending ``layer`` would go past a hub along its capped edges (a node inside the path)."""
+        return any(len(nodes) > 1 and (nodes[-1] in walk.capped or self._is_path_hub(nodes[-1])) for nodes, _ in layer)
 
     def _joined_on_file(self, layer: list[tuple[list[str], list[tuple[str, str, str, str]]]], far: str,
                         rels: frozenset[str] | None, from_right: bool,
                         ) -> tuple[list[tuple[list[str], list[tuple[str, str, str, str]]]],
                                    list[tuple[tuple[str, str, str, str], ...]]]:
-        """The partial paths of ``layer`` whose end is on file (and not a hub walked through: its capped edges
-        are in hand, and the cap's filter would drop the others), finished two edges further at ``far`` (an end on file) by one join per end node in the file;
+        """The partial paths of ``layer`` whose end is on file, finished two edges further at ``far`` (an end on
+        file) by one join per end node in the file (exact: the file holds every edge of a node it lists);
         returns the partial paths left to extend and the finished paths, walked from ``a`` to ``b``
         (``from_right``: ``layer`` grew from ``b``)."""
         table = self._state().degrees
         rest, by_end = [], {}
         for nodes, steps in layer:
             y = nodes[-1]
-            if y == far or not table.is_filed(y) or (len(nodes) > 1 and self._is_path_hub(y)):  # type: ignore[union-attr]
+            if y == far or not table.is_filed(y):  # type: ignore[union-attr]
                 rest.append((nodes, steps))
             else:
                 by_end.setdefault(y, []).append((nodes, steps))
@@ -1047,35 +1099,14 @@ class Graph:
                     done.append(tuple(walk))
         return rest, done
 
-    def _through_capped_hubs(self, paths: list[tuple[tuple[str, str, str, str], ...]], rels: frozenset[str] | None,
-                             ) -> list[tuple[tuple[str, str, str, str], ...]]:
-        """The paths whose every pass through a hub (past ``PATH_HUB_DEGREE``) enters and leaves it along its
-        capped edges, whichever side the search reached those edges from."""
-        inner = {n for path in paths for n in path_inner_nodes(path)}
-        if not inner or not self.store.indexed:
-            return paths
-        degree = self.degrees(inner)
-        hubs = {n for n in inner if degree[n] > PATH_HUB_DEGREE}
-        if not hubs:
-            return paths
-        allowed = {n: set(self._path_hub_edges(n, rels)) for n in hubs}
-
-        def fits(path: tuple[tuple[str, str, str, str], ...]) -> bool:
-            for i, n in enumerate(path_inner_nodes(path)):
-                if n in allowed:
-                    for s, p, o, _ in (path[i], path[i + 1]):
-                        if (Neighbour(p, "forward", o) if s == n else Neighbour(p, "backward", s)) not in allowed[n]:
-                            return False
-            return True
-
-        return [path for path in paths if fits(path)]
-
     def _is_path_hub(self, n: str) -> bool:
         return self.store.indexed and self.degrees([n])[n] > PATH_HUB_DEGREE
 
-    def _path_hub_edges(self, n: str, rels: frozenset[str] | None) -> list[Neighbour]:
-        """A hub's capped edges for walking through it (``PATH_HUB_EDGES`` per relation and direction), cached
-        per graph state: there are few hubs."""
+    def _path_hub_edges(self, n: str, rels: frozenset[str] | None, limit: int | None = None) -> list[Neighbour]:
+        """A hub's capped edges for walking through it (``limit``, by default ``PATH_HUB_EDGES``, per relation and
+        direction), cached per graph state for the default limit: there are few hubs."""
+        if limit is not None and limit != PATH_HUB_EDGES:
+            return self._hub_neighbours(n, rels, limit)
         cache = self._state().path_hub_edges
         key = (n, rels)
         if key not in cache:
@@ -1106,16 +1137,26 @@ class Graph:
         return sum(count * (len(memo[n]) if n in memo else degree[n]) for n, count in ends.items())
 
     def _adjacency_of(self, rels: frozenset[str] | None, memo: dict[str, list[tuple[str, str, str]]],
-                      real: dict[tuple[str, str, str], tuple[str, str]] | None, ends: tuple[str, ...] = ()) -> Any:
+                      real: dict[tuple[str, str, str], tuple[str, str]] | None, ends: tuple[str, ...] = (),
+                      walk: _HubWalk | None = None) -> Any:
         """The memoised adjacency a path search walks: stored edges, or merged nodes' (recording in ``real``).
-        A hub (past ``PATH_HUB_DEGREE``) other than the search's ``ends`` gives its capped edges."""
+        A hub (past ``PATH_HUB_DEGREE``) other than the search's ``ends`` gives its capped edges (``walk``'s limit;
+        0: all), and walking them is recorded in ``walk.cut``."""
         merged = real is not None and bool(self.groups.members)
+        walk = walk if walk is not None else _HubWalk(PATH_HUB_EDGES)
 
         def adj(n: str) -> list[tuple[str, str, str]]:
+            if n in walk.capped:
+                walk.cut.add(n)
             if n not in memo:
                 if not merged:
-                    hub = n not in ends and self._is_path_hub(n)
-                    memo[n] = self._path_hub_edges(n, rels) if hub else self.neighbours(n, rels)
+                    hub = bool(walk.limit) and n not in ends and self._is_path_hub(n)
+                    if hub:
+                        memo[n] = self._path_hub_edges(n, rels, walk.limit)
+                        walk.capped.add(n)
+                        walk.cut.add(n)
+                    else:
+                        memo[n] = self.neighbours(n, rels)
                 else:
                     memo[n] = []
                     for p, d, other, s, o in self.walk(n, rels):
@@ -1126,13 +1167,17 @@ class Graph:
 
     def _middle_edges(self, xs: set[str], ys: set[str], memo: dict[str, list[tuple[str, str, str]]],
                       rels: frozenset[str] | None, real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
-                      ends: tuple[str, ...] = ()) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
+                      ends: tuple[str, ...] = (), walk: _HubWalk | None = None,
+                      ) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
         """Fact edges between a node of ``xs`` and a different node of ``ys``, as steps walked from x to y: from
         adjacency already in hand, else whichever is cheaper of point lookups per pair, expanding one side, and,
         for the nodes whose adjacency is on file (``degree_index.FILED_DEGREE``), asking the file which of the
-        other side's nodes they link to (estimated from the degree index when it is built)."""
+        other side's nodes they link to (estimated from the degree index when it is built). A hub walked along
+        capped edges (``walk``) is asked about the other side's nodes pair by pair instead (exact), up to
+        ``_HUB_PAIR_LOOKUPS`` of them."""
         out: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
-        adj = self._adjacency_of(rels, memo, real, ends)
+        walk = walk if walk is not None else _HubWalk(PATH_HUB_EDGES)
+        adj = self._adjacency_of(rels, memo, real, ends, walk)
         merged = real is not None and bool(self.groups.members)
         # the file holds stored triples, so not across merged concepts
         table = self._state().degrees if self.store.indexed and not merged else None
@@ -1143,6 +1188,9 @@ class Graph:
             if n in on_file:  # one indexed lookup for all of ``others``, not a read of every edge at a hub
                 return [e for e in table.filed_links_to(n, others)  # type: ignore[union-attr]
                         if rels is None or e[0] in rels]
+            if not merged and len(others) <= _HUB_PAIR_LOOKUPS and (n in walk.capped or (
+                    walk.limit and n not in memo and n not in ends and self._is_path_hub(n))):
+                return self._edges_between(n, others, rels)  # a hub's capped edges would miss some
             return adj(n)
 
         def from_xs() -> None:
@@ -1205,6 +1253,22 @@ class Graph:
             self._prefetch_adjacency(ys - on_file, memo, rels, ends, merged)
             from_ys()
         return out
+
+    def _edges_between(self, n: str, others: set[str], rels: frozenset[str] | None) -> list[Neighbour]:
+        """The fact edges between ``n`` and each of ``others``, seen from ``n``, by point lookups (both ends
+        bound): a hub's edges to a few nodes without reading its neighbourhood."""
+        non = self._state().non_concepts
+        found: set[tuple[str, str, str]] = set()
+        for y in others:
+            if y == n or y in non:
+                continue
+            for p in self.store.predicates_between(n, y):
+                if p not in NON_FACT_PREDICATES and (rels is None or p in rels):
+                    found.add((p, "forward", y))
+            for p in self.store.predicates_between(y, n):
+                if p not in NON_FACT_PREDICATES and (rels is None or p in rels):
+                    found.add((p, "backward", y))
+        return [Neighbour._make(edge) for edge in sorted(found)]
 
     def _prefetch_adjacency(self, nodes: Iterable[str], memo: dict[str, list[tuple[str, str, str]]],
                             rels: frozenset[str] | None, ends: tuple[str, ...], merged: bool) -> None:

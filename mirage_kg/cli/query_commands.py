@@ -168,6 +168,9 @@ def anchor(entity: str, store: str | None, endpoint: str | None, k: int, relatio
               help="Longest path, in edges.")
 @click.option("--max-paths", type=click.IntRange(min=1), default=20, show_default=True, help="Paths to show.")
 @click.option("--relation", "relations", multiple=True, metavar="R", help="Only this relation (repeatable).")
+@click.option("--hub-edges", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Edges per relation and direction the search takes past a node of over 5,000 edges "
+                   "(0: every edge, slower) [default: 100; the answer says where it cut the search].")
 @_rank_option
 @_merge_option
 @_embedding_option
@@ -175,8 +178,8 @@ def anchor(entity: str, store: str | None, endpoint: str | None, k: int, relatio
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=str),
               help="Also write a self-contained HTML picture of the paths.")
 def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: int, max_paths: int,
-           relations: tuple[str, ...], rank: str, merge: bool, embedding_model: str | None, as_json: bool,
-           html_path: str | None) -> None:
+           relations: tuple[str, ...], hub_edges: int | None, rank: str, merge: bool, embedding_model: str | None,
+           as_json: bool, html_path: str | None) -> None:
     """How A and B connect: every simple path of at most --max-hops edges, edges walked either way, shortest
     first, then (--rank specificity) through specific nodes before hubs (A and B: CURIEs, IRIs or names)."""
     kg = _open_graph(store, endpoint, embedding_model, merge)
@@ -184,7 +187,9 @@ def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: in
         from_a, from_b = resolve_entity(kg, a, quiet=as_json), resolve_entity(kg, b, quiet=as_json)
         source, target = from_a.entity, from_b.entity
         paths = kg.bridge(source, target, max_hops=max_hops, max_paths=max_paths, relations=list(relations) or None,
-                          rank=rank)
+                          rank=rank, hub_edges=hub_edges)
+        capped = [{"id": hub.id, "label": hub.label, "edges": edges}
+                  for hub, edges in ((kg.entity(iri), edges) for iri, edges in paths.capped)]
     finally:
         kg.store.close()
     if html_path:
@@ -192,15 +197,26 @@ def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: in
     if as_json:
         from mirage_kg.json_output import bridge_json
 
-        data = {**bridge_json(source, target, paths), "resolved": [from_a.to_json(), from_b.to_json()]}
+        data = {**bridge_json(source, target, paths), "resolved": [from_a.to_json(), from_b.to_json()],
+                "capped": capped}
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     from rich.console import Console
     from rich.markup import escape
 
     console = Console(soft_wrap=True)
+    cut = ""
+    if capped:  # never "no path" when the cap cut the search: say where, and how to lift it
+        hubs = ", ".join(f"{h['label']} ({h['id']}, {h['edges']:,} edges)" for h in capped)
+        cut = (f"the search went past {hubs} along only {paths.hub_edges} edges per relation and direction, so "
+               "paths through the others may be missing: rerun with --hub-edges 0 to walk every edge (slower)")
     if not paths:
-        console.print(f"no path of at most {max_hops} edges between {escape(source.label)} and {escape(target.label)}")
+        if cut:
+            console.print(f"no path of at most {max_hops} edges found between {escape(source.label)} and "
+                          f"{escape(target.label)}, but {escape(cut)}")
+        else:
+            console.print(f"no path of at most {max_hops} edges between {escape(source.label)} and "
+                          f"{escape(target.label)}")
         return
     console.print(f"[bold]{escape(source.label)}[/] ({source.id}) to [bold]{escape(target.label)}[/] ({target.id}): "
                   f"{len(paths)} path(s)")
@@ -210,6 +226,36 @@ def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: in
             else f"<-[{s.relation.label}]- {s.end.label}" for s in path.steps])
         console.print(f"{i:>3}. ({path.length}) {escape(chain)}")
         console.print(f"     [dim]{escape(path.text)}[/]")
+    if cut:
+        console.print(f"note: {escape(cut)}")
+
+
+@query.command()
+@click.argument("findings")
+@store_options
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Candidates to show.")
+@_merge_option
+@_embedding_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: 'candidates', best first.")
+def differential(findings: str, store: str | None, endpoint: str | None, top: int, merge: bool,
+                 embedding_model: str | None, as_json: bool) -> None:
+    """A differential diagnosis for FINDINGS (free text, e.g. "fever, sore throat, blisters in the mouth"): the
+    conditions that explain the most of the linked findings, each finding weighted by how specific it is (and by
+    the annotation frequency where the source gives one), with what each explains, what it leaves unexplained and
+    the facts that support it. No model: the graph's ranking."""
+    from mirage_kg.differential import differential as rank_conditions
+
+    kg = _open_graph(store, endpoint, embedding_model, merge)
+    try:
+        result = rank_conditions(kg, findings, top=top)
+    finally:
+        kg.store.close()
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+        return
+    click.echo(result.to_text())
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
 
 
 @click.command()
