@@ -6,11 +6,19 @@ and the chain goes on. Every turn is its own request to the backend, asking for 
 budget, and a chain submits its next turn as soon as its search returns: no chain waits for another, so wall time
 follows the longest chain. Whatever the model writes (an unclosed or empty block, a paragraph instead of an entity, a name the
 KG does not know) is recorded in the chain's trace and answered with a note, never raised.
+
+A chain runs in one of two modes that share the searcher, its caches, the budgets and the trace: ``markers``, the
+paper's free-text search blocks, and ``structured``, where every turn is one JSON action the engine constrains (an
+anchor search on an entity, a bridge search between two, or the answer) whose entity slots can only name what the
+chain can reach: the question's entities, the seed facts' and every result's (a list that grows with each result).
+Every search block a chain writes counts toward ``n_r``, a repeat or a garbled block included, and every completion
+is a turn: a model that repeats one search forever is stopped by the budget, and its chain is flagged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +34,7 @@ from mirage_reason.backends.base import (
     Backend,
     Completion,
     CompletionRequest,
+    OutputConstraint,
     derive_seed,
     sample_seed,
     split_think,
@@ -197,9 +206,12 @@ class GraphSearcher:
             self._links[key] = max(good, key=lambda c: c.score).entity if good else None
         return self._links[key]
 
-    def search(self, block: SearchBlock, question: str = "") -> tuple[Search, bool]:
-        """Run a parsed, usable block; returns the search and whether it came from the cache."""
-        entities = [self.resolve(t) for t in block.terms]
+    def search(self, block: SearchBlock, question: str = "",
+               entities: Sequence[Entity | None] | None = None) -> tuple[Search, bool]:
+        """Run a parsed, usable block; returns the search and whether it came from the cache. ``entities`` are the
+        terms' entities where the caller knows them (a structured action names reachable entities), else each
+        term is linked."""
+        entities = list(entities) if entities is not None else [self.resolve(t) for t in block.terms]
         known = [e for e in entities if e is not None]
         unknown = [t for t, e in zip(block.terms, entities) if e is None]
         if not known:
@@ -277,6 +289,8 @@ class ChainSpec:
     tag: Any = None
     search: bool = True  # False: the model is not told about search blocks (nor are blocks run)
     sample: int = 0
+    entities: tuple[Entity, ...] = ()  # the sub-question's linked entities (linked by the runner when empty)
+    mode: str = "auto"  # "markers" | "structured" | "auto": the runner picks (MirageConfig.constrains)
 
 
 @dataclass(frozen=True)
@@ -297,6 +311,9 @@ class ChainResult:
     search_seconds: float
     tag: Any = None
     sample: int = 0
+    mode: str = "markers"  # "markers" (free-text search blocks) | "structured" (constrained JSON actions)
+    actions: tuple[dict[str, Any], ...] = ()  # structured: the actions the model chose, in order
+    flags: tuple[str, ...] = ()  # "repeated_search", "budget_spent", "unusable_action"
 
     @property
     def evidence_paths(self) -> tuple[Path, ...]:
@@ -309,7 +326,11 @@ class ChainResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "sub_question": self.sub_question,
+            "mode": self.mode,
+            "search_count": len(self.searches),
             "searches": [s.to_json() for s in self.searches],
+            "actions": list(self.actions),
+            "flags": list(self.flags),
             "answer": self.answer,
             "trace": list(self.trace),
         }
@@ -322,8 +343,12 @@ def _path_key(path: Path) -> str:
 class Chain:
     """The mutable state of one running chain; :class:`ChainRunner` advances it, :meth:`result` freezes it."""
 
-    def __init__(self, spec: ChainSpec, prefix: str, seed_paths: tuple[Path, ...], config: MirageConfig) -> None:
+    def __init__(self, spec: ChainSpec, prefix: str, seed_paths: tuple[Path, ...], config: MirageConfig,
+                 mode: str = "markers", reach: Sequence[Entity] = ()) -> None:
+        if mode not in ("markers", "structured"):
+            raise ReasonerError(f"a chain's mode is 'markers' or 'structured', not {mode!r}")
         self.spec = spec
+        self.mode = mode
         self.prefix = prefix
         self.config = config
         self.text = ""
@@ -338,6 +363,18 @@ class Chain:
         self.listener: Listener | None = None
         self._seen: set[tuple[Any, ...]] = set()
         self._asked: int | None = None  # max tokens of the request in flight
+        self.blocks = 0  # search blocks written (every one counts toward n_r)
+        self.repeats = 0
+        self.flags: list[str] = []
+        self.actions: list[dict[str, Any]] = []
+        self._answer: str | None = None  # structured: the answer action's text
+        self._constraint: OutputConstraint | None = None  # structured: the action schema of the turn in flight
+        self._reach: dict[str, Entity] = {}  # structured: entities a search may name, by label
+        for entity in reach:
+            self._reachable(entity)
+        for path in seed_paths:
+            for entity in path.nodes:
+                self._reachable(entity)
         if seed_paths:
             self.trace.append({"event": "seed", "facts": [p.text for p in seed_paths]})
 
@@ -357,16 +394,48 @@ class Chain:
     def counted_searches(self) -> int:
         return sum(1 for s in self.searches if s.counted)
 
+    @property
+    def reachable(self) -> tuple[str, ...]:
+        """Structured mode: the entity labels a search action may name now."""
+        return tuple(e.label for e in self._reach.values())
+
+    def _reachable(self, entity: Entity) -> None:
+        if len(self._reach) < self.config.max_action_entities and entity.label.strip():
+            self._reach.setdefault(entity.label.casefold(), entity)
+
     def next_request(self) -> CompletionRequest:
         """The chain's next turn: at most ``max_new_tokens`` and never more than what is left of its token budget,
         so no chain ever exceeds ``max_chain_tokens``; its seed comes from the run's seed, the chain's tag, its
-        sub-question and the turn, plus its sample number (samples of one sub-question differ by it)."""
+        sub-question and the turn, plus its sample number (samples of one sub-question differ by it). A structured
+        chain's turn carries the JSON schema of the actions open to it."""
         if self.done:
             raise ReasonerError("a finished chain has no next turn")
         self._asked = min(self.config.max_new_tokens, self.remaining_tokens)
         group = derive_seed(self.config.seed, "chain", self.spec.tag, self.spec.sub_question, self.turns)
         seed = sample_seed(group, self.spec.sample)
-        return CompletionRequest(self.prompt, STOP, self.config.chain_params(self._asked, seed))
+        params = self.config.chain_params(self._asked, seed)
+        if self.mode == "markers":
+            return CompletionRequest(self.prompt, STOP, params)
+        self._constraint = OutputConstraint(json_schema=self._action_schema(self._asked))
+        return CompletionRequest(self.prompt, (), params, self._constraint)
+
+    def _action_schema(self, asked: int) -> dict[str, Any]:
+        """The actions open this turn: a search while the budgets leave room for it and an answer after it (only
+        a search until ``min_searches`` were made), else only the answer."""
+        cfg = self.config
+        labels = list(self.reachable)
+        searchable = (self.spec.search and bool(labels) and self.blocks < cfg.n_r and self.turns + 1 < cfg.max_turns
+                      and self.remaining_tokens >= 2 * _ACTION_TOKENS + min(cfg.max_new_tokens, _ANSWER_RESERVE))
+        answer = _action("answer", answer={"type": "string", "minLength": 1,
+                                           "maxLength": max(40, 3 * (asked - _ACTION_OVERHEAD))})
+        if not searchable:
+            return answer
+        options = [_action("anchor", entity={"enum": labels})]
+        if len(labels) > 1:
+            options.append(_action("bridge", entity={"enum": labels}, other={"enum": labels}))
+        if self.blocks >= min(cfg.min_searches, cfg.n_r):
+            options.append(answer)
+        return options[0] if len(options) == 1 else {"anyOf": options}
 
     def _emit(self, kind: str, **data: Any) -> None:
         if self.listener is not None:
@@ -386,6 +455,9 @@ class Chain:
         self.trace.append({"event": "generate", "turn": self.turns, "text": completion.text,
                            "finish": completion.finish_reason, "tokens": completion.completion_tokens})
         self.text += completion.text
+        if self.mode == "structured":
+            self._feed_action(completion, searcher)
+            return
         # A server that does not say which stop fired (stop_unknown) stopped on QUERY_END if a block is left open.
         if completion.stop == QUERY_END or (completion.stop_unknown and self._open_block() is not None):
             self.text += QUERY_END
@@ -426,12 +498,57 @@ class Chain:
             event["text"] = text
         self.trace.append(event)
 
+    def _feed_action(self, completion: Completion, searcher: GraphSearcher) -> None:
+        """Structured mode: run the turn's action (a search, whose results go into the text) or take its answer."""
+        assert self._constraint is not None
+        raw = completion.text.strip()
+        try:
+            action = self._constraint.parse(raw)
+        except ValueError as exc:  # the engine held the schema, so only a token cap can leave it unfinished
+            problem = "cut by its max tokens" if completion.finish_reason == "length" else str(exc)
+            self._garbled(f"unusable action: {problem}", raw[: self.config.max_query_chars])
+            self._flag("unusable_action")
+            self._answer = _partial_answer(raw)
+            self._finish(self._limit_reason() or ("max_tokens" if completion.finish_reason == "length" else
+                                                  "answered"))
+            return
+        self.actions.append(action)
+        if action.get("action") == "answer":
+            self._answer = str(action.get("answer", "")).strip()
+            self._finish("answered")
+            return
+        terms = (action["entity"],) if action["action"] == "anchor" else (action["entity"], action["other"])
+        entities = [self._reach.get(t.casefold()) for t in terms]
+        note = None
+        if len(terms) == 2 and terms[0].casefold() == terms[1].casefold():
+            note, terms, entities = "the same entity on both sides; anchoring it", terms[:1], entities[:1]
+        block = SearchBlock(json.dumps(action, ensure_ascii=False), "bridge" if len(terms) == 2 else "anchor",
+                            tuple(terms), None, note)
+        started = time.perf_counter()
+        self.text += self._run_block(block, searcher, entities)
+        self.search_seconds += time.perf_counter() - started
+        if self.searches:
+            for path in self.searches[-1].paths:
+                for entity in path.nodes:
+                    self._reachable(entity)
+
+    def _flag(self, flag: str) -> None:
+        if flag not in self.flags:
+            self.flags.append(flag)
+
     def _answer_block(self, searcher: GraphSearcher) -> str:
         cfg = self.config
         region = self.text[: -len(QUERY_END)]
         last_result = region.rfind(RESULT_END)
         region = region[last_result + len(RESULT_END):] if last_result >= 0 else region
-        block = parse_search_block(region, cfg.max_query_chars)
+        return self._run_block(parse_search_block(region, cfg.max_query_chars), searcher)
+
+    def _run_block(self, block: SearchBlock, searcher: GraphSearcher,
+                   entities: Sequence[Entity | None] | None = None) -> str:
+        """Answer one search block, either mode's: every block counts toward ``n_r`` (a garbled one or a repeat
+        too); a repeat is answered from the chain's own earlier search, a block past the budget with a note."""
+        cfg = self.config
+        self.blocks += 1
         if block.problem is not None:
             self._garbled(block.problem, block.raw[:cfg.max_query_chars])
             hint = (f"Write one entity name as {QUERY_BEGIN}name{QUERY_END}, "
@@ -440,22 +557,28 @@ class Chain:
         if not self.spec.search:
             self._garbled("search block in a chain without search")
             return prompts.result_block([], "Searching is not available here; answer from what you know.")
-        resolved = [searcher.resolve(t) for t in block.terms]
+        if self.blocks > cfg.n_r:
+            self._flag("budget_spent")
+            self.trace.append({"event": "budget_spent", "turn": self.turns, "query": block.raw})
+            return prompts.result_block([], prompts.budget_spent_note(cfg.n_r))
+        resolved = list(entities) if entities is not None else [searcher.resolve(t) for t in block.terms]
         signature = (block.mode, tuple(e.iri if e is not None else t.casefold() for t, e in zip(block.terms, resolved)))
         if signature in self._seen:
+            self.repeats += 1
+            if self.repeats > 1:
+                self._flag("repeated_search")
             note = "You already ran this search; its facts are above."
+            if self.blocks >= cfg.n_r:
+                note = f"{note} {prompts.last_search_note(cfg.n_r)}"
             previous = next(s for s in reversed(self.searches) if s.signature == signature)
             self.searches.append(Search(block.raw, previous.mode, block.terms, previous.entities, previous.paths,
-                                        note, cached=True, counted=False, signature=signature))
+                                        note, cached=True, counted=True, signature=signature))
             self.trace.append({"event": "search", "turn": self.turns, "query": block.raw, "mode": previous.mode,
                                "entities": [e.id for e in previous.entities], "results": len(previous.paths),
                                "cached": True, "repeated": True, "note": note})
             return prompts.result_block([], note)
-        if self.counted_searches >= cfg.n_r:
-            self.trace.append({"event": "budget_spent", "turn": self.turns, "query": block.raw})
-            return prompts.result_block([], prompts.budget_spent_note(cfg.n_r))
         self._emit("search_issued", query=block.raw, mode=block.mode, turn=self.turns)
-        found, cached = searcher.search(block, self.spec.sub_question)
+        found, cached = searcher.search(block, self.spec.sub_question, resolved)
         search = dataclasses.replace(found, signature=signature)
         self._emit("search", turn=self.turns, search={**search.to_json(), "note": search.note, "cached": cached})
         self._seen.add(signature)
@@ -466,7 +589,7 @@ class Chain:
             "cached": cached, "repeated": False, "note": search.note,
         })
         note = search.note
-        if self.counted_searches >= cfg.n_r:
+        if self.blocks >= cfg.n_r:
             note = f"{note} {prompts.last_search_note(cfg.n_r)}" if note else prompts.last_search_note(cfg.n_r)
         return prompts.result_block(search.lines, note)
 
@@ -476,8 +599,15 @@ class Chain:
             self._garbled("unclosed search block", block[:self.config.max_query_chars])
         self.finish_reason = reason
         self.trace.append({"event": "finish", "turn": self.turns, "reason": reason})
-        self._emit("chain_done", answer=extract_answer(self.text), finish_reason=reason, turns=self.turns,
+        self._emit("chain_done", answer=self.answer, finish_reason=reason, turns=self.turns,
                    completion_tokens=self.completion_tokens)
+
+    @property
+    def answer(self) -> str:
+        """The chain's answer: a structured chain's answer action, else what :func:`extract_answer` reads."""
+        if self.mode == "structured":
+            return self._answer or ""
+        return extract_answer(self.text)
 
     def result(self) -> ChainResult:
         if not self.done:
@@ -485,7 +615,7 @@ class Chain:
         return ChainResult(
             sub_question=self.spec.sub_question,
             question=self.spec.question or self.spec.sub_question,
-            answer=extract_answer(self.text),
+            answer=self.answer,
             text=self.text,
             searches=tuple(self.searches),
             seed_paths=self.seed_paths,
@@ -497,6 +627,9 @@ class Chain:
             search_seconds=self.search_seconds,
             tag=self.spec.tag,
             sample=self.spec.sample,
+            mode=self.mode,
+            actions=tuple(self.actions),
+            flags=tuple(self.flags),
         )
 
 
@@ -514,12 +647,33 @@ class ChainRunner:
         if self.searcher is None:
             self.searcher = GraphSearcher(self.kg, self.config)
 
+    def mode_for(self, spec: ChainSpec) -> str:
+        """The chain's mode: the spec's, else structured where the config has the engine constrain chains."""
+        if spec.mode != "auto":
+            return spec.mode
+        return "structured" if self.config.constrains(self.backend, "chains") else "markers"
+
     def start(self, spec: ChainSpec) -> Chain:
         """A chain ready to run: its prompt holds the instructions, the seed facts and the (sub-)question."""
         shown = _dedupe_paths([e.path for e in spec.seed])  # the coordinator sizes each chain's share
-        messages = prompts.chain_messages(spec.sub_question, spec.question or spec.sub_question,
-                                          prompts.fact_lines(shown), self.config.n_r, search=spec.search)
-        return Chain(spec, self.backend.format_chat(messages), tuple(shown), self.config)
+        question = spec.question or spec.sub_question
+        mode = self.mode_for(spec)
+        if mode == "markers":
+            messages = prompts.chain_messages(spec.sub_question, question, prompts.fact_lines(shown),
+                                              self.config.n_r, search=spec.search)
+            return Chain(spec, self.backend.format_chat(messages), tuple(shown), self.config)
+        from mirage_reason.decomposer import link_entities
+
+        reach = list(spec.entities)
+        if not reach:
+            reach = list(link_entities(self.kg, spec.sub_question, self.config))
+        if question != spec.sub_question:
+            reach.extend(link_entities(self.kg, question, self.config))
+        chain = Chain(spec, "", tuple(shown), self.config, "structured", reach)
+        messages = prompts.structured_chain_messages(spec.sub_question, question, prompts.fact_lines(shown),
+                                                     self.config.n_r, chain.reachable)
+        chain.prefix = self.backend.format_chat(messages)
+        return chain
 
     def run(self, specs: Sequence[ChainSpec], listener: Listener | None = None) -> list[ChainResult]:
         """Run chains to the end; results in the order of ``specs``. A spec without a tag gets its index as tag,
@@ -552,6 +706,32 @@ class ChainRunner:
         before = chain.search_seconds
         chain.feed(completion, self.searcher)
         return chain.search_seconds - before
+
+
+_ACTION_TOKENS = 40  # what a search action takes, at most (its JSON and entity names)
+_ANSWER_RESERVE = 64  # tokens kept for the answer action after a search
+_ACTION_OVERHEAD = 12  # the answer action's JSON around its text
+
+
+def _action(name: str, **fields: Any) -> dict[str, Any]:
+    """The JSON schema of one action: ``{"action": name, **fields}``, all required, nothing else."""
+    return {"type": "object", "properties": {"action": {"const": name}, **fields},
+            "required": ["action", *fields], "additionalProperties": False}
+
+
+_PARTIAL_ANSWER = re.compile(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)')
+
+
+def _partial_answer(raw: str) -> str:
+    """The answer text of an answer action cut before its end (a token cap), unescaped; empty if none."""
+    match = _PARTIAL_ANSWER.search(raw)
+    if match is None:
+        return ""
+    text = match.group(1)
+    try:
+        return str(json.loads(f'"{text}"'))
+    except ValueError:
+        return text.replace('\\"', '"')
 
 
 def _numbered(listener: Listener, number: int) -> Listener:

@@ -10,10 +10,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from mirage_reason.backends.base import GenerationParams
+from mirage_reason.backends.base import GenerationParams, can_constrain
 from mirage_reason.choices import parse_options
 
-__all__ = ["PIPELINES", "SMALL_MODEL_BUDGETS", "MirageConfig", "parse_settings"]
+__all__ = ["LARGE_MODEL_PARAMS", "PIPELINES", "SMALL_MODEL_BUDGETS", "STRUCTURED_PARTS", "MirageConfig",
+           "parse_settings"]
+
+#: the parts of the pipeline whose model output can be constrained by the engine
+STRUCTURED_PARTS = ("decompose", "chains", "choice", "wording")
+#: ``structured="auto"``: chains and wording of a model this large (or of unknown size) use the paper's free text;
+#: smaller models, which cannot follow a free-text protocol they were never trained on, get constrained actions
+LARGE_MODEL_PARAMS = 10_000_000_000
 
 #: pipeline name -> the flags that make it (the evaluation's baselines and ablations)
 PIPELINES: dict[str, dict[str, Any]] = {
@@ -31,7 +38,7 @@ SMALL_MODEL_BUDGETS: dict[str, int] = {
     "max_new_tokens": 96,
     "max_chain_tokens": 192,
     "max_turns": 6,
-    "decomposer_max_new_tokens": 96,
+    "decomposer_max_new_tokens": 160,
     "synthesizer_max_new_tokens": 160,
     "seed_facts": 10,
 }
@@ -79,6 +86,13 @@ class MirageConfig:
     # -- answers the knowledge graph does not support (free text; multiple choice always gets a letter)
     no_support: str = "flag"  # "flag": the chains' own answer, flagged; "abstain": decline to answer
     kinds: tuple[str, ...] = ()  # extra Turtle files of kinds and roles (MKG:entityKind, MKG:clinicalRole)
+    # -- structured output (the engines' own constraints): "auto", "always" or "never". "auto": the decomposition
+    # and a multiple-choice letter are constrained wherever the engine can; chains (JSON actions: anchor, bridge,
+    # answer) and the cited wording too when the model is known to be smaller than LARGE_MODEL_PARAMS; else the
+    # paper's free-text search markers. "always" constrains every part the engine can; "never" none.
+    structured: str = "auto"
+    min_searches: int = 1  # constrained chains: searches a chain makes before it may answer (when n_r allows)
+    max_action_entities: int = 40  # constrained chains: entities a search action may name (question's first)
     # -- pipeline flags
     use_decomposer: bool = True
     use_synthesizer: bool = True
@@ -95,6 +109,10 @@ class MirageConfig:
         for name in ("n_r", "seed_facts", "retrieve_budget"):
             if getattr(self, name) < 0:
                 raise ValueError(f"MirageConfig.{name} must not be negative, not {getattr(self, name)}")
+        if self.structured not in ("auto", "always", "never"):
+            raise ValueError(f"MirageConfig.structured must be 'auto', 'always' or 'never', not {self.structured!r}")
+        if self.min_searches < 0 or self.max_action_entities < 1:
+            raise ValueError("MirageConfig.min_searches must not be negative and max_action_entities must be at least 1")
         if self.no_support not in ("flag", "abstain"):
             raise ValueError(f"MirageConfig.no_support must be 'flag' or 'abstain', not {self.no_support!r}")
         if isinstance(self.kinds, (str, bytes)):
@@ -131,6 +149,20 @@ class MirageConfig:
         if self.use_synthesizer and not (self.single_chain or self.llm_only) and parse_options(question):
             return max(self.samples, self.choice_samples)
         return self.samples
+
+    def constrains(self, backend: Any, part: str) -> bool:
+        """Whether ``part`` (one of ``STRUCTURED_PARTS``) of the pipeline asks ``backend``'s engine for constrained
+        output: the setting ``structured``, what the engine can enforce, and for "auto" the model's size
+        (``backend.model_params`` where the backend knows it)."""
+        if part not in STRUCTURED_PARTS:
+            raise ValueError(f"unknown part {part!r}; one of {', '.join(STRUCTURED_PARTS)}")
+        kind = "choice" if part == "choice" else "json_schema"
+        if self.structured == "never" or not can_constrain(backend, kind):
+            return False
+        if self.structured == "always" or part in ("decompose", "choice"):
+            return True
+        params = getattr(backend, "model_params", None)
+        return isinstance(params, int) and 0 < params < LARGE_MODEL_PARAMS
 
     def replace(self, **changes: Any) -> MirageConfig:
         return dataclasses.replace(self, **changes)

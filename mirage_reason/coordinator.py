@@ -66,6 +66,8 @@ class Answer:
     engine: Mapping[str, Any] = field(default_factory=dict)
     support: Support = Support("unsupported", "the answer was not checked against the knowledge graph")
     sentences: tuple[SentenceCheck, ...] = ()
+    # who wrote the sub-questions ("model" | "template" | "question"), whether the engine constrained it, its notes
+    decomposition: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -105,6 +107,7 @@ class Answer:
             "claims": [c.to_json() for c in self.claims],
             "conflicts": [c.to_json() for c in self.conflicts],
             "dropped_claims": [c.to_json(full=True) for c in self.dropped],
+            "decomposition": dict(self.decomposition),
             "chains": [self._chain_json(i, c) for i, c in enumerate(self.chains)],
             "notes": list(self.notes),
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
@@ -286,6 +289,7 @@ class Mirage:
             engine=self._engine_record(ws),
             support=support,
             sentences=sentences,
+            decomposition=ws.decomposition.to_json() if ws.decomposition is not None else {},
         )
         ws.emit("answer", answer=ws.answer.to_json())
 
@@ -336,9 +340,8 @@ class _Run:
                 ws.charge("link", time.perf_counter() - t)
                 ws.emit("entities", entities=[e.to_json() for e in ws.entities])
                 if cfg.use_decomposer and not cfg.single_chain and mirage.decomposer.needs_model(ws.entities):
-                    prompt = mirage.decomposer.prompt(ws.question, ws.entities)
-                    self.submit(ws, "decompose", CompletionRequest(
-                        prompt, (), cfg.decomposer_params(self.seed(ws, "decompose"))))
+                    self.submit(ws, "decompose", mirage.decomposer.request(ws.question, ws.entities,
+                                                                           self.seed(ws, "decompose")))
                     ws.stage = "decompose"
                 else:
                     ws.decomposition = mirage.decomposer.whole(ws.question, ws.entities)
@@ -403,7 +406,8 @@ class _Run:
         samples = cfg.samples_for(ws.question)
         for j, sub in enumerate(subs):
             for s in range(samples):
-                spec = ChainSpec(sub.text, ws.question, shares[j], tag=(ws.index, j), search=cfg.n_r > 0, sample=s)
+                spec = ChainSpec(sub.text, ws.question, shares[j], tag=(ws.index, j), search=cfg.n_r > 0, sample=s,
+                                 entities=sub.entities)
                 chain = self.mirage.runner.start(spec)
                 chain.listener = self._chain_listener(ws, len(ws.chains))
                 ws.chains.append(chain)

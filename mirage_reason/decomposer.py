@@ -6,10 +6,15 @@ links to nothing is repaired (its vague reference, "it", "this condition", repla
 sub-question covers) or dropped, and one about entities the question never names is dropped; when nothing usable is
 left, the fallback is one sub-question per group of linked entities. A question with fewer than two distinct
 linked entities is not split at all, and the model is not asked.
+
+Where the engine constrains output (``MirageConfig.constrains(backend, "decompose")``), the model writes its split as
+JSON whose entity field can only be one of the question's linked entities, at most ``n_q`` items; the line parser
+and the repairs above are for an engine that cannot, and the notes say so when its split falls back.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +23,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from mirage_kg import Entity, MirageError
 
 from mirage_reason import prompts
-from mirage_reason.backends.base import Backend, Completion, strip_think
+from mirage_reason.backends.base import (
+    Backend,
+    Completion,
+    CompletionRequest,
+    OutputConstraint,
+    sample_seed,
+    strip_think,
+    submit_all,
+)
 from mirage_reason.config import MirageConfig
 
 if TYPE_CHECKING:
@@ -51,10 +64,24 @@ class Decomposition:
     notes: tuple[str, ...] = ()  # repairs, drops, fallbacks
     completion_tokens: int = 0
     prompt_tokens: int = 0
+    constrained: bool = False  # the model's reply was held to the JSON schema by the engine
 
     @property
     def texts(self) -> tuple[str, ...]:
         return tuple(s.text for s in self.sub_questions)
+
+    @property
+    def source(self) -> str:
+        """Who wrote the sub-questions: "model" (at least one is the model's, as written or repaired),
+        "template" (the fallback) or "question" (not split: fewer than two linked entities)."""
+        origins = {s.origin for s in self.sub_questions}
+        if origins & {"model", "repaired"}:
+            return "model"
+        return "template" if "fallback" in origins else "question"
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer record's ``decomposition``: its source, whether the engine constrained it, and its notes."""
+        return {"source": self.source, "constrained": self.constrained, "note": "; ".join(self.notes)}
 
 
 def link_entities(kg: KnowledgeGraph, text: str, config: MirageConfig) -> tuple[Entity, ...]:
@@ -143,13 +170,45 @@ class Decomposer:
         return Decomposition(question, tuple(entities), (SubQuestion(question, tuple(entities), "question"),),
                              notes=(note,) if note else ())
 
+    @property
+    def constrained(self) -> bool:
+        """Whether the model's split is asked for as JSON the engine constrains."""
+        return self.config.constrains(self.backend, "decompose")
+
     def prompt(self, question: str, entities: Sequence[Entity]) -> str:
-        messages = prompts.decomposer_messages(question, [e.label for e in entities], self.config.n_q)
+        labels = _labels(entities)
+        if self.constrained:
+            messages = prompts.structured_decomposer_messages(question, labels, self.config.n_q)
+        else:
+            messages = prompts.decomposer_messages(question, labels, self.config.n_q)
         return self.backend.format_chat(messages)
+
+    def constraint(self, entities: Sequence[Entity]) -> OutputConstraint | None:
+        """The JSON schema of a split: 1 to ``n_q`` items (as many as there are entities, where ``n_q`` allows),
+        each an entity of the question and a sub-question about it; None where the engine cannot constrain."""
+        if not self.constrained:
+            return None
+        labels = _labels(entities)
+        item = {"type": "object", "properties": {
+            "entity": {"enum": labels}, "question": {"type": "string", "minLength": 8, "maxLength": 120}},
+            "required": ["entity", "question"], "additionalProperties": False}
+        n_q = self.config.n_q
+        return OutputConstraint(json_schema={"type": "object", "properties": {"sub_questions": {
+            "type": "array", "items": item, "minItems": min(len(labels), n_q), "maxItems": n_q}},
+            "required": ["sub_questions"], "additionalProperties": False})
+
+    def request(self, question: str, entities: Sequence[Entity], seed: int | None = None) -> CompletionRequest:
+        """The decomposer's request for one question: its prompt, settings and (where it can be) constraint."""
+        return CompletionRequest(self.prompt(question, entities), (), self.config.decomposer_params(seed),
+                                 self.constraint(entities))
 
     def parse(self, question: str, entities: Sequence[Entity], completion: Completion | str) -> Decomposition:
         """Check the model's split against the KG: link, repair or drop, fill gaps, fall back when unusable."""
         raw = completion if isinstance(completion, str) else completion.text
+        tokens = (0, 0) if isinstance(completion, str) else (completion.completion_tokens, completion.prompt_tokens)
+        if self.constrained:
+            cut = isinstance(completion, Completion) and completion.finish_reason == "length"
+            return self._parse_structured(question, entities, raw, tokens, cut)
         n_q = self.config.n_q
         notes: list[str] = []
         proposed = parse_sub_questions(raw, n_q)
@@ -174,8 +233,9 @@ class Decomposer:
             else:
                 notes.append(f"dropped {text!r}: it links to no KG entity")
         if not subs:
-            notes.append("the model's split was unusable; one sub-question per linked entity group instead"
-                         if raw.strip() else "the model wrote nothing; one sub-question per linked entity group")
+            notes.append(("the model's split was unusable; one sub-question per linked entity group instead"
+                          if raw.strip() else "the model wrote nothing; one sub-question per linked entity group")
+                         + f" (the {self.backend.name} engine cannot constrain the model's output to a split)")
             subs = self._fallback(question, entities)
         else:
             for entity in uncovered:  # an entity of the question that no sub-question asks about
@@ -184,8 +244,43 @@ class Decomposer:
                     continue
                 subs.append(SubQuestion(_focus(question, [entity]), (entity,), "fallback"))
                 notes.append(f"added a sub-question for {entity.label}, which no sub-question covered")
-        tokens = (0, 0) if isinstance(completion, str) else (completion.completion_tokens, completion.prompt_tokens)
         return Decomposition(question, tuple(entities), tuple(subs[:n_q]), raw, tuple(notes), *tokens)
+
+    def _parse_structured(self, question: str, entities: Sequence[Entity], raw: str,
+                          tokens: tuple[int, int], cut: bool = False) -> Decomposition:
+        """The model's JSON split: each item's entity is one of the question's (the engine held it to the enum)."""
+        n_q = self.config.n_q
+        notes: list[str] = []
+        by_label = {e.label: e for e in reversed(entities)}
+        constraint = self.constraint(entities)
+        assert constraint is not None
+        problem = constraint.check(raw.strip())
+        subs: list[SubQuestion] = []
+        if problem is None:
+            seen: set[str] = set()
+            for item in json.loads(raw)["sub_questions"][:n_q]:
+                entity = by_label[item["entity"]]
+                text = " ".join(str(item["question"]).split())
+                if text.casefold() in seen:
+                    notes.append(f"dropped {text!r}: the model wrote it twice")
+                    continue
+                seen.add(text.casefold())
+                subs.append(SubQuestion(text, (entity,), "model"))
+        if not subs:
+            why = "cut by its max tokens" if cut else (problem or "no item")
+            notes.append(f"the model's structured split was unusable ({why}); one sub-question per linked entity "
+                         "group instead")
+            subs = self._fallback(question, entities)
+        else:
+            covered = {e.iri for s in subs for e in s.entities}
+            for entity in (e for e in entities if e.iri not in covered):
+                if len(subs) >= n_q:
+                    notes.append(f"{entity.label} is not covered: already {n_q} sub-questions")
+                    continue
+                subs.append(SubQuestion(_focus(question, [entity]), (entity,), "fallback"))
+                notes.append(f"added a sub-question for {entity.label}, which no sub-question covered")
+        return Decomposition(question, tuple(entities), tuple(subs[:n_q]), raw, tuple(notes), *tokens,
+                             constrained=True)
 
     def _fallback(self, question: str, entities: Sequence[Entity]) -> list[SubQuestion]:
         groups = _groups(list(entities), self.config.n_q)
@@ -201,15 +296,24 @@ class Decomposer:
         for i, (question, ents) in enumerate(zip(questions, linked)):
             if i not in asking:
                 out[i] = self.whole(question, ents)
-        if asking:
+        if asking and not self.constrained:
             completions = self.backend.generate([self.prompt(questions[i], linked[i]) for i in asking], (),
                                                 self.config.decomposer_params(seed))
+        elif asking:  # each question's own schema (its entities): one request each, submitted together
+            completions = [f.result() for f in submit_all(self.backend, [
+                self.request(questions[i], linked[i], sample_seed(seed, row)) for row, i in enumerate(asking)])]
+        if asking:
             for i, completion in zip(asking, completions):
                 out[i] = self.parse(questions[i], linked[i], completion)
         return [d for d in out if d is not None]
 
     def decompose(self, question: str) -> Decomposition:
         return self.decompose_many([question])[0]
+
+
+def _labels(entities: Sequence[Entity]) -> list[str]:
+    """The entities' labels, each once (two entities may share a label)."""
+    return list(dict.fromkeys(e.label for e in entities))
 
 
 def _focus(question: str, group: Sequence[Entity]) -> str:

@@ -22,6 +22,8 @@ __all__ = [
     "last_search_note",
     "chain_messages",
     "decomposer_messages",
+    "structured_chain_messages",
+    "structured_decomposer_messages",
     "fact_lines",
     "llm_only_messages",
     "merge_messages",
@@ -63,6 +65,31 @@ def chain_messages(
         parts.append(f"This is part of a larger question: {question}")
     parts.append(f"Question: {sub_question}")
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+_STRUCTURED_CHAIN_SYSTEM = """\
+You are a careful medical assistant who checks facts in a medical knowledge graph before answering.
+Each turn, reply with one JSON action:
+- {{"action": "anchor", "entity": "E"}} lists the facts around entity E (its symptoms, tests, drugs, diseases);
+- {{"action": "bridge", "entity": "A", "other": "B"}} shows how entities A and B are connected;
+- {{"action": "answer", "answer": "..."}} ends with your short answer (two or three sentences).
+The facts of a search appear after it. You may search at most {n_r} times. Rely on the facts from the knowledge
+graph; when they are not enough, say so instead of guessing."""
+
+
+def structured_chain_messages(sub_question: str, question: str, facts: Sequence[str], n_r: int,
+                              entities: Sequence[str]) -> Messages:
+    """The opening of a chain whose every turn is a JSON action the engine constrains (anchor, bridge, answer)."""
+    parts = []
+    if facts:
+        parts.append("Facts from the knowledge graph:\n" + "\n".join(f"- {fact}" for fact in facts))
+    if entities:
+        parts.append("Entities you can search: " + ", ".join(entities[:12]) + (", ..." if len(entities) > 12 else ""))
+    if sub_question.strip() != question.strip():
+        parts.append(f"This is part of a larger question: {question}")
+    parts.append(f"Question: {sub_question}")
+    return [{"role": "system", "content": _STRUCTURED_CHAIN_SYSTEM.format(n_r=n_r)},
+            {"role": "user", "content": "\n\n".join(parts)}]
 
 
 def fact_lines(paths: Sequence[Path]) -> list[str]:
@@ -111,16 +138,28 @@ def last_search_note(n_r: int) -> str:
     return f"(That was your last search of {n_r}. Answer from the facts you have.)"
 
 
+_DECOMPOSER_SYSTEM = ("You split medical questions into simple sub-questions. Each sub-question is about one medical "
+                      "entity of the question, names that entity explicitly (never 'it' or 'this condition') and can "
+                      "be answered on its own.")
+
+
 def decomposer_messages(question: str, entity_labels: Sequence[str], n_q: int) -> Messages:
     entities = ", ".join(entity_labels)
-    system = ("You split medical questions into simple sub-questions. Each sub-question is about one medical "
-              "entity of the question, names that entity explicitly (never 'it' or 'this condition') and can be "
-              "answered on its own.")
     user = (f"Question: {question}\n"
             f"Medical entities in it: {entities}\n\n"
             f"Write at most {n_q} sub-questions, one per line, numbered 1., 2., ... and nothing else.\n"
             "Sub-questions:")
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": _DECOMPOSER_SYSTEM}, {"role": "user", "content": user}]
+
+
+def structured_decomposer_messages(question: str, entity_labels: Sequence[str], n_q: int) -> Messages:
+    """The decomposer's prompt when the engine constrains its reply to a JSON list of (entity, question) items."""
+    entities = ", ".join(entity_labels)
+    user = (f"Question: {question}\n"
+            f"Medical entities in it: {entities}\n\n"
+            f"Reply in JSON: {{\"sub_questions\": [{{\"entity\": one of the entities, \"question\": a short "
+            f"sub-question about it}}, ...]}} with at most {n_q} items, one per entity.")
+    return [{"role": "system", "content": _DECOMPOSER_SYSTEM}, {"role": "user", "content": user}]
 
 
 def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence[str] = (), *,

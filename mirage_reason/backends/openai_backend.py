@@ -24,10 +24,12 @@ from mirage_reason.backends.base import (
     Completion,
     CompletionRequest,
     GenerationParams,
+    OutputConstraint,
     ThinkMode,
     apply_stop,
     chatml,
     parse_chatml,
+    refuse_constraint,
     strip_think,
     whitespace_tokens,
 )
@@ -61,6 +63,11 @@ class OpenAIBackend(BackendBase):
     ``Completion.stop_unknown=True`` on every "stop" finish, and the chain runner then reads a search block left
     open at the end of the text as closed by its stop string.
 
+    ``structured`` says how output constraints reach the server: ``"response_format"`` (the OpenAI field, a JSON
+    schema; choices go as a string enum and come back unwrapped: vLLM, SGLang, llama.cpp's server), ``"llama.cpp"``
+    (llama.cpp servers' own ``json_schema`` and ``grammar`` fields, on either API) or ``"none"`` (a server with
+    neither: a constrained request then fails, it is never sent unconstrained).
+
     In chat mode each prompt is read back as ChatML (what :meth:`format_chat` writes in that mode); a prompt that
     ends inside an assistant turn is sent with vLLM's ``continue_final_message`` so a chain can be resumed.
     """
@@ -81,9 +88,14 @@ class OpenAIBackend(BackendBase):
         vllm_params: bool = True,
         extra_body: Mapping[str, Any] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        structured: Literal["response_format", "llama.cpp", "none"] = "response_format",
     ) -> None:
         if mode not in ("completions", "chat"):
             raise ValueError(f"mode must be 'completions' or 'chat', not {mode!r}")
+        if structured not in ("response_format", "llama.cpp", "none"):
+            raise ValueError(f"structured must be 'response_format', 'llama.cpp' or 'none', not {structured!r}")
+        self.structured = structured
+        self.constraints = frozenset() if structured == "none" else frozenset({"json_schema", "choice"})
         self.base_url = _normalise_base_url(base_url)
         self.mode = mode
         self.max_retries = max_retries
@@ -116,9 +128,13 @@ class OpenAIBackend(BackendBase):
     def submit(self, request: CompletionRequest) -> Future[Completion]:
         if self._closed:
             raise BackendError(f"the client for {self.base_url} is closed", hint="build a new OpenAIBackend")
+        if request.constraint is not None and request.constraint.kind not in self.constraints:
+            failed: Future[Completion] = Future()
+            failed.set_exception(refuse_constraint(self.name, request.constraint, "built with structured='none'"))
+            return failed
         model = self.model
-        return asyncio.run_coroutine_threadsafe(self._complete(request.prompt, request.stop, request.params, model),
-                                                self._loop)
+        return asyncio.run_coroutine_threadsafe(
+            self._complete(request.prompt, request.stop, request.params, model, request.constraint), self._loop)
 
     def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
         if self.mode == "completions" and self._tokenizer_id is not None:
@@ -178,7 +194,8 @@ class OpenAIBackend(BackendBase):
                 ) from exc
         return self._tokenizer
 
-    def _payload(self, prompt: str, stop: tuple[str, ...], params: GenerationParams, model: str) -> dict[str, Any]:
+    def _payload(self, prompt: str, stop: tuple[str, ...], params: GenerationParams, model: str,
+                 constraint: OutputConstraint | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": model,
             "max_tokens": params.max_new_tokens,
@@ -201,13 +218,23 @@ class OpenAIBackend(BackendBase):
         if self.vllm_params:
             body["top_k"] = max(0, params.top_k)  # 0 = off for llama.cpp and current vLLM (old vLLM wanted -1)
             body["repetition_penalty"] = params.repetition_penalty
+        if constraint is not None:
+            if self.structured == "llama.cpp":
+                if constraint.choices:
+                    body["grammar"] = constraint.gbnf()
+                else:
+                    body["json_schema"] = constraint.json_schema
+            else:
+                body["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": "output", "schema": constraint.schema(), "strict": True}}
         body.update(self.extra_body)
         return body
 
-    async def _complete(self, prompt: str, stop: tuple[str, ...], params: GenerationParams, model: str) -> Completion:
+    async def _complete(self, prompt: str, stop: tuple[str, ...], params: GenerationParams, model: str,
+                        constraint: OutputConstraint | None = None) -> Completion:
         path = "/completions" if self.mode == "completions" else "/chat/completions"
         async with self._slots:
-            data = await self._request("POST", path, self._payload(prompt, stop, params, model))
+            data = await self._request("POST", path, self._payload(prompt, stop, params, model, constraint))
         try:
             choice = data["choices"][0]
             if self.mode == "completions":
@@ -235,6 +262,8 @@ class OpenAIBackend(BackendBase):
         completion_tokens = usage.get("completion_tokens")
         if self.think == "strip":
             text = strip_think(text)
+        if constraint is not None and self.structured == "response_format":
+            text = constraint.unwrap(text)  # a choice sent as a string enum comes back as a JSON string
         return Completion(
             text=text,
             prompt_tokens=int(prompt_tokens) if prompt_tokens is not None else whitespace_tokens(prompt),

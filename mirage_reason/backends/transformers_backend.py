@@ -6,11 +6,15 @@ the same stop strings and sampling settings (seed and max tokens included: one b
 length, so a request's output never depends on what it was batched with), left-padded into one batch. Stop strings
 are transformers' own ``stop_strings``. Two things kept here because stock ``generate`` gets them wrong for us: its
 repetition penalty also counts left padding (so a padded row sampled differently from the same prompt alone), and a
-stop string may end inside a token, so the text is cut again at the first stop string after decoding.
+stop string may end inside a token, so the text is cut again at the first stop string after decoding. Output
+constraints are xgrammar's (``pip install xgrammar``, in the ``[llm]`` extra): a JSON schema or the choices' grammar
+compiled once for the tokenizer and applied by xgrammar's own logits processor; without xgrammar the backend says it
+honours none and fails a constrained request.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
@@ -25,9 +29,11 @@ from mirage_reason.backends.base import (
     CompletionRequest,
     EngineThread,
     GenerationParams,
+    OutputConstraint,
     ThinkMode,
     apply_stop,
     chatml,
+    refuse_constraint,
     strip_think,
     usable_cores,
 )
@@ -145,16 +151,26 @@ class TransformersBackend(BackendBase):
         self._pad_id = int(tokenizer.pad_token_id)
         self._eos_ids = _eos_ids(model, tokenizer)
         self.device = model.device
+        self.model_params = int(model.num_parameters())  # MirageConfig.constrains reads it
         self.threads: int | None = None
         if self.device.type == "cpu":
             small = model.num_parameters() < _SMALL_MODEL_PARAMS
             self.threads = threads or (1 if small else usable_cores())
+        self._grammars: dict[str, Any] = {}
+        self._compiler: Any = None
+        self.constraints = frozenset({"json_schema", "choice"}) if _xgrammar() is not None else frozenset()
         self._engine = EngineThread(self._run_batch, name=name, max_batch=self.max_batch_size,
-                                    compatible=lambda a, b: a.stop == b.stop and a.params == b.params)
+                                    compatible=lambda a, b: (a.stop == b.stop and a.params == b.params
+                                                             and a.constraint == b.constraint))
 
     # -- the Backend contract ------------------------------------------------------------------------------------
 
     def submit(self, request: CompletionRequest) -> Future[Completion]:
+        if request.constraint is not None and not self.constraints:
+            failed: Future[Completion] = Future()
+            failed.set_exception(refuse_constraint(self.name, request.constraint,
+                                                   "xgrammar is not installed (pip install xgrammar)"))
+            return failed
         return self._engine.submit(request)
 
     def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
@@ -195,6 +211,8 @@ class TransformersBackend(BackendBase):
         input_ids = torch.tensor([[self._pad_id] * (width - len(ids)) + ids for ids in encoded])
         attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
         processors = LogitsProcessorList()
+        if requests[0].constraint is not None:  # first: the warpers below then only see tokens the grammar allows
+            processors.append(self._grammar_processor(requests[0].constraint))
         if params.repetition_penalty != 1.0:
             processors.append(PromptAwareRepetitionPenalty(params.repetition_penalty, attention))
         # The stock warpers are switched off below so the model's generation_config defaults cannot slip in.
@@ -222,6 +240,26 @@ class TransformersBackend(BackendBase):
         generated = output[:, width:].tolist()
         return [self._finish(ids, len(prompt), stop, params.max_new_tokens) for ids, prompt in zip(generated, encoded)]
 
+    def _grammar_processor(self, constraint: OutputConstraint) -> Any:
+        """xgrammar's logits processor for one ``generate`` call (it keeps per-row matcher state)."""
+        xgr = _xgrammar()
+        key = constraint.key
+        if key not in self._grammars:
+            if self._compiler is None:
+                vocab = int(self.model.get_output_embeddings().weight.shape[0])
+                info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab,
+                                                          stop_token_ids=sorted(self._eos_ids))
+                self._compiler = xgr.GrammarCompiler(info)
+            try:
+                if constraint.choices:
+                    self._grammars[key] = self._compiler.compile_grammar(constraint.gbnf())
+                else:
+                    self._grammars[key] = self._compiler.compile_json_schema(json.dumps(constraint.json_schema))
+            except (RuntimeError, ValueError) as exc:
+                raise BackendError(f"xgrammar cannot compile this {constraint.kind} constraint: {exc}",
+                                   hint="simplify the JSON schema to what xgrammar supports") from exc
+        return xgr.contrib.hf.LogitsProcessor(self._grammars[key])
+
     def _finish(self, ids: list[int], prompt_tokens: int, stop: tuple[str, ...], limit: int) -> Completion:
         end = next((i for i, t in enumerate(ids) if t in self._eos_ids), None)
         body = ids if end is None else ids[:end]
@@ -242,6 +280,16 @@ class TransformersBackend(BackendBase):
         if self.think == "strip":
             text = strip_think(text)
         return Completion(text, prompt_tokens, used, finish, fired, stop_unknown=unknown)
+
+
+def _xgrammar() -> Any:
+    """xgrammar with its transformers logits processor, or None where it is not installed."""
+    try:
+        import xgrammar
+        import xgrammar.contrib.hf  # noqa: F401
+    except ImportError:
+        return None
+    return xgrammar
 
 
 def _warpers(params: GenerationParams) -> LogitsProcessorList:

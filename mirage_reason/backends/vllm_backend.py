@@ -4,7 +4,8 @@ strings, seed), prefix caching on, tensor parallelism across the GPUs of one nod
 
 vLLM's engine is continuous batching with paged KV memory: requests join and leave the running batch at every step.
 One engine thread adds what was submitted and steps the engine (``LLMEngine.add_request`` / ``step``, vLLM's own
-serving loop API), completing each future the step its request finishes.
+serving loop API), completing each future the step its request finishes. Output constraints are vLLM's structured
+outputs (``StructuredOutputsParams(json=...)`` / ``choice=[...]``; ``GuidedDecodingParams`` on vLLM before 0.10).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class VLLMBackend(BackendBase):
     ``tensor_parallel_size`` splits the model over that many GPUs; ``enable_prefix_caching`` (on) makes a chain's
     next turn reuse its previous prompt's KV blocks. Other keyword arguments go to ``vllm.LLM``.
     """
+
+    constraints = frozenset({"json_schema", "choice"})
 
     def __init__(
         self,
@@ -91,10 +94,19 @@ class VLLMBackend(BackendBase):
 
     def _sampling(self, request: CompletionRequest) -> Any:
         p = request.params
+        extra: dict[str, Any] = {}
+        constraint = request.constraint
+        if constraint is not None:
+            spec = {"choice": list(constraint.choices)} if constraint.choices else {"json": constraint.json_schema}
+            structured = getattr(vllm.sampling_params, "StructuredOutputsParams", None)
+            if structured is not None:
+                extra["structured_outputs"] = structured(**spec)
+            else:  # vLLM before 0.10
+                extra["guided_decoding"] = vllm.sampling_params.GuidedDecodingParams(**spec)
         return vllm.SamplingParams(
             max_tokens=p.max_new_tokens, temperature=max(0.0, p.temperature), top_p=p.top_p if not p.greedy else 1.0,
             top_k=p.top_k if p.top_k > 0 else 0, repetition_penalty=p.repetition_penalty, seed=p.seed,
-            stop=list(request.stop) or None)
+            stop=list(request.stop) or None, **extra)
 
     def _work(self) -> None:
         while True:

@@ -126,8 +126,9 @@ def test_public_api() -> None:
 
     assert set(backends.__all__) == {
         "Backend", "BackendBase", "Completion", "CompletionRequest", "GenerationParams", "LlamaCppBackend",
-        "LlamaServerBackend", "OpenAIBackend", "ScriptedBackend", "ScriptedCall", "ThinkMode", "TransformersBackend", "VLLMBackend",
-        "apply_stop", "backend_names", "chatml", "derive_seed", "get_backend", "split_think", "strip_think",
+        "LlamaServerBackend", "OpenAIBackend", "OutputConstraint", "ScriptedBackend", "ScriptedCall", "ThinkMode",
+        "TransformersBackend", "VLLMBackend", "apply_stop", "backend_names", "can_constrain", "chatml", "derive_seed",
+        "get_backend", "split_think", "strip_think",
     }  # fmt: skip
     assert backend_names() == ["llamacpp", "llamacpp-server", "openai", "scripted", "transformers", "vllm"]
 

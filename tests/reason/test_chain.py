@@ -222,15 +222,33 @@ def test_length_cut_continues_the_same_text() -> None:
 def test_cache_is_shared_between_chains_and_repeats_are_not_rerun() -> None:
     kg = FakeKG()
     backend = scripted([f"{QB}Influenza{QE}", f"{QB}flu{QE}", "done"])
-    _, results = run(kg, backend, [ChainSpec("q", tag=i) for i in range(3)], n_r=1)
+    _, results = run(kg, backend, [ChainSpec("q", tag=i) for i in range(3)], n_r=2)
     assert kg.counts["anchor"] == 1  # three chains, the same entity, one graph query
     for result in results:
         first, again = result.searches
-        assert first.counted and not again.counted and again.cached
+        assert first.counted and again.counted and again.cached  # a repeat is not rerun, but it is a search
         assert "already ran this search" in (again.note or "")
-        assert result.answer == "done"
-        assert not any(e["event"] == "budget_spent" for e in result.trace)  # a repeat does not spend budget
+        assert result.answer == "done" and result.flags == ()
     assert kg.counts["link_one"] == 2  # "Influenza" and "flu" each linked once for all chains
+
+
+def test_a_repeat_spends_the_search_budget() -> None:
+    kg = FakeKG()
+    backend = scripted([f"{QB}Influenza{QE}", f"{QB}flu{QE}", "done"])
+    _, [result] = run(kg, backend, [ChainSpec("q")], n_r=1)
+    assert len(result.searches) == 1 and result.answer == "done"
+    assert [e["event"] for e in result.trace].count("budget_spent") == 1 and result.flags == ("budget_spent",)
+    assert "search budget of 1 searches is spent" in backend.calls[2].prompts[0]
+
+
+def test_a_model_repeating_one_search_forever_is_bounded_and_flagged() -> None:
+    kg = FakeKG()
+    backend = scripted([f"Let me check. {QB}Influenza{QE}"])  # every turn, the same search
+    _, [result] = run(kg, backend, [ChainSpec("q")], n_r=3, max_turns=8, max_new_tokens=16, max_chain_tokens=400)
+    assert result.finish_reason == "max_turns" and result.turns == 8 and len(backend.calls) == 8
+    assert len(result.searches) == 3 and kg.counts["anchor"] == 1  # n_r bounds the blocks, repeats included
+    assert set(result.flags) == {"repeated_search", "budget_spent"}
+    assert result.to_json()["flags"] == list(result.flags)
 
 
 def test_ranked_anchor_cache_is_per_question() -> None:
@@ -394,3 +412,89 @@ def test_sample_seeds_count_up_from_the_first_sample_at_every_turn() -> None:
     assert first == [first[0], first[0] + 1, first[0] + 2]
     later = sorted(second)
     assert later == [later[0], later[0] + 1, later[0] + 2] and not set(later) & set(first)
+
+
+# -- structured chains (constrained JSON actions) ---------------------------------------------------------------------
+
+CONSTRAINED = ("json_schema", "choice")
+
+
+def _actions(turns: list[dict[str, object]]) -> ScriptedBackend:
+    """A constraining engine whose chains choose ``turns`` in order (the last one repeats); it plays a small model,
+    so ``structured="auto"`` gives it structured chains."""
+    import json
+
+    def reply(prompt: str) -> str:
+        done = prompt.rsplit("<|im_start|>assistant\n", 1)[-1].count('{"action"')
+        return json.dumps(turns[min(done, len(turns) - 1)])
+
+    return ScriptedBackend(reply, model_params=135_000_000, constraints=CONSTRAINED)
+
+
+def _schema_actions(schema: dict) -> dict[str, dict]:
+    options = schema.get("anyOf", [schema])
+    return {o["properties"]["action"]["const"]: o for o in options}
+
+
+def test_structured_chain_searches_through_the_same_searcher_and_answers() -> None:
+    kg = FakeKG()
+    backend = _actions([{"action": "anchor", "entity": "Influenza"},
+                        {"action": "bridge", "entity": "Influenza", "other": "Oseltamivir"},
+                        {"action": "answer", "answer": "Influenza; oseltamivir treats it."}])
+    runner, [result] = run(kg, backend, [ChainSpec("What treats the flu?")], n_r=3)
+    assert result.mode == "structured" and result.finish_reason == "answered" and result.turns == 3
+    assert result.answer == "Influenza; oseltamivir treats it."
+    assert [s.mode for s in result.searches] == ["anchor", "bridge"] and kg.counts["anchor"] == 1
+    assert [a["action"] for a in result.actions] == ["anchor", "bridge", "answer"]
+    assert RESULT_BEGIN in result.text and "Influenza has symptom Fever" in result.text
+    first, second, _ = (call.constraint.json_schema for call in backend.calls)
+    # the first turn must search (min_searches=1), only on what the chain can reach: the question's entity
+    assert set(_schema_actions(first)) == {"anchor"} and _schema_actions(first)["anchor"]["properties"]["entity"][
+        "enum"] == ["Influenza"]
+    # ... then the results' entities are reachable too, and the chain may answer
+    grown = _schema_actions(second)["anchor"]["properties"]["entity"]["enum"]
+    assert {"Influenza", "Fever", "Oseltamivir"} <= set(grown) and set(_schema_actions(second)) == {
+        "anchor", "bridge", "answer"}
+    data = result.to_json()
+    assert data["mode"] == "structured" and data["search_count"] == 2 and len(data["actions"]) == 3
+
+
+def test_structured_chain_cannot_name_what_it_cannot_reach() -> None:
+    from mirage_reason.errors import BackendError
+
+    backend = _actions([{"action": "anchor", "entity": "Asthma"}])  # not in the question, no seed fact names it
+    with pytest.raises(BackendError, match="outside its request's json_schema constraint"):
+        run(FakeKG(), backend, [ChainSpec("What treats the flu?")], n_r=3)
+
+
+def test_structured_chain_budget_leaves_only_the_answer() -> None:
+    backend = _actions([{"action": "anchor", "entity": "Influenza"}, {"action": "anchor", "entity": "Fever"},
+                        {"action": "answer", "answer": "Flu."}])
+    _, [result] = run(FakeKG(), backend, [ChainSpec("What treats the flu?")], n_r=2)
+    assert len(result.searches) == 2 and result.answer == "Flu."
+    last = backend.calls[-1].constraint.json_schema
+    assert set(_schema_actions(last)) == {"answer"}  # n_r spent: the grammar only allows the answer
+    assert "last search of 2" in backend.calls[-1].prompts[0]
+
+
+def test_structured_chain_cut_by_its_tokens_is_flagged_and_keeps_what_it_wrote() -> None:
+    backend = ScriptedBackend(lambda p: '{"action": "answer", "answer": "Influenza is likely and rest helps a lot '
+                                        'more words here"}', model_params=135_000_000,
+                              constraints=CONSTRAINED)
+    _, [result] = run(FakeKG(), backend, [ChainSpec("What is it?")], n_r=0, max_new_tokens=8, max_chain_tokens=8)
+    assert result.finish_reason == "max_tokens" and "unusable_action" in result.flags
+    assert result.answer.startswith("Influenza is likely")
+    assert any(e["event"] == "garbled" and "max tokens" in e["problem"] for e in result.trace)
+
+
+def test_markers_stay_for_large_models_and_engines_without_constraints() -> None:
+    turns = [f"{QB}Influenza{QE}", "done"]
+    for backend in (scripted(turns, model_params=32_000_000_000, constraints=CONSTRAINED),
+                    scripted(turns, model_params=135_000_000),
+                    scripted(turns, constraints=CONSTRAINED)):  # large, unconstrainable, size unknown
+        _, [result] = run(FakeKG(), backend, [ChainSpec("q")], n_r=2)
+        assert result.mode == "markers" and result.answer == "done" and len(result.searches) == 1
+        assert all(call.constraint is None for call in backend.calls)
+    _, [forced] = run(FakeKG(), scripted(turns, model_params=135_000_000, constraints=CONSTRAINED),
+                      [ChainSpec("q")], n_r=2, structured="never")
+    assert forced.mode == "markers"

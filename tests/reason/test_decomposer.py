@@ -1,5 +1,6 @@
 """The decomposer with a scripted model: when it splits, how it checks the split against the KG (link, repair,
-drop, fill gaps), the fallback for unusable output, and one batched call for many questions."""
+drop, fill gaps), the fallback for unusable output, and one batched call for many questions; and the structured split
+an engine constrains (JSON whose entity field is an enum of the question's entities), with its fallback and notes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ MULTI = "I have a fever and wheezing, and I take propranolol. What is going on?"
 
 
 def make(script: list[str] | None = None, **cfg: object) -> tuple[Decomposer, ScriptedBackend]:
+    """A decomposer over a model whose engine cannot constrain output: the free-text split and its parser."""
     backend = ScriptedBackend(script or [], cycle=bool(script))
     return Decomposer(FakeKG(), backend, MirageConfig(**cfg)), backend  # type: ignore[arg-type]
 
@@ -113,3 +115,60 @@ def test_off_topic_and_unrepairable_sub_questions_are_dropped() -> None:
     assert d.texts[:2] == ("Why do I have a fever?", "Is propranolol safe?")
     assert any("names no entity of the question" in n for n in d.notes)
     assert any("dropped 'Use bullet points for clarity.'" in n for n in d.notes)
+
+
+# -- the structured split ---------------------------------------------------------------------------------------------
+
+def structured(script: list[str], **cfg: object) -> tuple[Decomposer, ScriptedBackend]:
+    backend = ScriptedBackend(script, cycle=True, constraints=("json_schema", "choice"))  # a constraining engine
+    return Decomposer(FakeKG(), backend, MirageConfig(**cfg)), backend  # type: ignore[arg-type]
+
+
+def test_structured_split_is_held_to_the_question_entities() -> None:
+    import json
+
+    items = [{"entity": "Fever", "question": "What does a fever suggest?"},
+             {"entity": "Propranolol", "question": "Why would someone take this drug?"},
+             {"entity": "Fever", "question": "What does a fever suggest?"}]
+    decomposer, backend = structured([json.dumps({"sub_questions": items})])
+    d = decomposer.decompose(MULTI)
+    schema = backend.calls[0].constraint.json_schema
+    item = schema["properties"]["sub_questions"]
+    assert item["items"]["properties"]["entity"]["enum"] == ["Fever", "Wheezing", "Propranolol"]
+    assert item["maxItems"] == 4 and item["minItems"] == 3
+    # the model's own sub-questions, anchored on the entity the engine held it to (even one that says "this drug")
+    assert d.texts[:2] == ("What does a fever suggest?", "Why would someone take this drug?")
+    assert [s.origin for s in d.sub_questions] == ["model", "model", "fallback"]
+    assert [s.entities[0].label for s in d.sub_questions] == ["Fever", "Propranolol", "Wheezing"]
+    assert d.constrained and d.source == "model" and d.to_json()["constrained"] is True
+    assert any("Wheezing" in n for n in d.notes) and any("wrote it twice" in n for n in d.notes)
+
+
+def test_structured_split_outside_the_enum_cannot_come_back() -> None:
+    import json
+
+    from mirage_reason.errors import BackendError
+
+    bad = json.dumps({"sub_questions": [{"entity": "Asthma", "question": "What is asthma?"}] * 3})
+    decomposer, _ = structured([bad])
+    try:
+        decomposer.decompose(MULTI)
+    except BackendError as exc:
+        assert "outside" in str(exc)
+    else:  # pragma: no cover - the double would be dishonest
+        raise AssertionError("an entity outside the enum came back")
+
+
+def test_structured_split_cut_by_max_tokens_falls_back_and_says_so() -> None:
+    decomposer, _ = structured(['{"sub_questions": [{"entity": "Fever", "question": "What does a fever ' + "x " * 50],
+                               decomposer_max_new_tokens=6)
+    d = decomposer.decompose(MULTI)
+    assert d.source == "template" and all(s.origin == "fallback" for s in d.sub_questions)
+    assert any("structured split was unusable (cut by its max tokens)" in n for n in d.notes)
+
+
+def test_template_fallback_says_the_engine_cannot_constrain() -> None:
+    decomposer, _ = make(["sure, happy to help"])
+    d = decomposer.decompose(MULTI)
+    assert d.source == "template" and not d.constrained
+    assert any("cannot constrain the model's output" in n for n in d.notes)

@@ -38,3 +38,18 @@ def test_vllm_requests_have_their_own_limits_stops_and_seeds(vllm_backend) -> No
     assert " " not in stopped.result(120).text and stopped.result().finish_reason == "stop"
     texts = [f.result(120).text for f in seeded]
     assert texts[0] == texts[2] and texts[0] != texts[1]
+
+
+def test_vllm_structured_outputs_hold_json_schemas_and_choices(vllm_backend) -> None:  # type: ignore[no-untyped-def]
+    from mirage_reason.backends import OutputConstraint
+
+    prompt = vllm_backend.format_chat([{"role": "user", "content": "Name a fruit and a colour as JSON."}])
+    schema = OutputConstraint(json_schema={"type": "object", "properties": {
+        "fruit": {"type": "string", "enum": ["apple", "pear"]}, "colour": {"type": "string", "maxLength": 12}},
+        "required": ["fruit", "colour"], "additionalProperties": False})
+    choice = OutputConstraint(choices=("A", "B", "C"))
+    for seed in range(4):
+        params = GenerationParams(max_new_tokens=64, temperature=1.0, seed=seed)
+        for constraint in (schema, choice):
+            done = vllm_backend.submit(CompletionRequest(prompt, (), params, constraint)).result(120)
+            assert done.finish_reason == "stop" and constraint.check(done.text) is None, done
