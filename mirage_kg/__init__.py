@@ -28,6 +28,9 @@ _LAZY = {
     "clinical_vocabulary": "mirage_kg.kinds",
     "Retriever": "mirage_kg.retrieval",
     "RetrievalResult": "mirage_kg.retrieval",
+    "Differential": "mirage_kg.differential",
+    "DiagnosisCandidate": "mirage_kg.differential",
+    "differential_diagnosis": "mirage_kg.differential",
     "validate": "mirage_kg.validation",
     "compute_stats": "mirage_kg.stats",
     "anchor_json": "mirage_kg.json_output",
@@ -41,7 +44,8 @@ _LAZY = {
 
 
 # exported under another name than the module's own
-_RENAMED = {"release_citations": "citations"}
+_RENAMED = {"release_citations": "citations", "DiagnosisCandidate": "Candidate",
+            "differential_diagnosis": "differential"}
 
 
 def __getattr__(name: str) -> Any:
@@ -52,11 +56,11 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AmbiguousNameError", "Resolution", "resolve_name",
-    "Candidate", "ClinicalVocabulary", "EndpointError", "Entity", "Evidence", "Graph", "InputError",
+    "Candidate", "ClinicalVocabulary", "DiagnosisCandidate", "Differential", "EndpointError", "Entity", "Evidence", "Graph", "InputError",
     "KnowledgeGraph", "Linker", "Mention", "MirageError", "MissingExtraError", "Neighbour", "OxigraphStore", "Path",
     "QueryError", "Relation", "RetrievalResult", "Retriever", "SparqlStore", "Step", "Store", "StoreError",
     "UnknownEntityError", "UpdateRefusedError", "anchor_json", "bridge_json", "check_read_only",
-    "clinical_vocabulary", "compress", "compute_stats", "demo_store", "expand", "link_json", "open_store",
+    "clinical_vocabulary", "compress", "compute_stats", "differential_diagnosis", "demo_store", "expand", "link_json", "open_store",
     "release_citations",
     "sparql_json", "validate",
 ]

@@ -11,8 +11,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "AnchorResponse", "AskRequest", "AskResponse", "BridgeResponse", "EntityResponse", "ErrorResponse",
-    "LabelsResponse", "LinkResponse", "RetrieveResponse", "SearchResponse", "SparqlRequest", "SparqlResponse",
+    "AnchorResponse", "AskRequest", "AskResponse", "BridgeResponse", "DifferentialResponse", "EntityResponse",
+    "ErrorResponse", "LabelsResponse", "LinkResponse", "RetrieveResponse", "SearchResponse", "SparqlRequest",
+    "SparqlResponse",
 ]
 
 
@@ -119,6 +120,16 @@ class RetrieveResponse(_Open):
     question: str
     entities: list[dict[str, Any]]
     evidence: list[dict[str, Any]]
+
+
+class DifferentialResponse(_Open):
+    """``mirage-kg query differential --json``: the linked findings and the candidate conditions, best first."""
+
+    question: str
+    findings: list[dict[str, Any]]
+    conditions: int
+    candidates: list[dict[str, Any]]
+    notes: list[str]
 
 
 class SparqlRequest(BaseModel):

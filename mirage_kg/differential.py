@@ -1,0 +1,318 @@
+"""A differential diagnosis from the graph, no model: the conditions that explain a question's findings, ranked by
+how much of the findings each explains, each finding weighted by how specific it is (its inverse document frequency
+over the conditions: a finding half the conditions share says little) and, where the source gives one, by how often
+it occurs in the condition (HPOA frequencies).
+
+Which edges tie a condition to a finding comes from the ontology's clinical roles (``has_finding`` / ``finding_of``
+in ``ontologies/``: EMCKG's has_symptom, HPO's has_phenotype, SNOMED CT's definitional manifestation, ...), never
+from relation names; a condition the question names explains itself."""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mirage_kg.errors import InputError
+from mirage_kg.model import Entity, Path, Step
+from mirage_kg.namespaces import RDFS_SUBCLASS
+from mirage_kg.terms import iri_ref
+
+if TYPE_CHECKING:
+    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.linking import Mention
+
+__all__ = ["Candidate", "Differential", "Finding", "condition_count", "differential", "finding_relations"]
+
+FINDING_ROLES = ("has_finding", "finding_of")
+#: roles that tie a condition to what the question mentions beside findings (a drug taken, a test done), read
+#: from that entity: such context counts toward a condition's coverage at ``CONTEXT_WEIGHT``
+CONTEXT_ROLES = ("treats", "prevents", "test_for", "causes")
+CONTEXT_WEIGHT = 0.5
+#: a condition annotated with a more specific form of a finding (its rdfs:subClassOf child) explains the finding,
+#: less surely than one annotated with the finding itself
+DESCENDANT_STRENGTH = 0.6
+#: how much a candidate's fit (the share of its own profile the findings are) can move its score: a condition where
+#: the findings are the hallmarks beats one that merely lists them among hundreds of features, at equal coverage
+FIT_WEIGHT = 0.1
+MIN_LINK_SCORE = 0.7  # the retriever's and the paper's cut-off for a soft match
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A question's entity that the differential counts: its specificity weight, the conditions it is tied to
+    (``df``), the mention it came from, and its role."""
+
+    entity: Entity
+    weight: float
+    df: int
+    mention: str | None = None
+    role: str = "finding"  # "finding", "condition" (named by the question) or "context" (a drug, a test)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.entity.to_json(), "weight": round(self.weight, 4), "conditions": self.df,
+                "mention": self.mention, "role": self.role}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A condition, its score (weighted coverage of the findings, times its fit), the findings it explains and
+    leaves unexplained, and the paths (one edge each) from it to every finding it explains."""
+
+    entity: Entity
+    score: float
+    coverage: float
+    explains: tuple[Entity, ...]
+    unexplained: tuple[Entity, ...]
+    paths: tuple[Path, ...]
+    profile: int = 0  # the condition's finding edges in the KG
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entity": self.entity.to_json(), "score": round(self.score, 4), "coverage": round(self.coverage, 4),
+                "explains": [e.to_json() for e in self.explains],
+                "unexplained": [e.to_json() for e in self.unexplained],
+                "profile": self.profile, "paths": [p.to_json() for p in self.paths]}
+
+
+@dataclass(frozen=True)
+class Differential:
+    """The ranked candidates (best first) for a question's findings."""
+
+    question: str
+    findings: tuple[Finding, ...]
+    candidates: tuple[Candidate, ...]
+    conditions: int = 0  # the conditions the specificity is counted over
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def top(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"question": self.question, "findings": [f.to_json() for f in self.findings],
+                "conditions": self.conditions, "candidates": [c.to_json() for c in self.candidates],
+                "notes": list(self.notes)}
+
+    def to_text(self) -> str:
+        """The candidates as lines a person reads: rank, label, score, what each explains and leaves out."""
+        if not self.findings:
+            return "no finding linked: nothing to rank"
+        if not self.candidates:
+            return "findings: " + ", ".join(f.entity.label for f in self.findings) + "\nno condition explains them"
+        lines = ["findings: " + ", ".join(f"{f.entity.label} ({f.weight:.2f})" for f in self.findings)]
+        for i, c in enumerate(self.candidates, 1):
+            lines.append(f"{i:>3}. {c.entity.label} ({c.entity.id}) score {c.score:.3f}: explains "
+                         + (", ".join(e.label for e in c.explains) or "nothing")
+                         + ("; not " + ", ".join(e.label for e in c.unexplained) if c.unexplained else ""))
+        return "\n".join(lines)
+
+
+# -- the KG's finding relations and its conditions -------------------------------------------------------------
+
+def finding_relations(kg: KnowledgeGraph, kinds: Sequence[str | Any] = ()) -> dict[str, str]:
+    """Relation IRI -> its role, for every relation whose role ties a condition to a finding (``has_finding``:
+    condition -> finding; ``finding_of``: finding -> condition) or to context (treats, is a test for, ...)."""
+    from mirage_kg.kinds import ROLES, vocabulary
+
+    vocab = vocabulary(kg, kinds)
+    wanted = FINDING_ROLES + CONTEXT_ROLES + tuple(ROLES[r].inverse for r in CONTEXT_ROLES)
+    return {r: vocab.role(r) for r in vocab.relations_with_role(*wanted)}  # type: ignore[misc]
+
+
+_COUNTS: weakref.WeakKeyDictionary[Any, tuple[Any, int]] = weakref.WeakKeyDictionary()
+
+
+def condition_count(kg: KnowledgeGraph, relations: dict[str, str]) -> int:
+    """How many distinct conditions have a finding in the KG (the N of the specificity), cached per store state."""
+    key = (kg.token, tuple(sorted(relations)))
+    cached = _COUNTS.get(kg.store)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    forward = " ".join(iri_ref(r) for r, role in sorted(relations.items()) if role == "has_finding")
+    backward = " ".join(iri_ref(r) for r, role in sorted(relations.items()) if role == "finding_of")
+    parts = []
+    if forward:
+        parts.append(f"{{ VALUES ?p {{ {forward} }} GRAPH ?g {{ ?c ?p ?f }} }}")
+    if backward:
+        parts.append(f"{{ VALUES ?q {{ {backward} }} GRAPH ?g {{ ?f ?q ?c }} }}")
+    count = 0
+    if parts:
+        rows = kg.store.select(
+            f"SELECT (COUNT(DISTINCT ?c) AS ?n) WHERE {{ {' UNION '.join(parts)} FILTER(isIRI(?c)) }}")
+        count = int(rows[0]["n"].value) if rows else 0
+    _COUNTS[kg.store] = (key, count)
+    return count
+
+
+# -- the differential ----------------------------------------------------------------------------------------------
+
+def linked_findings(mentions: Iterable[Mention], min_score: float = MIN_LINK_SCORE
+                    ) -> list[tuple[Entity, float, str]]:
+    """(entity, link score, mention text) of each mention's best candidate scoring at least ``min_score``, once
+    per entity."""
+    out: dict[str, tuple[Entity, float, str]] = {}
+    for mention in mentions:
+        best = mention.best
+        if best is None or best.score < min_score:
+            continue
+        if best.entity.iri not in out or best.score > out[best.entity.iri][1]:
+            out[best.entity.iri] = (best.entity, best.score, mention.text)
+    return list(out.values())
+
+
+_Edge = tuple[float, str, str, str]  # (strength, stored subject, relation, stored object)
+
+
+def differential(kg: KnowledgeGraph, findings: str | Sequence[Entity | str], *, top: int = 10,
+                 kinds: Sequence[str | Any] = (), min_score: float = MIN_LINK_SCORE,
+                 descendants: bool = True) -> Differential:
+    """Rank the conditions that explain ``findings``: a question (linked here; each mention's best candidate at or
+    above ``min_score``) or entities (``Entity``, CURIE or IRI).
+
+    Each linked entity is a **finding** (a condition has it through a ``has_finding``/``finding_of`` edge), a
+    **named condition** (a disease the question names: it explains itself), or **context** (a drug taken, a test
+    done: a condition it treats or tests for explains it, at ``CONTEXT_WEIGHT``); anything else is left out. A
+    finding weighs its specificity, ``log((N + 1) / (df + 1))`` over the N conditions with findings, df of them
+    having it, times its link score. A candidate's coverage is the weight of what it explains (times the
+    annotation frequency where the source gives one) over the weight of all; its score is the coverage times
+    ``1 - FIT_WEIGHT + FIT_WEIGHT * fit``, the fit being the share of the candidate's own finding profile the
+    question's findings are. The ``top`` best come back, best first, each with what it explains and leaves out
+    and its supporting paths. ``descendants``: a condition annotated with a direct subclass of a finding explains
+    it too (at ``DESCENDANT_STRENGTH``)."""
+    from mirage_kg.kinds import vocabulary
+
+    if top < 1:
+        raise InputError(f"top must be at least 1, not {top}")
+    if isinstance(findings, str):
+        question = findings
+        linked = linked_findings(kg.link(findings, top=5), min_score)
+    else:
+        question = ", ".join(f if isinstance(f, str) else f.label for f in findings)
+        linked = [(f if isinstance(f, Entity) else kg.entity(f), 1.0, None) for f in findings]  # type: ignore[misc]
+    relations = finding_relations(kg, kinds)
+    if not any(role in FINDING_ROLES for role in relations.values()):
+        return Differential(question, (), (), 0, ("the knowledge graph declares no relation with a finding role "
+                                                  "(has_finding / finding_of): nothing to rank",))
+    vocab = vocabulary(kg, kinds)
+    groups = kg.groups
+    conditions = condition_count(kg, relations)
+    if not conditions:
+        return Differential(question, (), (), 0, ("no condition in the knowledge graph has a finding "
+                                                  "(a has_finding / finding_of edge): nothing to rank",))
+    kind_of = vocab.kinds(groups.rep(e.iri) for e, _, _ in linked)
+    max_weight = math.log(conditions + 1) if conditions else 1.0
+
+    findings_out: list[Finding] = []
+    edges_of: dict[str, dict[str, _Edge]] = {}  # finding node -> condition node -> its edge
+    for entity, score, mention in linked:
+        node = groups.rep(entity.iri)
+        if node in edges_of:
+            continue
+        found = _conditions_of(kg, node, relations, ("finding_of",), descendants)
+        named = kind_of.get(node) == "disease"
+        role = "condition" if named else "finding"
+        if not found and not named:
+            found = _conditions_of(kg, node, relations, CONTEXT_ROLES, False)
+            role = "context"
+            if not found and kind_of.get(node) != "finding":
+                continue  # an organ, a qualifier: nothing a condition explains
+            if not found:
+                role = "finding"  # a finding no condition in the KG has: it stays unexplained
+        weight = (math.log((conditions + 1) / (len(found) + 1)) if conditions else 1.0) + 1e-6
+        if named:
+            weight = max(weight, max_weight)
+        if role == "context":
+            weight *= CONTEXT_WEIGHT
+        edges_of[node] = found
+        findings_out.append(Finding(entity, weight * score, len(found), mention, role))
+    if not findings_out:
+        return Differential(question, (), (), conditions)
+    total = sum(f.weight for f in findings_out)
+
+    gained: dict[str, float] = {}
+    support: dict[str, dict[str, _Edge | None]] = {}
+    for finding in findings_out:
+        node = groups.rep(finding.entity.iri)
+        if finding.role == "condition":  # a condition the question names explains itself
+            gained[node] = gained.get(node, 0.0) + finding.weight
+            support.setdefault(node, {})[node] = None
+        for condition, edge in edges_of[node].items():
+            if condition == node:
+                continue
+            gained[condition] = gained.get(condition, 0.0) + finding.weight * edge[0]
+            support.setdefault(condition, {})[node] = edge
+    if not gained:
+        return Differential(question, tuple(findings_out), (), conditions)
+
+    # the fit needs each candidate's profile size: only for those that can still reach the top
+    finding_rels = frozenset(r for r, role in relations.items() if role in FINDING_ROLES)
+    pool = sorted(gained, key=lambda c: (-gained[c], c))[: max(3 * top, 30)]
+    profile = {c: len({n for _, _, n, _, _ in kg.walk(c, finding_rels)}) for c in pool}
+    scored = {}
+    for c in pool:
+        coverage = gained[c] / total
+        fit = min(len(support[c]) / profile[c], 1.0) if profile[c] else 0.0
+        scored[c] = (coverage * (1 - FIT_WEIGHT + FIT_WEIGHT * fit), coverage)
+    best = sorted(pool, key=lambda c: (-round(scored[c][0], 9), -round(scored[c][1], 9), c))[:top]
+
+    names = kg.labels(set(best) | {x for c in best for e in support[c].values() if e for x in (e[1], e[3])})
+    relmeta = kg.relations({e[2] for c in best for e in support[c].values() if e})
+    out = []
+    for c in best:
+        explains, paths = [], []
+        for finding in findings_out:
+            node = groups.rep(finding.entity.iri)
+            if node not in support[c]:
+                continue
+            explains.append(finding.entity)
+            edge = support[c][node]
+            if edge is None:
+                continue
+            _, s, p, o = edge
+            # read from the condition: forward when it is the stored subject
+            direction = "forward" if groups.rep(s) == c else "backward"
+            paths.append(Path((Step(Entity(s, names[s]), relmeta[p], Entity(o, names[o]), direction),)))
+        # context the candidate does not touch is no gap in it: only findings and named conditions are "unexplained"
+        unexplained = tuple(f.entity for f in findings_out
+                            if f.role != "context" and groups.rep(f.entity.iri) not in support[c])
+        out.append(Candidate(Entity(c, names[c]), scored[c][0], scored[c][1], tuple(explains), unexplained,
+                             tuple(paths), profile[c]))
+    return Differential(question, tuple(findings_out), tuple(out), conditions)
+
+
+def _conditions_of(kg: KnowledgeGraph, node: str, relations: dict[str, str], wanted: Sequence[str],
+                   descendants: bool) -> dict[str, _Edge]:
+    """Condition node -> (strength, stored subject, relation, stored object) for each condition tied to ``node``
+    (or, with ``descendants``, to a direct subclass of it) by an edge whose role read from ``node`` is one of
+    ``wanted`` ("finding_of": ``node`` is a finding of the condition); the strength is the annotation frequency
+    where the source records one (an excluded feature explains nothing), times ``DESCENDANT_STRENGTH`` through a
+    subclass."""
+    from mirage_kg.kinds import ROLES
+    from mirage_kg.ranking import annotation_frequencies
+
+    rels = frozenset(r for r, role in relations.items() if role in wanted or ROLES[role].inverse in wanted)
+    if not rels:
+        return {}
+    sources = [(node, 1.0)]
+    if descendants:
+        sources += [(n, DESCENDANT_STRENGTH) for p, d, n in kg.neighbours(node, frozenset({RDFS_SUBCLASS}))
+                    if d == "backward"]
+    found: dict[str, _Edge] = {}
+    for finding, strength in sources:
+        edges = kg.walk(finding, rels)
+        if not edges:
+            continue
+        frequencies = annotation_frequencies(kg.store, list(kg.groups.of(finding)))
+        for p, d, other, s, o in edges:
+            role = relations[p]
+            if (role if d == "forward" else ROLES[role].inverse) not in wanted:
+                continue
+            frequency = frequencies.get((s, p, o), 1.0)
+            if frequency <= 0.0:
+                continue
+            value = strength * frequency
+            if other not in found or value > found[other][0]:
+                found[other] = (value, s, p, o)
+    return found
