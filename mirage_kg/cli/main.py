@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "ask": "mirage_reason.cli:ask",
     "eval": "mirage_reason.evaluation.cli:eval_command",
     "serve": "mirage_reason.service.command:serve",
+    "mcp": "mirage_reason.service.command:mcp_command",
 }
 
 

@@ -26,14 +26,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mirage_kg import (AmbiguousNameError, EndpointError, InputError, MirageError, QueryError, StoreError,
                        UnknownEntityError, UpdateRefusedError, anchor_json, bridge_json, check_read_only, compress,
-                       compute_stats, differential_diagnosis, expand, link_json, resolve_name, sparql_json, validate)
+                       compute_stats, expand, link_json, resolve_name, sparql_json, validate)
 
 import mirage_reason
 from mirage_reason.errors import BackendError, ReasonerError
 from mirage_reason.service.asks import AskQueueFull, AskService
 from mirage_reason.service.guard import Guard, error_body
-from mirage_reason.service.models import (AnchorResponse, AskRequest, AskResponse, BridgeResponse,
-                                          DifferentialResponse, EntityResponse,
+from mirage_reason.service.models import (AnchorResponse, AskRequest, AskResponse, BridgeResponse, EntityResponse,
                                           ErrorResponse, LabelsResponse, LinkResponse, RetrieveResponse,
                                           SearchResponse, SparqlRequest, SparqlResponse)
 from mirage_reason.service.settings import ServiceSettings
@@ -85,10 +84,13 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
         finally:
             labels_ready.set()
 
+    mcp_http = _mcp_http(kg, asks, settings)  # the MCP tools over streamable HTTP; None without the mcp extra
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         threading.Thread(target=warm_labels, name="mirage-labels", daemon=True).start()
-        yield
+        async with mcp_http.router.lifespan_context(mcp_http) if mcp_http is not None else contextlib.nullcontext():
+            yield
         if asks is not None:
             asks.close()
 
@@ -215,17 +217,13 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
                        budget: int = Query(100, ge=1, le=500)) -> Any:
         return (await run(kg.retrieve, question, budget)).to_json()
 
-    @app.get("/v1/differential", response_model=DifferentialResponse,
-             summary="Conditions ranked by how much of the findings each explains (no model)")
-    async def differential(findings: str = Query(..., min_length=1, max_length=4000),
-                           top: int = Query(10, ge=1, le=50)) -> Any:
-        return (await run(lambda: differential_diagnosis(kg, findings, top=top))).to_json()
-
-    async def sparql_run(query: str, timeout: float | None) -> dict[str, Any]:
+    async def sparql_result(query: str, timeout: float | None) -> dict[str, Any]:
         check_read_only(query, settings.sparql_services)  # refused here (updates, SERVICE), before any store
         limit = min(timeout or settings.sparql_timeout, settings.sparql_timeout)
-        result = await run(lambda: kg.store.query(query, timeout=limit), timeout=limit + 1)
-        return sparql_json(result)
+        return await run(lambda: kg.store.query(query, timeout=limit), timeout=limit + 1)
+
+    async def sparql_run(query: str, timeout: float | None) -> dict[str, Any]:
+        return sparql_json(await sparql_result(query, timeout))
 
     @app.post("/v1/sparql", response_model=SparqlResponse, response_model_exclude_unset=True,
               summary="A read-only SPARQL query (updates get 403)", responses={403: {"model": ErrorResponse}})
@@ -303,6 +301,20 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
                 "asks": asks is not None,
                 "asks_waiting": asks.waiting if asks is not None else 0}
 
+    # -- where other tools already are: OpenAI-style chat, the SPARQL 1.1 Protocol, MCP -------------------------
+    from mirage_reason.service.openai_chat import chat_router
+    from mirage_reason.service.sparql_protocol import sparql_router
+
+    app.include_router(chat_router(need_asks, settings.ask_timeout))
+    app.include_router(sparql_router(sparql_result, lambda q: check_read_only(q, settings.sparql_services)))
+    if mcp_http is not None:
+        app.router.routes.extend(mcp_http.routes)  # POST/GET/DELETE /mcp
+    else:
+        @app.api_route("/mcp", methods=["GET", "POST", "DELETE"], include_in_schema=False)
+        async def no_mcp() -> JSONResponse:
+            return JSONResponse(error_body(501, "MissingExtra", "MCP needs the mcp package: pip install "
+                                           "'mirage-kg[mcp]'"), status_code=501)
+
     # -- the web app ---------------------------------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
@@ -317,6 +329,23 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
     return app
+
+
+def _mcp_http(kg: KnowledgeGraph, asks: AskService | None, settings: ServiceSettings) -> Any:
+    """The MCP server's streamable-HTTP app (its route is served at ``/mcp``), or None when ``mcp`` is not
+    installed. Its DNS-rebinding check (Host and Origin must be loopback) is on when serving on loopback."""
+    try:
+        from mcp.server.transport_security import TransportSecuritySettings
+    except ImportError:
+        return None
+    from mirage_reason.service.mcp_server import build_mcp
+
+    server = build_mcp(kg, asks, request_timeout=settings.request_timeout, sparql_timeout=settings.sparql_timeout,
+                       ask_timeout=settings.ask_timeout, max_k=settings.max_k, max_hops=settings.max_hops,
+                       max_paths=settings.max_paths, sparql_services=settings.sparql_services)
+    loopback = settings.host in ("127.0.0.1", "localhost", "::1")
+    security = None if loopback else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return server.streamable_http_app(streamable_http_path="/mcp", host=settings.host, transport_security=security)
 
 
 def _event(kind: str, data: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ FastAPI and uvicorn are imported inside the command, so listing commands (``mira
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 
@@ -13,7 +14,7 @@ from mirage_kg import MirageError, MissingExtraError, open_store
 from mirage_reason.backends.defaults import ENGINES
 from mirage_reason.config import PIPELINES
 
-__all__ = ["serve"]
+__all__ = ["mcp_command", "serve"]
 
 TOKEN_ENV = "MIRAGE_KG_TOKEN"
 
@@ -71,35 +72,89 @@ def serve(store: str | None, endpoint: str | None, host: str, port: int, token: 
         from mirage_reason.service.app import create_app
     except ImportError as exc:
         raise MissingExtraError(exc.name or "fastapi", "serve") from None
-    from mirage_kg import KnowledgeGraph
-
-    from mirage_reason.cli import _backend, _config
-    from mirage_reason.service.asks import AskService
     from mirage_reason.service.settings import ServiceSettings
 
     try:
-        settings = ServiceSettings(token=token, cors_origins=cors, request_timeout=request_timeout,
+        settings = ServiceSettings(token=token, cors_origins=cors, host=host, request_timeout=request_timeout,
                                    ask_workers=ask_workers, ask_queue=ask_queue, ask_timeout=ask_timeout,
                                    sparql_services=tuple(allow_service))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    kg, asks = _open(store, endpoint, embedding_model, None if no_ask else (backend_kind, model, base_url, script),
+                     pipeline, max_new_tokens, workers=ask_workers, queue=ask_queue)
+    if host not in ("127.0.0.1", "localhost", "::1") and token is None:
+        click.echo(f"warning: listening on {host} with no --token: anyone who can reach it can read the KG and "
+                   "run the model", err=True)
+    app = create_app(kg, asks, settings)
+    click.echo(f"serving {kg.store.location} on http://{host}:{port}/ (API: /v1/, OpenAPI: /openapi.json; "
+               "OpenAI-compatible chat: /v1/chat/completions; SPARQL 1.1 Protocol: /sparql; MCP: /mcp)"
+               f"{'; token required' if token else ''}", err=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
+                limit_concurrency=256, h11_max_incomplete_event_size=16 * 1024)
+
+
+@click.command("mcp")
+@click.option("--store", "store", metavar="DIR", type=click.Path(file_okay=False),
+              help="On-disk store folder, opened read-only [default: $MIRAGE_KG_STORE, else the built-in demo KG].")
+@click.option("--endpoint", metavar="URL", envvar="MIRAGE_KG_ENDPOINT", help="SPARQL 1.1 query endpoint.")
+@click.option("--backend", "backend_kind", type=click.Choice([*ENGINES, "openai"]), default="auto",
+              show_default=True, help="Where the model for the ask tool runs (as in `mirage-kg ask`).")
+@click.option("--model", metavar="ID", help="Model for the ask tool (as in `mirage-kg ask`).")
+@click.option("--base-url", metavar="URL", envvar="MIRAGE_KG_BASE_URL", help="OpenAI-compatible root URL.")
+@click.option("--no-ask", is_flag=True, help="The graph tools only: no model is loaded and there is no ask tool.")
+@click.option("--pipeline", type=click.Choice(list(PIPELINES)), default="mirage", show_default=True)
+@click.option("--max-new-tokens", type=click.IntRange(min=1), help="Tokens per generation step (as in `ask`).")
+@click.option("--embedding-model", metavar="NAME", envvar="MIRAGE_KG_EMBEDDING_MODEL",
+              help="Sentence-transformers model for linking [default: the offline all-MiniLM-L6-v2]; 'none': off.")
+@click.option("--allow-service", "allow_service", multiple=True, metavar="URL",
+              help="Let SPARQL SERVICE call this endpoint (repeatable); refused otherwise.")
+@click.option("--script", hidden=True, type=click.Path(exists=True, dir_okay=False),
+              help="Replay a scripted model from a JSON file (tests).")
+def mcp_command(store: str | None, endpoint: str | None, backend_kind: str, model: str | None, base_url: str | None,
+                no_ask: bool, pipeline: str, max_new_tokens: int | None, embedding_model: str | None,
+                allow_service: tuple[str, ...], script: str | None) -> None:
+    """Serve the KG's tools to an MCP client over stdio: link, anchor, bridge, read-only SPARQL, the differential
+    and ask (MIRAGE's answer with its cited paths), each with a JSON schema. An agent starts this as a subprocess;
+    `mirage-kg serve` offers the same tools over streamable HTTP at /mcp.
+
+    Nothing writes to the store; stdout carries only the protocol. Not medical advice."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import mcp.server  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError(exc.name or "mcp", "mcp") from None
+    from mirage_reason.service.mcp_server import build_mcp
+
+    kg, asks = _open(store, endpoint, embedding_model, None if no_ask else (backend_kind, model, base_url, script),
+                     pipeline, max_new_tokens)
+    click.echo(f"mirage-kg mcp: {kg.store.location} on stdio{'' if asks else ' (no ask tool)'}", err=True)
+    try:
+        build_mcp(kg, asks, sparql_services=allow_service).run("stdio")
+    finally:
+        if asks is not None:
+            asks.close()
+
+
+def _open(store: str | None, endpoint: str | None, embedding_model: str | None,
+          model: tuple[str, str | None, str | None, str | None] | None, pipeline: str, max_new_tokens: int | None,
+          **queue: int) -> tuple[Any, Any]:
+    """The KG, opened read-only, and its ask service (None when ``model`` is None, i.e. ``--no-ask``); ``model`` is
+    (backend kind, model id, base URL, script) as ``mirage-kg ask`` takes them."""
+    from mirage_kg import KnowledgeGraph
+
+    from mirage_reason.cli import _backend, _config
+    from mirage_reason.service.asks import AskService
+
     if store is not None and endpoint is not None:
         raise click.UsageError("give either --store or --endpoint, not both")
     try:
         # readers open the store read-only (shared with other readers and a writer): nothing here can write to it
         kg = KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model)
         asks = None
-        if not no_ask:
-            backend, small = _backend(backend_kind, model, base_url, script)
-            asks = AskService(kg, backend, _config(pipeline, small, max_new_tokens), workers=ask_workers,
-                              queue=ask_queue)
+        if model is not None:
+            backend, small = _backend(*model)
+            asks = AskService(kg, backend, _config(pipeline, small, max_new_tokens), **queue)
     except MirageError as exc:
         raise click.ClickException(str(exc)) from None
-    if host not in ("127.0.0.1", "localhost", "::1") and token is None:
-        click.echo(f"warning: listening on {host} with no --token: anyone who can reach it can read the KG and "
-                   "run the model", err=True)
-    app = create_app(kg, asks, settings)
-    click.echo(f"serving {kg.store.location} on http://{host}:{port}/ (API: /v1/, OpenAPI: /openapi.json)"
-               f"{'; token required' if token else ''}", err=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
-                limit_concurrency=256, h11_max_incomplete_event_size=16 * 1024)
+    return kg, asks

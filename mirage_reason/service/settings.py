@@ -20,6 +20,7 @@ class ServiceSettings:
 
     token: str | None = None
     cors_origins: tuple[str, ...] = ()
+    host: str = "127.0.0.1"  # the interface served; on loopback, MCP also checks Host and Origin are loopback
     max_body_bytes: int = 64 * 1024
     max_query_string_bytes: int = 8 * 1024
     request_timeout: float = 30.0
