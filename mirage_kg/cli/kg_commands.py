@@ -35,6 +35,9 @@ FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpo
 @click.option("--lang", default="en", show_default=True, callback=lambda ctx, param, value: checked_langs(value),
               help="Language tag for labels (triple files); "
               "language filter (UMLS).")
+@click.option("--base", "base_iri", metavar="IRI",
+              help="RDF: the base IRI for relative IRIs in a file that states none (@base, xml:base); without "
+                   "one, a relative IRI is an error.")
 @click.option("--lenient", is_flag=True, help="Skip bad rows and report them instead of failing.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report of skipped rows as JSON.")
@@ -46,12 +49,15 @@ FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpo
 @click.option("--update", "as_update", is_flag=True,
               help="A new release over the graph holding this source's previous one: apply the difference in one "
                    "atomic step and print it (SNOMED CT Delta folders apply over the previous release's files).")
+@click.option("--force", is_flag=True,
+              help="With --update: apply a release even when it shares almost nothing with the graph it replaces "
+                   "or is of another kind of source (refused otherwise, as a file given by mistake).")
 @index_options
 def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk_size: int | None, fmt: str,
          graph: str | None,
-         namespace: str | None, lang: str, lenient: bool, report_path: Path | None, sab: tuple[str, ...],
+         namespace: str | None, lang: str, base_iri: str | None, lenient: bool, report_path: Path | None, sab: tuple[str, ...],
          include_suppressed: bool, relation_filter: tuple[str, ...], stated: bool, keep_inactive: bool,
-         as_update: bool, index: bool, embeddings: bool | None) -> None:
+         as_update: bool, force: bool, index: bool, embeddings: bool | None) -> None:
     """Load PATHS (files or release folders) into a store, each into its own named graph, atomically; with
     --update, bring an existing graph to a new release of its source. Then build the query indexes (--no-index
     skips that)."""
@@ -74,11 +80,26 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
             GRAPH + "/".join(mint("", segment) for segment in graph.strip("/").split("/"))
     options.extra.update(sab=list(sab), include_suppressed=include_suppressed, relations=list(relation_filter),
                          stated=stated, keep_inactive=keep_inactive)
+    if force:
+        if not as_update:
+            raise click.UsageError("--force goes with --update (a plain load never replaces a graph)")
+        options.extra["force"] = True
+    if base_iri:
+        import pyoxigraph as ox
+
+        try:
+            options.extra["base_iri"] = ox.NamedNode(base_iri).value
+        except ValueError as exc:
+            raise click.BadParameter(f"{base_iri!r} is not an absolute IRI: {exc}", param_hint="--base") from None
     if fmt in RDF_FORMATS:
         options.extra["rdf_format"] = fmt
         fmt = "rdf"
     report = LoadReport()
+    fresh = _fresh_folder(store) if endpoint is None else None
+    fresh_existed = fresh is not None and fresh.exists()
     target = open_store(store, endpoint, create=True, chunk_triples=chunk_size)
+    committed = False  # whether a load or an update of this command committed (a new store is then kept)
+    failed = True
     try:
         for path in paths:
             if not path.exists():
@@ -90,6 +111,7 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
                 result = update_release(target, path, loader, options, report)
                 for line in result.diff.lines():
                     click.echo(line)
+                committed = True
                 click.echo(f"updated <{result.graph}> to {result.release.citation()}")
                 if result.labels_updated is not None:
                     click.echo(f"label index: carried over, {result.labels_updated:,} label rows re-read for the "
@@ -98,10 +120,14 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
             from mirage_kg.releases.provenance import load_recorded
 
             for receipt in load_recorded(target, path=path, loader=loader, options=options, report=report):
+                committed = True
                 click.echo(f"loaded {path} ({loader.name}): +{receipt.added:,} triples into <{receipt.graph}>")
+        failed = False
         run_index_step(target, index, embeddings, lambda s: click.echo(s, err=True))
     finally:
         target.close()
+        if failed and not committed and fresh is not None:
+            _remove_new_store(fresh, fresh_existed)
         for warning in report.warnings:
             click.echo(f"warning: {warning}", err=True)
         if report.total or report_path:
@@ -109,6 +135,29 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
             if report_target is not None:
                 data = json.dumps(report.to_json(), indent=2).encode("utf-8")
                 write_atomically(report_target, lambda handle: handle.write(data))
+
+
+def _fresh_folder(store: str | None) -> Path | None:
+    """The store folder when this load creates it (absent, or an empty folder): a first load that fails then
+    leaves no store holding only the schema behind."""
+    if store is None:
+        return None
+    folder = Path(store)
+    try:
+        if not folder.exists() or (folder.is_dir() and not any(folder.iterdir())):
+            return folder
+    except OSError:
+        return None
+    return None
+
+
+def _remove_new_store(folder: Path, existed: bool) -> None:
+    """Remove the store folder a failed first load created (or empty it again, had it been there empty)."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    if existed:
+        folder.mkdir(exist_ok=True)
 
 
 _LANG_TAG = re.compile(r"[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*")

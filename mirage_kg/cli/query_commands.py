@@ -33,7 +33,12 @@ def sparql(sparql_query: str, store: str | None, endpoint: str | None, timeout: 
            allow_service: tuple[str, ...]) -> None:
     """Run a read-only SPARQL QUERY (SELECT, ASK, CONSTRUCT, DESCRIBE; '@file.rq' reads a file). The shipped
     prefixes (MKG:, HP:, SNOMEDCT:, rdfs:, skos:, ...) may be used undeclared; the query is parsed here first, and
-    anything that is not a query is refused."""
+    anything that is not a query is refused.
+
+    A pattern outside GRAPH matches the union of the named graphs' quads, on the embedded store and on every
+    endpoint alike: a triple held in two graphs (two sources stating one fact) matches once per graph. Use SELECT
+    DISTINCT (or COUNT(DISTINCT ...)) for distinct triples, as `stats` counts them, and GRAPH ?g to see which
+    source holds each."""
     from pathlib import Path
 
     from mirage_kg.errors import InputError

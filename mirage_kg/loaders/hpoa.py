@@ -48,6 +48,8 @@ _REFERENCE = iri_ref(MKG + "reference")
 _NEGATED = iri_ref(MKG + "negated")
 _TRUE = '"true"^^<http://www.w3.org/2001/XMLSchema#boolean>'
 _HP_ID = re.compile(r"HP:\d{7}")
+#: the frequency column: an HPO frequency term, n/m patients (n <= m, m > 0) or a percentage of at most 100
+_FREQUENCY_FORM = re.compile(r"(HP:\d{7})|(\d+)/(\d+)|(\d+(?:\.\d+)?)%")
 _HP_COLUMN = re.compile(rb"\t(HP:\d{7})\t")
 _DISEASE_ID = re.compile(r"(OMIM|ORPHA|DECIPHER):[A-Za-z0-9._-]+")
 
@@ -134,6 +136,9 @@ class HpoaLoader(Loader):
             if not _HP_ID.fullmatch(hpo_id):
                 problem("bad HPO id", path, number, f"{hpo_id!r} is not an HP:nnnnnnn id")
                 continue
+            if frequency and (why := _bad_frequency(frequency)):
+                problem("bad frequency", path, number, why)
+                continue
             relation = relations.get(aspect)
             if relation is None:
                 problem("bad aspect", path, number, f"{aspect!r} is not one of {', '.join(ASPECT_RELATIONS)}")
@@ -209,3 +214,15 @@ class HpoaLoader(Loader):
             receipt = store.load(self.lines(path, options, report, graph, advance, known),
                                  media_type="application/n-triples", graph=graph, source=str(path))
         return [receipt]
+
+
+def _bad_frequency(value: str) -> str | None:
+    """Why a frequency column is impossible (``9/7``, ``3/0``, ``120%``, free text), or None when it is fine."""
+    m = _FREQUENCY_FORM.fullmatch(value)
+    if m is None:
+        return f"frequency {value!r} is neither an HP term, n/m nor a percentage"
+    if m.group(2) is not None and not 0 <= int(m.group(2)) <= int(m.group(3)) > 0:
+        return f"frequency {value!r}: n/m needs 0 <= n <= m and m > 0 (n of m patients)"
+    if m.group(4) is not None and float(m.group(4)) > 100:
+        return f"frequency {value!r} is over 100%"
+    return None

@@ -280,3 +280,98 @@ def checked_bytes(path: Path, problem: RowProblem) -> bytes:
 def looks_like_header(fields: list[str], words: frozenset[str]) -> bool:
     """Whether a first row is column names: every field one of the format's header words."""
     return all(f.strip().lstrip("#").strip().lower().replace(" ", "_") in words for f in fields)
+
+
+
+#: the most text an XML file's internal entities may expand to, beyond the file's own size: ``&ns;``-style
+#: namespace shortcuts stay far below it, a "billion laughs" (nested entities, 1 KB of file, gigabytes of text)
+#: is refused before any parser expands it
+ENTITY_EXPANSION_BYTES = 1 << 20
+_ENTITY_REF = re.compile(rb"&([A-Za-z_:][\w.:-]*);")
+
+
+class _PrologRead(Exception):
+    """The root element began: the DOCTYPE, with every entity it declares, is behind us."""
+
+
+def check_xml_entities(path: Path, data: bytes | None = None) -> None:
+    """Refuse an XML file (RDF/XML, OWL) whose DOCTYPE declares an external entity (a file or URL a parser could
+    be made to read) or internal entities that would expand, over all their uses in the file, to more than
+    ``ENTITY_EXPANSION_BYTES`` plus the file's own size. Expat reads the prolog (it stops at the root element);
+    the references are then counted, never expanded. ``data``: the file's bytes when already read."""
+    import xml.parsers.expat
+
+    def chunks() -> Iterator[bytes]:
+        if data is not None:
+            yield data
+            return
+        with open_input(path) as handle:
+            yield from iter(lambda: handle.read(1 << 20), b"")
+
+    head = data[:1 << 16] if data is not None else next(chunks(), b"")[:1 << 16]
+    if b"<!DOCTYPE" not in head:
+        return
+    declared: dict[str, bytes] = {}
+    external: list[str] = []
+
+    def declaration(name: str, is_parameter: int, value: str | None, base: object, system_id: str | None,
+                    public_id: str | None, notation: object) -> None:
+        if value is None:
+            external.append(f"the DOCTYPE declares the external entity {name} ({system_id or public_id}): a parser "
+                            "could be made to read a local file or a URL; external entities are refused")
+        elif not is_parameter:
+            declared[name] = value.encode("utf-8")
+
+    def root(*_: object) -> None:
+        raise _PrologRead
+
+    parser = xml.parsers.expat.ParserCreate()
+    parser.EntityDeclHandler = declaration
+    parser.StartElementHandler = root
+    try:
+        for chunk in chunks():
+            parser.Parse(chunk, False)
+        parser.Parse(b"", True)
+    except _PrologRead:
+        pass
+    except xml.parsers.expat.ExpatError:
+        pass  # a syntax error: the RDF/XML parser names it with its line
+    if external:
+        raise InputError(external[0], path)
+    if not declared:
+        return
+    sizes: dict[str, int] = {}
+
+    def expanded(name: str, seen: frozenset[str] = frozenset()) -> int:
+        if name not in sizes:
+            if name in seen:
+                raise InputError(f"the XML entity &{name}; refers to itself", path)
+            size = len(declared[name])
+            for ref in _ENTITY_REF.finditer(declared[name]):
+                inner = ref.group(1).decode("utf-8", "replace")
+                if inner in declared:
+                    size += expanded(inner, seen | {name}) - len(ref.group(0))
+            sizes[name] = size
+        return sizes[name]
+
+    limit = ENTITY_EXPANSION_BYTES + (len(data) if data is not None else path.stat().st_size)
+    total = 0
+
+    def count(block: bytes) -> None:
+        nonlocal total
+        for ref in _ENTITY_REF.finditer(block):
+            name = ref.group(1).decode("utf-8", "replace")
+            if name in declared:
+                total += expanded(name)
+                if total > limit:
+                    raise InputError(f"the file's internal XML entities expand to more than {limit:,} bytes "
+                                     f"(&{name}; alone to {expanded(name):,}): refused, as an entity expansion "
+                                     "attack (\"billion laughs\") would be", path)
+
+    carry = b""
+    for chunk in chunks():  # a reference holds no line break: cut each chunk after its last one
+        block = carry + chunk
+        cut = block.rfind(b"\n") + 1
+        count(block[:cut])
+        carry = block[cut:] if len(block) - cut <= MAX_LINE_BYTES else block[-256:]
+    count(carry)

@@ -218,17 +218,26 @@ def scan_obo(path: Path, problem: Problem, advance: Callable[[float], None]) -> 
     stanza = ""
     current = ""
     number = 0
+    first_line: dict[str, int] = {}  # term id -> the line of the id: clause of its [Term] stanza
+    stanza_line = 0  # where the current stanza began
+    dropping = False  # lenient: the lines of a repeated [Term] stanza are blanked
     for number, text in read_lines(path, problem):
         while len(kept) < number - 1:  # a line read_lines dropped (bad UTF-8, lenient): keep numbering
             kept.append(b"\n")
         kept.append(text.encode("utf-8") + b"\n")
         if number % 8192 == 0:
             advance(8192)
+        if text[:1] == "[":
+            dropping = False
+        if dropping:
+            kept[number - 1] = b"\n"
+            continue
         if not text or text[0] == "!":
             continue
         if text[0] == "[":
             stanza = text.strip()
             current = ""
+            stanza_line = number
             continue
         if not stanza:
             if text.startswith("data-version:"):
@@ -244,6 +253,17 @@ def scan_obo(path: Path, problem: Problem, advance: Callable[[float], None]) -> 
             m = _ID.match(text)
             if m:
                 current = m.group(1)
+                if stanza == "[Term]" and current in first_line:
+                    # pronto would let this stanza's name replace the first one's, silently
+                    problem("duplicate id", path, number,
+                            f"{current} already has a [Term] stanza (line {first_line[current]}); merge the two "
+                            "into one (with --lenient this one is skipped)")
+                    for line in range(stanza_line, number + 1):
+                        kept[line - 1] = b"\n"
+                    dropping = True
+                    continue
+                if stanza == "[Term]":
+                    first_line[current] = number
                 (terms if stanza == "[Term]" else typedefs if stanza == "[Typedef]" else set()).add(current)
             continue
         if stanza != "[Term]":

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mirage_kg.errors import InputError, MissingExtraError, QueryError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
-from mirage_kg.loaders.hygiene import checked_bytes, open_input
+from mirage_kg.loaders.hygiene import check_xml_entities, checked_bytes, open_input
 from mirage_kg.loaders.nt_terms import SOURCE_VERSION
 from mirage_kg.loaders.obo import OBO_IN_OWL, OBO_PURL, TermRecord, TermWriter, obo_graph_name, readable
 from mirage_kg.namespaces import OWL, RDFS_LABEL, SKOS, SKOS_ALT, SKOS_DEFINITION, SKOS_PREF
@@ -62,12 +63,20 @@ class OwlLoader(Loader):
         world = owlready2.World()  # type: ignore[attr-defined]
         added = str(path.parent.resolve())
         owlready2.onto_path.append(added)  # type: ignore[attr-defined]  # imports resolve beside the file, offline
+        if data.lstrip()[:1] == b"<":
+            check_xml_entities(path, data)
+        seen: list[BaseException] = []  # owlready2 hands its parser's error to sys.excepthook before raising its own
+        hook = sys.excepthook
+        sys.excepthook = lambda kind, value, tb: seen.append(value)
         try:
             onto = world.get_ontology(path.resolve().as_uri()).load(fileobj=io.BytesIO(data))
         except Exception as exc:  # owlready2 raises its own errors and its XML parser's
-            match = re.search(r"line (\d+)", str(exc))
-            raise InputError(f"cannot read OWL: {exc}", path, int(match.group(1)) if match else None) from exc
+            cause = next((e.__cause__ for e in seen if e.__cause__ is not None), None) or exc.__cause__
+            text = f"{cause} ({exc_text(exc)})" if cause is not None else exc_text(exc)
+            match = re.search(r"line (\d+)", text)
+            raise InputError(f"cannot read OWL: {text}", path, int(match.group(1)) if match else None) from None
         finally:
+            sys.excepthook = hook
             owlready2.onto_path.remove(added)  # type: ignore[attr-defined]
         return world, onto
 
@@ -179,6 +188,13 @@ class OwlLoader(Loader):
             receipt = store.load(self.lines(path, options, report, graph, advance),
                                  media_type="application/n-triples", graph=graph, source=str(path))
         return [receipt]
+
+
+def exc_text(exc: BaseException) -> str:
+    """owlready2's message without the tuples it wraps it in (``('error', ('RDF/XML parsing error ...',))``)."""
+    texts = re.findall(r"'((?:[^'\\]|\\.)*)'", str(exc))
+    useful = [t for t in texts if t not in ("error",)]
+    return (useful[-1] if useful else str(exc)).replace(" in file ???", "")
 
 
 def owl_graph_name(path: Path) -> str:

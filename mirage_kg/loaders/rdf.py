@@ -1,4 +1,9 @@
-"""RDF files in any syntax pyoxigraph parses (Turtle, N-Triples, N-Quads, TriG, RDF/XML, JSON-LD), streamed."""
+"""RDF files in any syntax pyoxigraph parses (Turtle, N-Triples, N-Quads, TriG, RDF/XML, JSON-LD), streamed.
+
+As for every text source, a raw control byte (NUL and the other C0 controls but TAB, LF and CR) is refused with its
+line, inside a literal too. A relative IRI resolves only against a base the data gives (``@base``, ``xml:base``)
+or the user gives (``--base``), never against the loading machine's file path. RDF/XML entity declarations are
+checked before the parser expands them (``hygiene.check_xml_entities``)."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Any
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, RowsNeedWholeRelease, default_graph_name
-from mirage_kg.loaders.hygiene import UTF8_BOM, check_encoding, open_input
+from mirage_kg.loaders.hygiene import _CONTROL, UTF8_BOM, check_encoding, check_xml_entities, open_input
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import RDF_FORMATS, LoadReceipt, Store
 
@@ -24,14 +29,25 @@ def media_type_for(path: Path, fmt: str | None = None) -> str:
 
 
 class _CountingReader:
-    """Reports bytes read to the progress bar while the native parser pulls."""
+    """Reports bytes read to the progress bar while the native parser pulls, and stops the parse at a raw control
+    byte (an ``InputError`` with its line: the parser would take it into a literal)."""
 
-    def __init__(self, handle, advance) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, handle, advance, path: Path) -> None:  # type: ignore[no-untyped-def]
         self._handle = handle
         self._advance = advance
+        self._path = path
+        self._lines = 0  # line breaks before the current chunk
 
     def read(self, size: int = -1) -> bytes:
         data = self._handle.read(size)
+        bad = _CONTROL.search(data)
+        if bad is not None:
+            line = self._lines + data.count(b"\n", 0, bad.start()) + 1
+            column = bad.start() - (data.rfind(b"\n", 0, bad.start()) + 1) + 1
+            raise InputError(f"control character: byte {data[bad.start()]:#04x} at column {column} (NUL and other "
+                             "control bytes are not text; an RDF file is refused whole, --lenient or not)",
+                             self._path, line)
+        self._lines += data.count(b"\n")
         self._advance(len(data))
         return data
 
@@ -58,13 +74,25 @@ class RdfLoader(Loader):
             if not head:
                 raise InputError("the file is empty", path)
             check_encoding(path, head)
+            if media == RDF_FORMATS["rdfxml"][0]:
+                check_xml_entities(path)
             if head.startswith(UTF8_BOM):
                 handle.read(len(UTF8_BOM))  # not every RDF parser skips it
+            base = options.extra.get("base_iri")
             try:
-                receipt = store.load(_CountingReader(handle, advance), media_type=media, graph=graph,  # type: ignore[arg-type]
-                                     source=str(path), base_iri=path.resolve().as_uri())
+                receipt = store.load(_CountingReader(handle, advance, path), media_type=media, graph=graph,  # type: ignore[arg-type]
+                                     source=str(path), base_iri=base)
             except SyntaxError as exc:
-                raise InputError(f"invalid {media} syntax: {exc}", path) from exc
+                hint = ""
+                if base is None and ("absolute IRI" in str(exc) or "base IRI" in str(exc)):
+                    hint = ("; a relative IRI needs a base: state it in the file (@base <...> / xml:base) or give "
+                            "--base IRI (it is never the loading machine's file path)")
+                raise InputError(f"invalid {media} syntax: {exc}{hint}", path) from exc
+            except MemoryError as exc:  # the native parser's buffer limit, not the machine's memory
+                if "buffer" not in str(exc):
+                    raise
+                raise InputError(f"cannot parse: one token (a literal or an IRI) is longer than the parser's limit "
+                                 f"({exc}); split the value or leave it out", path) from None
         return [receipt]
 
     # --- ``load --update`` of an N-Triples file: only the changed rows (see ``releases.line_scope``) ------------

@@ -1,5 +1,11 @@
 """Triple files: ``head<TAB>relation<TAB>tail``, one fact a line, names with ``_`` for spaces (the EMCKG layout).
 
+Comments: a line whose first character is ``#`` and that holds no tab is a comment. A ``#`` line with tabs is
+either a commented-out header (``#head<TAB>relation<TAB>tail``: skipped) or ambiguous (a commented-out fact, or a
+fact whose head starts with ``#``): a row problem, so it is refused (or skipped and counted with ``--lenient``),
+never dropped unreported. Column names (``head relation tail``) are no fact anywhere in the file: the first row's
+are refused or skipped as a header, and a header row further down (two files joined) is a row problem too.
+
 Each name becomes an IRI in the user's namespace with its readable label and ``MKG:Concept`` type; each relation a
 declared property with a label. Repeated facts collapse (RDF is a set)."""
 
@@ -73,7 +79,9 @@ class TriplesLoader(Loader):
     def can_load(cls, path: Path, head: bytes) -> bool:
         if path.is_dir() or path.suffix.lower() not in (".tsv", ".txt", ".triples", ".tab", ""):
             return False
-        first = head.split(b"\n", 1)[0]
+        lines = head.split(b"\n")
+        first = next((line for line in lines if line.strip() and not (line.startswith(b"#") and b"\t" not in line)),
+                     lines[0])  # past the comment lines
         return first.count(b"\t") == 2
 
     def lines(self, path: Path, options: LoadOptions, report: LoadReport,
@@ -99,12 +107,21 @@ class TriplesLoader(Loader):
         relations: dict[str, str] = {}
         lang = checked_lang(options.lang)
         for number, text in rows:
-            if not text.strip() or text.startswith("#"):
-                continue
+            if not text.strip() or (text.startswith("#") and "\t" not in text):
+                continue  # a comment (see the module's docstring)
             parts = text.split("\t")
+            if text.startswith("#"):
+                if self.is_header(text):
+                    continue  # a commented-out header
+                problem("comment or fact?", path, number,
+                        f"{text!r} starts with # like a comment but has tab-separated fields like a row; a comment "
+                        "line holds no tab: remove the tabs (a comment) or the # (a fact), or load with --lenient "
+                        "to skip it")
+                continue
             tally.rows += 1
-            if first_rows and tally.rows == 1 and self.is_header(text):
-                problem("header row", path, number, f"the first row {text!r} is column names, not a fact; "
+            if self.is_header(text):
+                where = "the first row" if first_rows and tally.rows == 1 else f"row {number}"
+                problem("header row", path, number, f"{where} {text!r} is column names, not a fact; "
                         "delete it (or load with --lenient to skip it)")
                 continue
             if len(parts) != 3:

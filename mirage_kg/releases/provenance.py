@@ -268,5 +268,6 @@ def options_record(options: Any) -> dict[str, Any]:
     """The load options worth recording (what was asked, not the defaults left empty)."""
     data = {"lang": options.lang, "lenient": options.lenient, "namespace": options.namespace,
             "relation_namespace": options.relation_namespace}
-    data.update({k: v for k, v in sorted(options.extra.items()) if v not in (None, False, [], "", ())})
+    data.update({k: v for k, v in sorted(options.extra.items())
+                 if v not in (None, False, [], "", ()) and k != "force"})  # --force: how, not what, was loaded
     return data

@@ -44,6 +44,10 @@ from mirage_kg.terms import iri_ref, literal
 
 #: triples per INSERT/DELETE DATA block (one transaction holds them all; blocks keep each statement small)
 _BLOCK = 20_000
+#: a new release that keeps less than this share of a graph's triples is no release of what the graph holds
+#: (an unrelated file, another ontology) unless ``--force`` says so; graphs of fewer triples are not judged
+MIN_SHARED = 0.05
+MIN_JUDGED_TRIPLES = 100
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,13 @@ def _update_release(store: Store, path: Path, loader: Loader, options: LoadOptio
     previous = releases(store).get(graph)
     if previous is not None and loader.name == "snomed":
         options.extra.setdefault("snomed_base", delta_base(previous))
+    if previous is not None and previous.source != loader.name and not options.extra.get("force"):
+        raise InputError(f"graph {compress(graph)} holds a {previous.source} release ({previous.citation()}), and "
+                         f"this is a {loader.name} source: an update replaces a release with another of the same "
+                         "source; give --force to replace it anyway", path)
     diff = diff_release(store, graph, loader, path, options, report, examples, previous)
+    if not options.extra.get("force"):
+        check_shared(store, graph, diff, path, previous)
     history = (*previous.history, previous.release) if previous is not None else ()
     recorded = options_record(options)
     if loader.name == "snomed" and options.extra.get("snomed_delta_applied"):
@@ -169,6 +179,26 @@ def _update_release(store: Store, path: Path, loader: Loader, options: LoadOptio
     subjects = {t.subject.value for t in (*diff.triples.removed, *diff.triples.added)
                 if isinstance(t.subject, ox.NamedNode)}
     return UpdateResult(graph, diff, info, carry_label_index(store, before, subjects) if before else None)
+
+
+def check_shared(store: Store, graph: str, diff: ReleaseDiff, path: Path, previous: ReleaseInfo | None) -> None:
+    """Refuse a new release that shares almost nothing with the graph it would replace (less than
+    ``MIN_SHARED`` of its triples), or that names another ontology: an unrelated file given by mistake."""
+    before = store.triple_count(graph)
+    kept = before - len(diff.triples.removed)
+    if before >= MIN_JUDGED_TRIPLES and kept < MIN_SHARED * before:
+        raise InputError(f"this release shares {kept:,} of the {before:,} triples of {compress(graph)} "
+                         f"({100 * kept / before:.1f}%; it would remove {len(diff.triples.removed):,} and add "
+                         f"{len(diff.triples.added):,}): it does not look like a new release of the same source. "
+                         "Check the file; give --force to apply it anyway", path)
+    old_name = (previous.details.get("ontology") if previous is not None else None) or None
+    if old_name is not None and previous is not None:
+        from mirage_kg.releases.provenance import describe_release
+
+        new_name = describe_release(previous.source, path)[1].get("ontology")
+        if new_name and new_name != old_name:
+            raise InputError(f"{compress(graph)} holds the ontology {old_name!r} and this file is {new_name!r}: "
+                             "give --force to replace one with the other", path)
 
 
 def _may_hold_label_index(store: Store) -> bool:
