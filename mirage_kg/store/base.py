@@ -247,9 +247,11 @@ class Store(abc.ABC):
         if kind in ("CONSTRUCT", "DESCRIBE"):
             return {"triples": self.construct(query, timeout=timeout)}
         rows = self.select(query, timeout=timeout)
-        names: list[str] = []
-        for row in rows:
-            names.extend(k for k in row if k not in names)
+        names = projected_variables(query)
+        if names is None:  # an engine's own syntax, which rdflib does not read: the rows' variables
+            names = []
+            for row in rows:
+                names.extend(k for k in row if k not in names)
         return {"vars": names, "rows": rows}
 
     @abc.abstractmethod
@@ -415,6 +417,24 @@ class Store(abc.ABC):
             f"SELECT ?g ?src WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ ?g {iri_ref(LOADED_FROM)} ?src }} }}"
         )
         return {r["g"].value: r["src"].value for r in rows}
+
+
+def projected_variables(query: str) -> list[str] | None:
+    """The variables a SELECT projects, in order, whether or not any row binds them (``SELECT *``: those in
+    scope, sorted, as the embedded store gives them), read from the query alone by rdflib's parser (nothing is
+    evaluated, so a SERVICE sends nothing). None when rdflib does not read it as a SELECT."""
+    try:
+        from rdflib.plugins.sparql.algebra import translateQuery
+        from rdflib.plugins.sparql.parser import parseQuery
+
+        parsed = parseQuery(query)
+        algebra = translateQuery(parsed).algebra
+    except Exception:  # pyparsing's and rdflib's own errors: an engine's own syntax
+        return None
+    if algebra.name != "SelectQuery":
+        return None
+    names = [str(v) for v in algebra.get("PV", [])]
+    return sorted(names) if not parsed[1].get("projection") else names
 
 
 def forget_record(graph: str) -> str:
