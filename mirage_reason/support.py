@@ -6,12 +6,16 @@ A flag is a ``str`` (its message), so the synthesizer's checks and the tests rea
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from pathlib import Path as FsPath
 from typing import Any, Literal
 
-__all__ = ["FLAG_CODES", "Flag", "SentenceCheck", "Support", "Verdict", "flag_json", "unsupported_text",
-           "valid_text"]
+from mirage_kg import InputError
+
+__all__ = ["FLAG_CODES", "DOSE", "Flag", "HarmfulTerm", "SentenceCheck", "Support", "Verdict", "flag_json",
+           "harmful_terms", "harmful_in", "unsupported_text", "valid_text"]
 
 Verdict = Literal["grounded", "partial", "unsupported"]
 
@@ -107,3 +111,66 @@ def valid_text(text: str) -> str:
     """``text`` with every lone surrogate (a model's broken byte pair, or bytes decoded with ``surrogateescape``)
     as U+FFFD, so that it encodes as UTF-8 and tokenizers take it."""
     return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+@dataclass(frozen=True)
+class HarmfulTerm:
+    """One line of ``ontologies/harmful.tsv``: a harmful substance or action and why it is harmful."""
+
+    pattern: re.Pattern[str]
+    kind: Literal["substance", "action", "dismissal"]
+    why: str
+
+
+def _harmful_file() -> FsPath:
+    from mirage_kg.namespaces import ontologies_dir
+
+    return ontologies_dir() / "harmful.tsv"
+
+
+@functools.lru_cache(maxsize=4)
+def harmful_terms(path: FsPath | None = None) -> tuple[HarmfulTerm, ...]:
+    """The maintained list of harmful substances and actions (``ontologies/harmful.tsv`` unless ``path``).
+    A bad line is an ``InputError`` naming the file and line: the check never runs on half a list."""
+    path = path or _harmful_file()
+    terms = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 3 or parts[1] not in ("substance", "action", "dismissal") or not parts[2].strip():
+            raise InputError(f"{path}:{number}: expected 'pattern<TAB>substance|action|dismissal<TAB>why', got "
+                             f"{line[:80]!r}")
+        try:
+            regex = re.compile(rf"(?<!\w)(?:{parts[0]})(?!\w)", re.IGNORECASE)
+        except re.error as exc:
+            raise InputError(f"{path}:{number}: bad pattern {parts[0]!r} ({exc})") from None
+        terms.append(HarmfulTerm(regex, parts[1], parts[2].strip()))  # type: ignore[arg-type]
+    return tuple(terms)
+
+
+# a sentence that only forbids: "Never drink bleach.", "Do not stop your medication."; not one that goes on to
+# say something else ("Do not wait; drink bleach.")
+_FORBIDS = re.compile(r"^\W*(?:never|do not|don't|avoid|you (?:should|must) not|you (?:shouldn't|mustn't)|"
+                      r"under no circumstances|it is (?:dangerous|unsafe|never safe) to)\b", re.IGNORECASE)
+_GOES_ON = re.compile(r"[;:]|\b(?:but|however|instead|then|though|although|unless|except)\b", re.IGNORECASE)
+
+
+def harmful_in(sentence: str, terms: tuple[HarmfulTerm, ...] | None = None) -> list[tuple[str, HarmfulTerm]]:
+    """The harmful substances and actions ``sentence`` names, as (the words, the term); a substance or an action
+    the sentence only forbids is not harmful advice, a dismissal of care always is."""
+    terms = harmful_terms() if terms is None else terms
+    forbids = bool(_FORBIDS.search(sentence)) and not _GOES_ON.search(sentence)
+    found = []
+    for term in terms:
+        match = term.pattern.search(sentence)
+        if match is not None and (term.kind == "dismissal" or not forbids):
+            found.append((match.group(0), term))
+    return found
+
+
+#: a dose: an amount with a unit (after ``normalise_units``), or a count of tablets, puffs, drops and the like
+DOSE = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?\s*(?:-|to|–)?\s*(?:\d+(?:[.,]\d+)?\s*)?"
+                  r"(?:mg/kg|mg|µg|mcg|g|mL|ml|L|IU|units?|tablets?|tabs?|pills?|capsules?|caps?|puffs?|drops?|"
+                  r"teaspoons?|tablespoons?|tsp|tbsp|cups?|sachets?|patches|injections?|shots?)(?!\w)",
+                  re.IGNORECASE)

@@ -33,7 +33,7 @@ from mirage_reason.chain import ChainResult, path_json
 from mirage_reason.choices import LETTERS, extract_letter, parse_options
 from mirage_reason.config import MirageConfig
 from mirage_reason.decomposer import question_intents
-from mirage_reason.support import Flag, SentenceCheck, Support
+from mirage_reason.support import DOSE, Flag, SentenceCheck, Support, harmful_in
 
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
@@ -53,6 +53,8 @@ _CONTRA_ROLES = ("contraindicated_in", "contraindicates")
 _CONDITION_KINDS = ("disease", "finding")
 _INTENT_WORDS = {"treatment": "medication", "tests": "test"}
 NOT_SUPPORTED = "not supported by the knowledge graph"
+#: the linking methods that find an entity by what the text names (its label, a synonym, its id)
+_NAMING_METHODS = frozenset({"id", "exact", "normalised", "synonym"})
 
 
 def entity_kind(entity: Entity, paths: Sequence[Path], vocab: ClinicalVocabulary) -> str:
@@ -157,6 +159,8 @@ class Synthesis:
     letter: str | None = None  # the option the chains' vote (or the KG) picked
     model_answer: str = ""  # the chains' own answer, for a question no claim supports
     no_support: str = "flag"
+    held: tuple[Path, ...] = ()  # the facts the chains saw that touch the question, strongest first
+    safety: tuple[str, ...] = ()  # for "can I take / give X": what the graph says of X and the conditions
 
     @property
     def supported(self) -> bool:
@@ -202,6 +206,7 @@ class Synthesizer:
         self._isa: dict[tuple[str, str], bool] = {}
         self._contra: dict[str, tuple[Path, ...]] = {}
         self._by_role: dict[tuple[str, tuple[str, ...]], tuple[Step, ...]] = {}
+        self._link_cache: dict[str, list[tuple[Entity, int, int, str]]] = {}
 
     # -- the ontology -----------------------------------------------------------------------------------------------
 
@@ -216,8 +221,15 @@ class Synthesizer:
 
     def _mentions(self, text: str) -> list[tuple[Entity, int, int]]:
         """(entity, start, end) for every mention of ``text`` that links above the threshold."""
+        return [(e, s, t) for e, s, t, _ in self._linked(text)]
+
+    def _linked(self, text: str) -> list[tuple[Entity, int, int, str]]:
+        """``_mentions`` with the method that found each entity (exact, synonym, ..., embedding); the last texts
+        linked are kept, so that checking and normalising a text links it once."""
         if not text.strip():
             return []
+        if text in self._link_cache:
+            return self._link_cache[text]
         try:
             mentions = self.kg.link(text, top=self.config.match_top)
         except MirageError:
@@ -226,16 +238,27 @@ class Synthesizer:
         for m in mentions:
             good = [c for c in m.candidates[: self.config.match_top] if c.score >= self.config.match_threshold]
             if good:
-                out.append((max(good, key=lambda c: c.score).entity, m.start, m.end))
-        return sorted(out, key=lambda t: t[1])
+                best = max(good, key=lambda c: c.score)
+                out.append((best.entity, m.start, m.end, best.method))
+        out.sort(key=lambda t: t[1])
+        if len(self._link_cache) >= 256:
+            self._link_cache.pop(next(iter(self._link_cache)))
+        self._link_cache[text] = out
+        return out
 
-    def normalise(self, text: str, mentions: Sequence[tuple[Entity, int, int]] | None = None) -> str:
-        """``text`` with each linked mention written as its entity's canonical label, and dose units normalised."""
+    def normalise(self, text: str, mentions: Sequence[tuple[Entity, int, int]] | None = None,
+                  entities: set[str] | None = None) -> str:
+        """``text`` with each mention that names an entity by its label or a synonym (never a fuzzy or embedding
+        match: those turn ordinary words into ontology labels) written as its entity's canonical label, only for
+        ``entities`` when given, and dose units normalised."""
         mentions = self._mentions(text) if mentions is None else mentions
+        strong = {(s, t) for _, s, t, method in self._linked(text) if method in _NAMING_METHODS}
         out, last = [], 0
         for entity, start, end in sorted(mentions, key=lambda t: t[1]):
             if start < last:
                 continue  # overlapping mentions: the first wins
+            if (start, end) not in strong or (entities is not None and entity.iri not in entities):
+                continue
             out.append(text[last:start])
             out.append(entity.label if text[start:end].casefold() != entity.label.casefold() else text[start:end])
             last = end
@@ -344,7 +367,8 @@ class Synthesizer:
         model_answer = _model_answer(chains, normalised)
         return Synthesis(question, tuple(question_entities), tuple(_top(kept, cfg.max_claims)), tuple(dropped),
                          tuple(conflicts), tuple(normalised), tuple(warnings), resolve, intents, tuple(winners),
-                         tuple(gaps), tuple(flags), options, letter, model_answer, cfg.no_support)
+                         tuple(gaps), tuple(flags), options, letter, model_answer, cfg.no_support,
+                         held=tuple(p for p in _rank_paths(all_paths, q_iris) if _node_iris(p) & q_iris)[:3])
 
     def _kinds(self, vocab: ClinicalVocabulary, entities: Sequence[Entity], paths: Sequence[Path]) -> dict[str, str]:
         try:
@@ -562,12 +586,39 @@ class Synthesizer:
         return self.backend.format_chat(prompts.merge_messages(question, [(c.sub_question, c.answer) for c in chains]))
 
     def abstention(self, synthesis: Synthesis) -> str:
-        return prompts.abstain_text([e.label for e in synthesis.question_entities])
+        """What the graph held and why no claim survived, and no guess."""
+        return f"{self.held_statement(synthesis)} So I will not guess. Please ask a doctor."
+
+    def no_claim_text(self, synthesis: Synthesis) -> str:
+        """The answer when no claim survived and the model's own answer is shown apart (``no_support="flag"``)."""
+        return (f"No claim of the knowledge graph supports an answer to this question. {self.held_statement(synthesis)}"
+                " The model's own answer is shown apart, labelled as not supported by the knowledge graph.")
+
+    def held_statement(self, synthesis: Synthesis) -> str:
+        """What the graph held for the question (its entities, the facts the chains saw about them) and why no
+        claim survived (what the chains' answers named, and why each was dropped)."""
+        labels = [e.label for e in synthesis.question_entities]
+        if not labels:
+            return "Nothing in the question links to the knowledge graph."
+        parts = [f"The knowledge graph links the question to {', '.join(labels)}."]
+        if synthesis.held:
+            parts.append("Among the facts the reasoning saw: " + "; ".join(p.text for p in synthesis.held) + ".")
+        else:
+            parts.append("The reasoning saw no fact about them.")
+        dropped = [f"{c.entity.label} ({c.reason})" for c in synthesis.dropped[:4]]
+        if dropped:
+            parts.append("No claim survived: the chains' answers named " + "; ".join(dropped) + ".")
+        else:
+            parts.append("No claim survived: the chains' answers named nothing the knowledge graph holds.")
+        return " ".join(parts)
 
     def finish(self, synthesis: Synthesis, completion: Completion | str | None) -> tuple[str, tuple[str, ...]]:
-        """The answer text and its flags. A multiple-choice answer opens with its letter; a free-text answer no
-        claim supports is the chains' own, flagged (or an abstention); a worded answer that drops the claims the
-        question asked for or asserts what no claim supports is replaced by the cited claims, verbalised."""
+        """The answer text and its flags. Text no claim supports is never given as the graph's answer: a free-text
+        answer no claim supports says what the graph held and shows the chains' own answer apart (its harmful
+        sentences and doses withheld), or abstains; a worded answer that is unsafe, drops the claims the question
+        asked for or asserts what no claim supports is replaced by the cited claims, verbalised; the writer's other
+        sentences that rest on no claim are shown apart. A multiple-choice answer opens with its letter. A safety
+        question's answer leads with what the graph says of the drug and the patient's conditions."""
         flags = list(synthesis.flags)
         raw = completion if isinstance(completion, str) or completion is None else completion.text
         text = _tidy(raw or "")
@@ -577,16 +628,65 @@ class Synthesizer:
             return self._finish_choice(synthesis, text, flags)
         if not synthesis.claims:
             if synthesis.abstained:
-                return self.abstention(synthesis), tuple(flags)
-            flags.append(f"the answer is the model's own, {NOT_SUPPORTED}")
-            return normalise_units(synthesis.model_answer), tuple(flags)
+                return self._lead(synthesis, self.abstention(synthesis)), tuple(flags)
+            own, withheld = self._withhold(synthesis, normalise_units(synthesis.model_answer))
+            flags += withheld
+            flags.append(Flag(f"the answer is the model's own, {NOT_SUPPORTED}", "unsupported_text", detail=own))
+            return self._lead(synthesis, self.no_claim_text(synthesis)), tuple(flags)
         text, problems, notes = self.check_wording(synthesis, text)
         if problems:
             flags += problems
             text = self.fallback_text(synthesis)
         else:
             flags += notes
-        return text, tuple(flags)
+            text, moved = self._keep_supported(synthesis, text)
+            if moved:
+                flags.append(Flag(f"{len(moved)} sentence(s) of the model's wording rest on no claim; they are shown "
+                                  "apart, labelled as not supported by the knowledge graph", "unsupported_text",
+                                  detail=" ".join(moved)))
+        return self._lead(synthesis, text), tuple(flags)
+
+    def _lead(self, synthesis: Synthesis, text: str) -> str:
+        """``text`` led by the safety answer, unless it already opens with it."""
+        if not synthesis.safety:
+            return text
+        lead = " ".join(synthesis.safety)
+        return text if text.startswith(lead) else f"{lead}\n\n{text}"
+
+    def _withhold(self, synthesis: Synthesis, text: str) -> tuple[str, list[Flag]]:
+        """The model's own text with each harmful or dose sentence replaced by a note of what was withheld."""
+        found = self._mentions(text)
+        out, flags, at = [], [], 0
+        for sentence in _sentences(text):
+            start = text.find(sentence, at)
+            at = start + len(sentence)
+            spans = [(e, s, t) for e, s, t in found if start <= s < at]
+            bad = [f for f in self.sentence_problems(synthesis, sentence, spans, set(), entities=False)
+                   if f.code in ("harmful_instruction", "unsupported_dose")]
+            if bad:
+                out.append(f"[withheld: {bad[0].code.replace('_', ' ')}]")
+                flags += [Flag(f"the model's own answer: {f}; the sentence is withheld", f.code) for f in bad]
+            else:
+                out.append(sentence.strip())
+        return " ".join(out), flags
+
+    def _keep_supported(self, synthesis: Synthesis, text: str) -> tuple[str, list[str]]:
+        """``text`` without the sentences that name no claim (advice and the synthesizer's own sentences stay),
+        and those sentences; the cited claims, verbalised, when nothing that states a fact is left."""
+        _, checks = self.review(synthesis, text, ())
+        moved = [c.text for c in checks if not c.supported]
+        if not moved:
+            return text, []
+        kept = [c for c in checks if c.supported]
+        if not [c for c in kept if c.claims]:
+            return self.fallback_text(synthesis), moved
+        keep = {c.text for c in kept}
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            sentences = [x.strip() for x in _sentences(paragraph) if x.strip() in keep]
+            if sentences:
+                paragraphs.append(" ".join(sentences))
+        return "\n\n".join(paragraphs), moved
 
     def _finish_choice(self, synthesis: Synthesis, text: str, flags: list[str]) -> tuple[str, tuple[str, ...]]:
         options = synthesis.options
@@ -613,7 +713,7 @@ class Synthesizer:
         asthma"; a diagnosis or an asked-for claim left out: the caller falls back on the claims) and notes (a
         contraindicated drug named without its warning: the warning is appended)."""
         if not text:
-            return "", ["the model wrote no usable answer; the claims are listed as they are"], []
+            return "", [Flag("the model wrote no usable answer; the claims are listed as they are", "empty_wording")], []
         text = normalise_units(text)
         problems: list[str] = []
         notes: list[str] = []
@@ -633,17 +733,23 @@ class Synthesizer:
                 # warning must be in the text the user reads, not only in the claims.
                 if warning.text.lower() not in text.lower():
                     unstated.append(warning.text)
-                    notes.append(f"the answer mentions {entity.label}, which the knowledge graph contraindicates "
-                                 f"({warning.text})")
+                    notes.append(Flag(f"the answer mentions {entity.label}, which the knowledge graph "
+                                      f"contraindicates ({warning.text})", "contraindicated"))
             elif entity.iri not in allowed:
-                problems.append(f"the model's wording mentions {entity.label}, which no surviving claim supports")
+                problems.append(Flag(f"the model's wording mentions {entity.label}, which no surviving claim "
+                                     "supports", "unsupported_entity"))
                 allowed.add(entity.iri)
+        at = 0
         for sentence in _sentences(text):
+            start = text.find(sentence, at)
+            at = start + len(sentence)
+            inside = [(ent, s, e) for ent, s, e in found if start <= s < at]
+            # harmful substances and actions, drugs the graph contraindicates here, doses: whatever else it names
+            problems += self.sentence_problems(synthesis, sentence, inside, allowed, entities=False)
             if _RECOMMENDS.search(sentence) and not _NEGATED.search(sentence):
-                spans = [(s, e) for ent, s, e in found if ent.iri in treatments]
-                start = text.find(sentence)
-                if not any(start <= s < start + len(sentence) for s, _ in spans):
-                    problems.append(f"the model's wording recommends what no claim supports: {sentence.strip()!r}")
+                if not any(ent.iri in treatments for ent, _, _ in inside):
+                    problems.append(Flag(f"the model's wording recommends what no claim supports: "
+                                         f"{sentence.strip()!r}", "unsupported_recommendation"))
         required = [d for d in synthesis.diagnoses if d.iri not in {e.iri for e in synthesis.question_entities}]
         for intent in synthesis.intents:
             if intent in INTENT_ANSWERS:
@@ -651,7 +757,7 @@ class Synthesizer:
                 required += [c.entity for c in synthesis.claims if c.kind == kind][:1]
         missing = [e.label for e in required if e.iri not in named and e.label.casefold() not in text.casefold()]
         if missing:
-            problems.append(f"the model's wording leaves out {', '.join(missing)}")
+            problems.append(Flag(f"the model's wording leaves out {', '.join(missing)}", "missing_claim"))
         if unstated:
             text += "\n\n" + " ".join(f"Warning: {w}." for w in unstated)
         return text, problems, notes
@@ -698,13 +804,14 @@ class Synthesizer:
             for i, c in enumerate(claims):
                 if c.entity.iri in iris or c.text.casefold() in folded or _names(folded, c.entity.label):
                     named.add(i)
-            problems = [str(f) for f in self.sentence_problems(synthesis, sentence, spans, allowed)]
             clean = sentence.strip()
+            if clean in ours:
+                checks.append(SentenceCheck(clean, tuple(sorted(named)), True,
+                                            "written by the synthesizer from the knowledge graph"))
+                continue
+            problems = [str(f) for f in self.sentence_problems(synthesis, sentence, spans, allowed)]
             if problems:
                 checks.append(SentenceCheck(clean, tuple(sorted(named)), False, "; ".join(problems)))
-            elif clean in ours:
-                checks.append(SentenceCheck(clean, tuple(sorted(named)), True,
-                                            "written from the knowledge graph's claims"))
             elif _ADVICE.search(sentence) and not named:
                 checks.append(SentenceCheck(clean, (), True, "advice; states no medical fact"))
             elif named:
@@ -745,7 +852,8 @@ class Synthesizer:
 
     def _own_texts(self, synthesis: Synthesis) -> list[str]:
         """What the synthesizer writes itself from the graph (never the model's words)."""
-        return [self.fallback_text(synthesis), self.abstention(synthesis), *synthesis.gaps,
+        return [self.fallback_text(synthesis), self.abstention(synthesis), self.no_claim_text(synthesis),
+                *synthesis.safety, *synthesis.gaps,
                 *(f"Warning: {w}." for w in synthesis.warnings), *(c.text + "." for c in synthesis.claims)]
 
     def _allowed(self, synthesis: Synthesis) -> set[str]:
@@ -757,14 +865,69 @@ class Synthesizer:
         return allowed
 
     def sentence_problems(self, synthesis: Synthesis, sentence: str, spans: Sequence[tuple[Entity, int, int]],
-                          allowed: set[str]) -> list[Flag]:
-        """What makes one sentence unsafe or unsupported, whatever else it names."""
+                          allowed: set[str], *, entities: bool = True) -> list[Flag]:
+        """What makes one sentence unsafe or unsupported, whatever else it names: a harmful substance or action
+        (``ontologies/harmful.tsv``), a drug the graph contraindicates in the question's conditions named as if it
+        were safe, a dose no claim states, and (``entities``) an entity no surviving claim supports. A check that
+        cannot run is a problem too: the sentence is not shown as checked."""
         problems: list[Flag] = []
-        for entity, _, _ in spans:
-            if entity.iri not in allowed:
-                problems.append(Flag(f"it names {entity.label}, which no surviving claim supports",
-                                     "unsupported_entity"))
+        for words, term in harmful_in(sentence):
+            problems.append(Flag(f"it tells the reader to use or do something harmful ({words!r}: {term.why})",
+                                 "harmful_instruction"))
+        if not _WARNS.search(sentence):
+            try:
+                for drug, where in self._contraindicated_named(synthesis, spans):
+                    problems.append(Flag(f"it names {drug.label} as if it were safe, but the knowledge graph "
+                                         f"contraindicates it in {where}", "harmful_instruction"))
+            except MirageError as exc:
+                problems.append(Flag(f"the contraindication check could not run on this sentence ({exc})",
+                                     "check_unavailable"))
+        stated = self._stated_doses(synthesis)
+        for dose in DOSE.finditer(normalise_units(sentence)):
+            if _dose_key(dose.group(0)) not in stated:
+                problems.append(Flag(f"it states a dose ({dose.group(0).strip()}) that no claim states",
+                                     "unsupported_dose"))
+        if entities:
+            for entity, _, _ in spans:
+                if entity.iri not in allowed:
+                    problems.append(Flag(f"it names {entity.label}, which no surviving claim supports",
+                                         "unsupported_entity"))
         return problems
+
+    def _conditions(self, synthesis: Synthesis) -> dict[str, Entity]:
+        """The patient's conditions: the question's entities, the diagnosis, the claims of a condition kind."""
+        conditions = {e.iri: e for e in synthesis.question_entities}
+        conditions.update({e.iri: e for e in synthesis.diagnoses})
+        conditions.update({c.entity.iri: c.entity for c in synthesis.claims if c.kind in _CONDITION_KINDS})
+        return conditions
+
+    def _contraindicated_named(self, synthesis: Synthesis, spans: Sequence[tuple[Entity, int, int]]
+                               ) -> list[tuple[Entity, str]]:
+        """The drugs among ``spans`` that the KG contraindicates in one of the patient's conditions, with where.
+        MirageError when the KG cannot answer."""
+        if not spans:
+            return []
+        conditions = self._conditions(synthesis)
+        warned = {c.entity.iri: c for c in synthesis.claims if c.kind == "warning"}
+        vocab, problem = self.vocabulary()
+        if problem is not None:
+            raise MirageError(problem)
+        out = []
+        for entity, _, _ in spans:
+            if entity.iri in conditions and entity.iri not in warned:
+                continue
+            against = [p for p in self._contraindications(vocab, entity) if _far_end(p, entity).iri in conditions]
+            if entity.iri in warned and not against:
+                against = list(warned[entity.iri].citations)
+            if against:
+                out.append((entity, ", ".join(dict.fromkeys(_far_end(p, entity).label for p in against))))
+        return out
+
+    @staticmethod
+    def _stated_doses(synthesis: Synthesis) -> set[str]:
+        """Every dose a claim or one of its cited paths states, as :func:`_dose_key` reads it."""
+        texts = [c.text for c in synthesis.claims] + [p.text for c in synthesis.claims for p in c.citations]
+        return {_dose_key(m.group(0)) for t in texts for m in DOSE.finditer(normalise_units(t))}
 
     def synthesize(self, question: str, question_entities: Sequence[Entity], chains: Sequence[ChainResult],
                    *, seed: int | None = None) -> tuple[Synthesis, str, tuple[str, ...], Completion | None]:
@@ -788,6 +951,16 @@ _NEGATED = re.compile(r"\b(?:not|never|no|avoid|don't|do not|contraindicated)\b|
 _ADVICE = re.compile(r"\b(?:see|ask|call|consult|talk to|contact) (?:a|your) (?:doctor|physician|pharmacist|clinician|"
                      r"nurse|GP)\b|\bnot medical advice\b|\bseek (?:urgent )?(?:medical )?(?:care|help|attention)\b",
                      re.IGNORECASE)
+
+
+# a sentence that warns against what it names ("Aspirin is contraindicated in influenza", "do not give aspirin")
+_WARNS = re.compile(r"contraindicat\w*|\bavoid\w*|\b(?:do not|don't|never|should not|shouldn't|must not|mustn't|"
+                    r"cannot|can't) (?:be )?(?:take|taking|taken|give|giving|given|use|using|used)\b|\bnot safe\b|"
+                    r"\bunsafe\b|\bdangerous\b|\brisk of\b|\bwarning\b", re.IGNORECASE)
+
+
+def _dose_key(dose: str) -> str:
+    return re.sub(r"\s+", " ", dose.strip().casefold())
 
 
 def _names(folded: str, label: str) -> bool:

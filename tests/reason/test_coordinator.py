@@ -204,11 +204,18 @@ def test_nothing_relevant_in_the_kg_means_abstention_or_a_flagged_answer_by_poli
     backend = ScriptedBackend(lambda p: "You should drink some water.")
     config = MirageConfig(no_support="abstain")
     answer = Mirage(FakeKG(), backend, config).answer("How do I fix my car?")  # type: ignore[arg-type]
-    assert answer.abstained and "could not match this question" in answer.text
+    assert answer.abstained and answer.text.startswith("Nothing in the question links to the knowledge graph.")
+    assert "will not guess" in answer.text and answer.verdict == "unsupported" and answer.unsupported_text == ""
     assert other_calls(backend) == []  # nothing to word: no synthesis call
     answer = Mirage(FakeKG(), backend, MirageConfig()).answer("How do I fix my car?")  # type: ignore[arg-type]
-    assert not answer.abstained and answer.text == "You should drink some water."
+    # the model's text is never the graph's answer: it comes apart, under its label
+    assert not answer.abstained and answer.text.startswith("No claim of the knowledge graph supports an answer")
+    assert answer.unsupported_text == "You should drink some water." and answer.verdict == "unsupported"
     assert answer.flags == ("the answer is the model's own, not supported by the knowledge graph",)
+    data = answer.to_json()
+    assert data["flags"] == [{"code": "unsupported_text", "sentence": None,
+                              "message": "the answer is the model's own, not supported by the knowledge graph"}]
+    assert data["unsupported_text"] == "You should drink some water." and data["support"]["verdict"] == "unsupported"
 
 
 def test_every_pipeline_runs() -> None:

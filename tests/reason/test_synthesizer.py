@@ -10,6 +10,7 @@ from mirage_kg.kinds import vocabulary
 from mirage_reason.backends import ScriptedBackend
 from mirage_reason.chain import ChainResult
 from mirage_reason.config import MirageConfig
+from mirage_reason.support import unsupported_text
 from mirage_reason.synthesizer import Synthesizer, entity_kind, normalise_units
 
 
@@ -151,8 +152,15 @@ def test_no_evidence_under_the_flag_policy_gives_the_models_answer_flagged() -> 
     s, text, flags, completion = synth.synthesize(FEVER_COUGH, [ent("Fever"), ent("Cough")],
                                                   [chain("Surely flu.", ()), chain("", ())])
     assert not s.abstained and completion is None and backend.calls == []
-    assert text == "Surely Influenza." and flags == ("the answer is the model's own, not supported by the "
-                                                     "knowledge graph",)
+    # the model's words are never given as the graph's answer: the answer says what the graph held and why no
+    # claim survived; the model's own answer comes apart, under its label
+    assert text.startswith("No claim of the knowledge graph supports an answer to this question. The knowledge graph "
+                           "links the question to Fever, Cough.")
+    assert "Influenza (no evidence path the chains saw contains it)" in text and "Surely" not in text
+    assert flags == ("the answer is the model's own, not supported by the knowledge graph",)
+    assert flags[0].code == "unsupported_text" and unsupported_text(flags) == "Surely Influenza."
+    support, sentences = synth.review(s, text, flags)
+    assert support.verdict == "unsupported" and all(c.supported for c in sentences)
 
 
 def test_writer_sees_only_surviving_claims_and_its_extra_mentions_are_flagged() -> None:
@@ -168,7 +176,12 @@ def test_writer_sees_only_surviving_claims_and_its_extra_mentions_are_flagged() 
     assert text.startswith("The knowledge graph points to Influenza. From the knowledge graph: Influenza has symptom")
     assert "Sumatriptan" not in text
     assert flags == ("the model's wording mentions Sumatriptan, which no surviving claim supports",
+                     "it states a dose (500 mg) that no claim states",
                      "the model's wording recommends what no claim supports: 'Take 500 mg.'")
+    assert [f.code for f in flags] == ["unsupported_entity", "unsupported_dose", "unsupported_recommendation"]
+    support, sentences = synth.review(s, text, flags)
+    assert support.verdict == "partial" and "replaced by the cited claims" in support.reason
+    assert sentences and all(c.supported for c in sentences)
 
 
 def test_a_contraindicated_drug_in_the_written_answer_gets_its_warning_in_the_text() -> None:
@@ -178,9 +191,11 @@ def test_a_contraindicated_drug_in_the_written_answer_gets_its_warning_in_the_te
               chain("Oseltamivir is the drug.", facts(FakeKG(), "Influenza"))]
     synth, _, _ = make(["Ibuprofen will ease the flu [2]. Oseltamivir also helps [1]."])
     _, text, flags, _ = synth.synthesize(question, entities, chains)
-    assert text.endswith("\n\nWarning: Ibuprofen is contraindicated in Peptic ulcer disease.")
-    assert flags == ("the answer mentions Ibuprofen, which the knowledge graph contraindicates "
-                     "(Ibuprofen is contraindicated in Peptic ulcer disease)",)
+    # naming it as if it were safe is a harmful instruction: the cited claims replace the wording, warning included
+    assert "will ease" not in text and "Warning: Ibuprofen is contraindicated in Peptic ulcer disease." in text
+    assert flags == ("it names Ibuprofen as if it were safe, but the knowledge graph contraindicates it in Peptic "
+                     "ulcer disease",)
+    assert flags[0].code == "harmful_instruction"
     # a writer that already states the warning is left as written, and nothing is flagged when it is not named
     synth, _, _ = make(["Ibuprofen is contraindicated in peptic ulcer disease; oseltamivir helps."])
     _, text, flags, _ = synth.synthesize(question, entities, chains)
