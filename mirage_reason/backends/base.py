@@ -35,6 +35,7 @@ __all__ = [
     "OutputConstraint",
     "ThinkMode",
     "can_constrain",
+    "check_honoured",
     "apply_stop",
     "chatml",
     "derive_seed",
@@ -191,6 +192,19 @@ def _gbnf_literal(text: str) -> str:
 def can_constrain(backend: Any, kind: ConstraintKind) -> bool:
     """Whether ``backend`` enforces ``kind`` of constraint ("json_schema", "choice") with its engine."""
     return kind in getattr(backend, "constraints", frozenset())
+
+
+def check_honoured(name: str, constraint: OutputConstraint, text: str, finish_reason: str, where: str) -> None:
+    """For an engine across a wire (a server may ignore a field it does not know): a finished completion outside its
+    constraint raises :class:`BackendError`, so text the engine did not constrain never passes as constrained."""
+    if finish_reason == "length":
+        return
+    problem = constraint.check(text)
+    if problem is not None:
+        raise BackendError(f"{where} did not hold {name}'s completion to its {constraint.kind} constraint ({problem}); "
+                           "the server may ignore the field it was sent", endpoint=where,
+                           hint="pick the structured= setting the server understands ('response_format' for vLLM, "
+                                "SGLang and llama-server's chat API, 'llama.cpp' for llama-server), or 'none'")
 
 
 def refuse_constraint(name: str, constraint: OutputConstraint, why: str) -> BackendError:

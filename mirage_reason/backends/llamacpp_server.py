@@ -38,6 +38,7 @@ from mirage_reason.backends.base import (
     GenerationParams,
     ThinkMode,
     apply_stop,
+    check_honoured,
     sample_seed,
     strip_think,
 )
@@ -197,6 +198,9 @@ class LlamaServerBackend(OpenAIBackend):
             fired = word  # the server cuts the stop string off and says which it was
         if self.think == "strip":
             text = strip_think(text)
+        if request.constraint is not None and fired is None:  # (a stop string may cut it short)
+            check_honoured(self.name, request.constraint, text, "length" if kind == "limit" else "stop",
+                           self.completion_url)
         timings = result.get("timings") if isinstance(result.get("timings"), dict) else {}
         evaluated, prompt_ms, predicted_ms = (timings.get(k) for k in ("prompt_n", "prompt_ms", "predicted_ms"))
         return Completion(text, int(result["tokens_evaluated"]), int(result["tokens_predicted"]),

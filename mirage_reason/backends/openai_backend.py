@@ -9,6 +9,7 @@ with backoff; everything ends up as a ``BackendError`` naming the endpoint and s
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import threading
@@ -27,6 +28,7 @@ from mirage_reason.backends.base import (
     OutputConstraint,
     ThinkMode,
     apply_stop,
+    check_honoured,
     chatml,
     parse_chatml,
     refuse_constraint,
@@ -65,8 +67,12 @@ class OpenAIBackend(BackendBase):
 
     ``structured`` says how output constraints reach the server: ``"response_format"`` (the OpenAI field, a JSON
     schema; choices go as a string enum and come back unwrapped: vLLM, SGLang, llama.cpp's server), ``"llama.cpp"``
-    (llama.cpp servers' own ``json_schema`` and ``grammar`` fields, on either API) or ``"none"`` (a server with
-    neither: a constrained request then fails, it is never sent unconstrained).
+    (llama-server's own ``json_schema`` and ``grammar`` fields, on either API), ``"grammar"`` (a GBNF ``grammar``
+    only: llama-cpp-python's server; a JSON schema is turned into GBNF by llama.cpp's own converter, which needs
+    llama-cpp-python here too) or ``"none"`` (a server with none: a constrained request then fails, it is never
+    sent unconstrained). A server that ignores the field it
+    was sent (llama-cpp-python's server takes neither on its completions API) is caught: a finished completion outside
+    its constraint fails with a :class:`BackendError` saying so, never passes as constrained.
 
     In chat mode each prompt is read back as ChatML (what :meth:`format_chat` writes in that mode); a prompt that
     ends inside an assistant turn is sent with vLLM's ``continue_final_message`` so a chain can be resumed.
@@ -88,12 +94,13 @@ class OpenAIBackend(BackendBase):
         vllm_params: bool = True,
         extra_body: Mapping[str, Any] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        structured: Literal["response_format", "llama.cpp", "none"] = "response_format",
+        structured: Literal["response_format", "llama.cpp", "grammar", "none"] = "response_format",
     ) -> None:
         if mode not in ("completions", "chat"):
             raise ValueError(f"mode must be 'completions' or 'chat', not {mode!r}")
-        if structured not in ("response_format", "llama.cpp", "none"):
-            raise ValueError(f"structured must be 'response_format', 'llama.cpp' or 'none', not {structured!r}")
+        if structured not in ("response_format", "llama.cpp", "grammar", "none"):
+            raise ValueError(f"structured must be 'response_format', 'llama.cpp', 'grammar' or 'none', "
+                             f"not {structured!r}")
         self.structured = structured
         self.constraints = frozenset() if structured == "none" else frozenset({"json_schema", "choice"})
         self.base_url = _normalise_base_url(base_url)
@@ -219,7 +226,9 @@ class OpenAIBackend(BackendBase):
             body["top_k"] = max(0, params.top_k)  # 0 = off for llama.cpp and current vLLM (old vLLM wanted -1)
             body["repetition_penalty"] = params.repetition_penalty
         if constraint is not None:
-            if self.structured == "llama.cpp":
+            if self.structured == "grammar":
+                body["grammar"] = constraint.gbnf() if constraint.choices else _schema_gbnf(constraint)
+            elif self.structured == "llama.cpp":
                 if constraint.choices:
                     body["grammar"] = constraint.gbnf()
                 else:
@@ -262,8 +271,11 @@ class OpenAIBackend(BackendBase):
         completion_tokens = usage.get("completion_tokens")
         if self.think == "strip":
             text = strip_think(text)
-        if constraint is not None and self.structured == "response_format":
-            text = constraint.unwrap(text)  # a choice sent as a string enum comes back as a JSON string
+        if constraint is not None:
+            if self.structured == "response_format":
+                text = constraint.unwrap(text)  # a choice sent as a string enum comes back as a JSON string
+            if fired is None and (says or not stop):  # a stop string may have cut it: then it cannot be checked
+                check_honoured(self.name, constraint, text, finish, f"{self.base_url}{path}")
         return Completion(
             text=text,
             prompt_tokens=int(prompt_tokens) if prompt_tokens is not None else whitespace_tokens(prompt),
@@ -336,6 +348,16 @@ class OpenAIBackend(BackendBase):
         if retry_after is not None:
             delay = max(delay, min(retry_after, _MAX_RETRY_AFTER_S))
         return delay
+
+
+def _schema_gbnf(constraint: OutputConstraint) -> str:
+    """A JSON schema as GBNF, by llama.cpp's own converter (llama-cpp-python's copy of it)."""
+    try:
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+    except ImportError as exc:
+        raise BackendError("structured='grammar' turns JSON schemas into GBNF with llama-cpp-python's converter, "
+                           "which is not installed", hint="pip install 'mirage-kg[llamacpp]'") from exc
+    return str(json_schema_to_gbnf(json.dumps(constraint.json_schema)))
 
 
 def _normalise_base_url(base_url: str) -> str:

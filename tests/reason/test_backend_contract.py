@@ -6,6 +6,9 @@ Requests go in one by one and come back as futures; stop strings cut the text an
 unknown, as llama.cpp does); no completion holds more tokens than it asked for, nor does any chain more than its
 budget; a seed makes sampling reproducible and different seeds sample differently; ``<think>`` blocks are kept or
 stripped; failures are ``BackendError`` saying whether a retry may help, and the backend keeps serving after one.
+Output constraints (a JSON schema, a list of choices): a backend that says it honours a kind always hands back text
+that parses and stays inside it, with max tokens, stop strings and seeds as exact as without; one that does not
+fails the request saying so, never decoding unconstrained.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from typing import Any
 import pytest
 from fake_kg import FakeKG
 
-from mirage_reason.backends import Backend, Completion, CompletionRequest, GenerationParams, ScriptedBackend
+from mirage_reason.backends import (
+    Backend,
+    Completion,
+    CompletionRequest,
+    GenerationParams,
+    OutputConstraint,
+    ScriptedBackend,
+    can_constrain,
+)
 from mirage_reason.backends.base import strip_think
 from mirage_reason.chain import ChainRunner, ChainSpec
 from mirage_reason.config import MirageConfig
@@ -58,7 +69,9 @@ def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
         from mirage_reason.backends.openai_backend import OpenAIBackend
 
         # a long timeout: on a loaded CI machine one request may queue behind others at the single-slot server
-        with OpenAIBackend(request.getfixturevalue("llamacpp_server"), "smollm2", backoff=0.01, timeout=600) as client:
+        # llama-cpp-python's server takes a GBNF grammar on its completions API (and ignores response_format)
+        with OpenAIBackend(request.getfixturevalue("llamacpp_server"), "smollm2", backoff=0.01, timeout=600,
+                           structured="grammar") as client:
             yield Subject(client)
 
 
@@ -177,3 +190,88 @@ def test_errors_say_whether_a_retry_helps_and_the_backend_goes_on(subject: Subje
     assert isinstance(error, BackendError) and error.retryable is False and str(error)
     if subject.context_limit:
         assert backend.generate(["Hello"], params=GREEDY)[0].completion_tokens > 0
+
+
+# -- output constraints -------------------------------------------------------------------------------------------------
+
+FRUIT = OutputConstraint(json_schema={"type": "object", "properties": {
+    "fruit": {"enum": ["apple", "pear", "plum"]},
+    "colours": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 12}, "maxItems": 2}},
+    "required": ["fruit", "colours"], "additionalProperties": False})
+LETTER = OutputConstraint(choices=("A", "B", "C"))
+
+
+def _constrained(subject: Subject) -> Backend:
+    """The subject, or for the scripted double one that plays a constraining engine with scripted text."""
+    if isinstance(subject.backend, ScriptedBackend):
+        return ScriptedBackend(lambda p: "B" if "letter" in p else '{"fruit": "pear", "colours": ["green"]}',
+                               constraints=("json_schema", "choice"))
+    return subject.backend
+
+
+def _fruit_prompt(backend: Backend) -> str:
+    return _prompt(backend, "Pick a fruit and its colours, as JSON.")
+
+
+def test_constrained_completions_parse_and_stay_inside(subject: Subject) -> None:
+    backend = _constrained(subject)
+    for constraint, prompt in ((FRUIT, _fruit_prompt(backend)), (LETTER, _prompt(backend, "Pick a letter."))):
+        if not can_constrain(backend, constraint.kind):  # it must say so, never decode unconstrained
+            error = backend.submit(CompletionRequest(prompt, (), GREEDY, constraint)).exception(timeout=120)
+            assert isinstance(error, BackendError) and "cannot honour" in str(error) and not error.retryable
+            continue
+        for seed in range(3):
+            params = GenerationParams(max_new_tokens=48, temperature=1.0, top_p=1.0, top_k=0, seed=seed)
+            done = backend.submit(CompletionRequest(prompt, (), params, constraint)).result(timeout=120)
+            assert done.finish_reason == "stop" and constraint.check(done.text) is None, done
+            assert 0 < done.completion_tokens <= params.max_new_tokens
+            if constraint is FRUIT:
+                assert constraint.parse(done.text)["fruit"] in ("apple", "pear", "plum")
+
+
+def test_constrained_completions_keep_max_tokens_stops_and_seeds(subject: Subject) -> None:
+    backend = _constrained(subject)
+    if not can_constrain(backend, "json_schema"):
+        pytest.skip(f"{backend.name} honours no JSON schema (it says so: the case above)")
+    prompt = _fruit_prompt(backend)
+    short = backend.submit(CompletionRequest(prompt, (), GenerationParams(max_new_tokens=3, temperature=0.0),
+                                             FRUIT)).result(timeout=120)
+    assert short.completion_tokens <= 3 and short.finish_reason == "length"  # cut: unfinished JSON, and it says so
+    assert FRUIT.check(short.text) is not None
+    whole = backend.submit(CompletionRequest(prompt, (), GenerationParams(max_new_tokens=48, temperature=0.0),
+                                             FRUIT)).result(timeout=120)
+    [cut] = backend.generate([prompt], stop=['"colours"'], params=GenerationParams(max_new_tokens=48,
+                                                                                    temperature=0.0),
+                             constraint=FRUIT)
+    assert '"colours"' in whole.text and whole.text.startswith(cut.text) and '"colours"' not in cut.text
+    assert cut.finish_reason == "stop" and (cut.stop == '"colours"' or cut.stop_unknown)
+    if subject.samples:
+        def sample(seed: int) -> str:
+            params = GenerationParams(max_new_tokens=48, temperature=1.0, top_p=1.0, top_k=0, seed=seed)
+            return backend.submit(CompletionRequest(prompt, (), params, FRUIT)).result(timeout=120).text
+
+        first = sample(11)
+        assert sample(11) == first
+        assert {sample(s) for s in (12, 13, 14, 15)} - {first}, "five seeds sampled the same constrained text"
+
+
+def test_an_engine_without_constraints_refuses_them() -> None:
+    backend = ScriptedBackend(["{}"])  # plays an engine that has none
+    for constraint in (FRUIT, LETTER):
+        assert not can_constrain(backend, constraint.kind)
+        error = backend.submit(CompletionRequest("x", (), GREEDY, constraint)).exception()
+        assert isinstance(error, BackendError) and "cannot honour" in str(error)
+    assert backend.calls and backend.generate(["x"])[0].text == "{}"  # unconstrained requests still run
+
+
+@pytest.mark.llm
+@pytest.mark.server
+def test_a_server_that_ignores_the_constraint_field_is_caught(llamacpp_server: str) -> None:
+    from mirage_reason.backends.openai_backend import OpenAIBackend
+
+    # llama-cpp-python's server ignores response_format on /v1/completions: the text comes back unconstrained
+    with OpenAIBackend(llamacpp_server, "smollm2", backoff=0.01, timeout=600) as client:
+        prompt = _prompt(client, "Write a haiku about the sea.")
+        error = client.submit(CompletionRequest(prompt, (), GenerationParams(max_new_tokens=96, temperature=0.0),
+                                                LETTER)).exception(timeout=120)
+    assert isinstance(error, BackendError) and "did not hold" in str(error)
