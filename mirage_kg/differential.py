@@ -167,7 +167,7 @@ _Edge = tuple[float, str, str, str]  # (strength, stored subject, relation, stor
 
 def differential(kg: KnowledgeGraph, findings: str | Sequence[Entity | str], *, top: int = 10,
                  kinds: Sequence[str | Any] = (), min_score: float = MIN_LINK_SCORE,
-                 descendants: bool = True) -> Differential:
+                 descendants: bool = True, mentions: Sequence[Mention] | None = None) -> Differential:
     """Rank the conditions that explain ``findings``: a question (linked here; each mention's best candidate at or
     above ``min_score``) or entities (``Entity``, CURIE or IRI).
 
@@ -187,7 +187,7 @@ def differential(kg: KnowledgeGraph, findings: str | Sequence[Entity | str], *, 
         raise InputError(f"top must be at least 1, not {top}")
     if isinstance(findings, str):
         question = findings
-        linked = linked_findings(kg.link(findings, top=5), min_score)
+        linked = linked_findings(kg.link(findings, top=5) if mentions is None else mentions, min_score)
     else:
         question = ", ".join(f if isinstance(f, str) else f.label for f in findings)
         linked = [(f if isinstance(f, Entity) else kg.entity(f), 1.0, None) for f in findings]  # type: ignore[misc]

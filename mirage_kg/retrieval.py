@@ -1,17 +1,21 @@
-"""The LLM-free retriever: link a question, rank the hubs its entities point to, expand the best, and bridge the
-entities; returns verbalised evidence within an entity budget. It is the evaluation's baseline and the seed
-evidence every reasoning chain starts from. It uses graph structure only, no relation names."""
+"""The LLM-free retriever: link a question, lead with the differential's best candidates and the facts that tie
+them to the findings, rank the hubs the question's entities point to, expand the best, and bridge the entities;
+returns verbalised evidence within an entity budget. It is the evaluation's baseline and the seed evidence every
+reasoning chain starts from. It uses graph structure and the ontology's clinical roles, no relation names."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mirage_kg.graph import HUB_EDGES_PER_RELATION, Graph, Neighbour
 from mirage_kg.linking import Linker, Mention
 from mirage_kg.model import Entity, Evidence, Path, Step
+
+if TYPE_CHECKING:
+    from mirage_kg.differential import Differential
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,8 @@ class RetrievalResult:
     entities: tuple[Entity, ...]
     evidence: tuple[Evidence, ...]
     mention_of: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # entity IRI -> mention
+    #: the conditions that explain the question's findings (``mirage_kg.differential``), whose facts lead the evidence
+    differential: Differential | None = field(default=None, compare=False, repr=False)
 
     def evidence_entities(self) -> set[str]:
         """Ids (CURIEs) of every entity the evidence names."""
@@ -38,6 +44,7 @@ class RetrievalResult:
         return {
             "question": self.question,
             "entities": [{"id": e.id, "label": e.label, "mention": self.mention_of.get(e.iri)} for e in self.entities],
+            "differential": [c.to_json() for c in self.differential.candidates] if self.differential else [],
             "evidence": [{"text": ev.text, "nodes": [n.id for n in ev.path.nodes],
                           "steps": [s.to_json() for s in ev.path.steps],
                           "source": compress(ev.sources[0]) if ev.sources else None} for ev in self.evidence],
@@ -55,13 +62,14 @@ class Retriever:
        (a well-connected hub explains more); the best ``max_hubs`` are kept, ranked.
     3. **Spread**: each hub's neighbours score ``1 / (rank + 1)`` of the hub divided by ``|neighbours| ** alpha``,
        summed over hubs, times ``degree ** beta`` (a prior for well-attested entities).
-    4. **Evidence**: the facts tying hubs to question entities, short bridges between the best question
-       entities, then hub facts to the best-scored entities, until ``budget`` entities are in. One fact per
-       connected pair (a store may state a fact both ways)."""
+    4. **Evidence**: first the facts tying the ``lead`` best candidates of the differential diagnosis to the
+       findings they explain (so a reader, or a model, sees the differential), then the facts tying hubs to question
+       entities, short bridges between the best question entities, then hub facts to the best-scored entities,
+       until ``budget`` entities are in. One fact per connected pair (a store may state a fact both ways)."""
 
     def __init__(self, kg: Graph, linker: Linker | None = None, *, min_score: float = 0.7, per_mention: int = 3, max_hubs: int = 10,
                  self_weight: float = 2.0, alpha: float = 0.5, beta: float = 0.5, bridge_hops: int = 2,
-                 bridge_pairs: int = 3, bridge_paths: int = 2) -> None:
+                 bridge_pairs: int = 3, bridge_paths: int = 2, lead: int = 3) -> None:
         self.kg = kg
         self._linker = linker
         self.min_score = min_score
@@ -73,6 +81,7 @@ class Retriever:
         self.bridge_hops = bridge_hops
         self.bridge_pairs = bridge_pairs
         self.bridge_paths = bridge_paths
+        self.lead = lead
 
     # --- linking -------------------------------------------------------------------------------------------------
     @property
@@ -107,20 +116,33 @@ class Retriever:
     def retrieve(self, question: str, budget: int = 100) -> RetrievalResult:
         mentions = tuple(self.linker.link(question, top=5))
         weights, entities, mention_of = self.question_entities(mentions)
-        return self.retrieve_linked(question, mentions, weights, entities, mention_of, budget)
+        diagnosis = self.differential(question, mentions)
+        return self.retrieve_linked(question, mentions, weights, entities, mention_of, budget, diagnosis)
+
+    def differential(self, question: str, mentions: Sequence[Mention]) -> Differential | None:
+        """The differential diagnosis of the linked question (None when ``lead`` is 0)."""
+        if self.lead < 1:
+            return None
+        from mirage_kg.differential import differential
+
+        return differential(self.kg, question, mentions=mentions, top=max(self.lead, 5),  # type: ignore[arg-type]
+                            min_score=self.min_score)
 
     def retrieve_linked(self, question: str, mentions: tuple[Mention, ...], weights: dict[str, float],
-                        entities: dict[str, Entity], mention_of: dict[str, str], budget: int) -> RetrievalResult:
-        """The steps after linking, for entities linked by other means (weights: IRI -> link weight)."""
+                        entities: dict[str, Entity], mention_of: dict[str, str], budget: int,
+                        diagnosis: Differential | None = None) -> RetrievalResult:
+        """The steps after linking, for entities linked by other means (weights: IRI -> link weight); the evidence
+        leads with the supporting facts of ``diagnosis``'s best ``lead`` candidates."""
         ranked_q = sorted(weights, key=lambda i: (-weights[i], i))
         linked = tuple(entities[i] for i in ranked_q)
         if budget < 1 or not weights:
-            return RetrievalResult(question, mentions, linked, (), mention_of)
+            return RetrievalResult(question, mentions, linked, (), mention_of, diagnosis)
+        lead = [path for c in (diagnosis.candidates[: self.lead] if diagnosis else ()) for path in c.paths]
         # a hub's edges up to a cap per relation (``HUB_DEGREE``): the expansion costs the same at any degree
         adjacency = {q: self.kg.neighbours(q, per_relation=HUB_EDGES_PER_RELATION) for q in ranked_q}
         hubs = self.rank_hubs(weights, adjacency)
-        evidence = self._collect(ranked_q, adjacency, hubs, budget)
-        return RetrievalResult(question, mentions, linked, evidence, mention_of)
+        evidence = self._collect(ranked_q, adjacency, hubs, budget, lead)
+        return RetrievalResult(question, mentions, linked, evidence, mention_of, diagnosis)
 
     def rank_hubs(self, weights: dict[str, float], adjacency: dict[str, list[Neighbour]]) -> list[str]:
         """The best ``max_hubs`` hubs, best first."""
@@ -138,7 +160,7 @@ class Retriever:
         return sorted(final, key=lambda n: (-round(final[n], 9), -degree[n], n))[: self.max_hubs]
 
     def _collect(self, ranked_q: list[str], adjacency: dict[str, list[Neighbour]], hubs: list[str],
-                 budget: int) -> tuple[Evidence, ...]:
+                 budget: int, lead: Sequence[Path] = ()) -> tuple[Evidence, ...]:
         kg = self.kg
         facts: dict[frozenset[str], tuple[tuple[str, str, str, str], float]] = {}  # pair -> (step, score)
         paths: list[tuple[tuple[tuple[str, str, str, str], ...], float]] = []
@@ -170,6 +192,10 @@ class Retriever:
                 spread[n] = spread.get(n, 0.0) + share
                 if n not in via or hub_rank[hub] > hub_rank[via[n][0]]:
                     via[n] = (hub, p, d)
+        # 0. the differential: its best candidates' facts with the findings they explain
+        for path in lead:
+            for step in path.steps:
+                add_fact(step.subject.iri, step.relation.iri, "forward", step.object.iri, 2.0)
         # 1. why each hub is there: its facts with the question entities
         for hub in hubs:
             for p, d, n in adjacency[hub]:

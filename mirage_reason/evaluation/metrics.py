@@ -2,7 +2,8 @@
 
 Retrieval metrics (linking recall@k, evidence recall, evidence size) are the ones ``benchmarks/eval_retrieval.py``
 reports as well; answer metrics are BERTScore F1 against the reference (offline all-MiniLM-L6-v2), multiple-choice
-accuracy with robust letter extraction, citation validity and abstention.
+accuracy with robust letter extraction, diagnosis@k (the answer's ranked conditions against the gold answer's),
+citation validity and abstention.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ if TYPE_CHECKING:
 __all__ = [
     "BERTSCORE_MODEL_NAME",
     "BertScorer",
+    "answer_conditions",
     "citation_counts",
+    "diagnosis_at",
     "entity_key",
     "evidence_recall",
     "extract_letter",
+    "gold_conditions",
     "linked_ids",
     "linking_recall",
     "mean",
@@ -95,6 +99,45 @@ def retrieval_metrics(result: Any, gold_question_entities: Iterable[str], gold_a
         "evidence_size": len(result.evidence_entities()),
         "evidence_facts": len(result.evidence),
     }
+
+
+# -- diagnosis@k ---------------------------------------------------------------------------------------------------
+
+#: the kinds that count as a diagnosis
+CONDITION_KINDS = ("disease",)
+_DIAGNOSIS_LINK_SCORE = 0.7  # the paper's soft-match cut-off, as the retriever and the synthesizer use
+
+
+def gold_conditions(kg: KnowledgeGraph, gold_answer_entities: Iterable[str]) -> set[str]:
+    """The comparable ids (``entity_key``) of the gold answer's entities that are conditions in the KG; empty when
+    the gold names none (diagnosis@k does not apply)."""
+    from mirage_kg import clinical_vocabulary
+
+    iris = [expand(i) for i in gold_answer_entities]
+    if not iris:
+        return set()
+    kinds = clinical_vocabulary(kg).kinds(iris)
+    return {entity_key(iri) for iri in iris if kinds[iri] in CONDITION_KINDS}
+
+
+def answer_conditions(kg: KnowledgeGraph, text: str) -> list[str]:
+    """The conditions an answer names, in the order it first names them: each mention's best candidate linking at
+    0.7 or more whose kind is a condition."""
+    from mirage_kg import clinical_vocabulary
+
+    if not text.strip():
+        return []
+    mentions = [m for m in kg.link(text, top=3) if m.best is not None and m.best.score >= _DIAGNOSIS_LINK_SCORE]
+    iris = list(dict.fromkeys(m.best.entity.iri for m in sorted(mentions, key=lambda m: m.start)))  # type: ignore[union-attr]
+    kinds = clinical_vocabulary(kg).kinds(iris)
+    return [compress(i) for i in iris if kinds[i] in CONDITION_KINDS]
+
+
+def diagnosis_at(gold: set[str], ranked: Sequence[str], k: int) -> bool | None:
+    """Whether one of the first ``k`` ranked conditions is a gold one; ``None`` without gold conditions."""
+    if not gold:
+        return None
+    return any(entity_key(c) in gold for c in ranked[:k])
 
 
 # -- multiple choice: see mirage_reason.choices ------------------------------------------------------------

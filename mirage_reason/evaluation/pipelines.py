@@ -1,6 +1,7 @@
 """The answer pipelines an evaluation compares, behind one interface: ``run(examples) -> outputs``.
 
-``retrieve`` is the LLM-free retriever (its answer is the verbalised evidence); ``llm``, ``single-chain``,
+``retrieve`` is the LLM-free retriever (its answer is the verbalised evidence, its diagnosis the differential that
+leads it); ``llm``, ``single-chain``,
 ``mirage``, ``mirage-no-decomposer`` and ``mirage-no-synthesizer`` are the reasoner with the flags of
 ``MirageConfig.pipeline``. All share one KG and one backend, built once and only when a pipeline needs them.
 """
@@ -52,6 +53,8 @@ class PipelineOutput:
     picks_letter: bool = False
     letter: str | None = None
     trace: dict[str, Any] | None = None
+    #: the conditions the pipeline ranks itself (ids, best first); None: the runner reads them off the answer text
+    conditions: tuple[str, ...] | None = None
 
 
 class Pipeline(Protocol):
@@ -139,6 +142,7 @@ class RetrievePipeline:
                 latency=elapsed,
                 picks_letter=example.kind == "choice",
                 letter=_option_picked(text, example.options) if example.kind == "choice" else None,
+                conditions=tuple(c.entity.id for c in result.differential.candidates) if result.differential else (),
             ))
         return outputs
 

@@ -24,6 +24,8 @@ REPORT_VERSION = 1
 METRICS: dict[str, tuple[str, bool | None, str]] = {
     "bertscore_f1": ("BERTScore F1", True, "{:.3f}"),
     "accuracy": ("accuracy", True, "{:.1%}"),
+    "diagnosis_at_1": ("dx@1", True, "{:.1%}"),
+    "diagnosis_at_3": ("dx@3", True, "{:.1%}"),
     "linking_recall": ("link R@5", True, "{:.3f}"),
     "evidence_recall": ("evid. recall", True, "{:.3f}"),
     "evidence_size": ("evid. entities", None, "{:.1f}"),
@@ -51,6 +53,10 @@ def _pipeline_summary(records: Sequence[Mapping[str, Any]], errors: int) -> dict
         "accuracy": mean(bool(r["correct"]) for r in choice) if choice else None,
         "answered_letter_rate": mean(r.get("letter") is not None for r in records if r.get("kind") == "choice")
         if any(r.get("kind") == "choice" for r in records) else None,
+        # over the examples whose gold answer names a condition of the KG (the others have None)
+        "diagnosis_at_1": mean(r.get("diagnosis_at_1") for r in records),
+        "diagnosis_at_3": mean(r.get("diagnosis_at_3") for r in records),
+        "diagnosis_examples": sum(r.get("diagnosis_at_1") is not None for r in records),
         "linking_recall": mean(r.get("linking_recall") for r in records),
         "evidence_recall": mean(r.get("evidence_recall") for r in records),
         "evidence_size": mean(r.get("evidence_size") for r in records),

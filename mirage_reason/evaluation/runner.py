@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from mirage_kg import MirageError
 
 from mirage_reason.evaluation.datasets import Example
-from mirage_reason.evaluation.metrics import BertScorer, citation_counts, evidence_recall, extract_letter, recall
+from mirage_reason.evaluation.metrics import (BertScorer, answer_conditions, citation_counts, diagnosis_at,
+                                              evidence_recall, extract_letter, gold_conditions, recall)
 from mirage_reason.evaluation.pipelines import Pipeline, PipelineOutput
 
 if TYPE_CHECKING:
@@ -140,6 +141,14 @@ def score_output(example: Example, output: PipelineOutput, *, pipeline: str, fin
     citations_valid = citations_total = None
     if output.cited is not None and kg is not None:
         citations_valid, citations_total = citation_counts(kg, output.cited)
+    diagnosis: dict[int, bool | None] = {1: None, 3: None}
+    conditions = output.conditions
+    if kg is not None and example.gold_answer_entities:
+        gold = gold_conditions(kg, example.gold_answer_entities)
+        if gold:
+            if conditions is None:
+                conditions = tuple(answer_conditions(kg, output.answer))
+            diagnosis = {k: diagnosis_at(gold, conditions, k) for k in diagnosis}
     return {
         "key": result_key(pipeline, example.id, fingerprint),
         "pipeline": pipeline,
@@ -160,6 +169,9 @@ def score_output(example: Example, output: PipelineOutput, *, pipeline: str, fin
         # in entities, the unit of the retrieval budget (as benchmarks/eval_retrieval.py counts it), and in facts
         "evidence_size": len(output.evidence_entities) if output.evidence_entities is not None else None,
         "evidence_facts": output.evidence_facts,
+        "conditions": list(conditions) if conditions is not None else None,
+        "diagnosis_at_1": diagnosis[1],
+        "diagnosis_at_3": diagnosis[3],
         "citations_valid": citations_valid,
         "citations_total": citations_total,
         "tokens": dict(output.tokens),
@@ -292,7 +304,9 @@ def _run_batch(pipeline: Pipeline, batch: list[Example], fingerprint: str,
         raise RuntimeError(f"pipeline {pipeline.name!r} returned {len(outputs)} outputs for {len(batch)} examples")
     per_example = elapsed / len(batch)
     graph = None
-    if kg is not None and any(isinstance(o, PipelineOutput) and o.cited for o in outputs):
+    # the KG checks citations and reads the diagnoses of examples whose gold answer names entities
+    if kg is not None and any(isinstance(o, PipelineOutput) and (o.cited or e.gold_answer_entities)
+                              for e, o in zip(batch, outputs)):
         graph = kg()
     records: list[dict[str, Any]] = []
     for example, output in zip(batch, outputs):

@@ -52,7 +52,7 @@ def test_retrieve_is_deterministic_and_serialises(demo_kg: KnowledgeGraph) -> No
     one, two = demo_kg.retrieve(QUESTION), demo_kg.retrieve(QUESTION)
     assert one.evidence == two.evidence and one.entities == two.entities
     out = json.loads(json.dumps(one.to_json()))
-    assert set(out) == {"question", "entities", "evidence"}
+    assert set(out) == {"question", "entities", "differential", "evidence"}
     assert set(out["entities"][0]) == {"id", "label", "mention"}
     assert set(out["evidence"][0]) == {"text", "nodes", "steps", "source"}
     assert out["evidence"][0]["source"] == "GRAPH:demo"
@@ -99,3 +99,19 @@ def test_retrieve_is_the_same_on_an_endpoint(oxigraph_server: Any, demo_kg: Know
     assert there.entities == here.entities
     assert [ev.path for ev in there.evidence] == [ev.path for ev in here.evidence]
     remote.close()
+
+
+def test_evidence_leads_with_the_differential(demo_kg: KnowledgeGraph) -> None:
+    """The best candidates' facts with the findings come first, so the model sees the differential; without the
+    lead the same question's evidence starts elsewhere."""
+    question = "I have a fever, a cough, night sweats and I cough up blood"
+    result = demo_kg.retrieve(question, budget=60)
+    assert result.differential is not None
+    top = result.differential.candidates[0]
+    assert top.entity.label == "Tuberculosis"
+    first = [ev.path for ev in result.evidence[: len(top.paths)]]
+    assert [p.steps[0].subject.iri for p in first] == [top.entity.iri] * len(top.paths)
+    assert {p.steps[0].object.iri for p in first} == {e.iri for e in top.explains}
+    assert result.to_json()["differential"][0]["entity"]["label"] == "Tuberculosis"
+    plain = Retriever(demo_kg, lead=0).retrieve(question, budget=60)
+    assert plain.differential is None and plain.evidence[0].path != result.evidence[0].path

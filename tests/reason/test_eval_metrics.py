@@ -127,3 +127,18 @@ def test_own_bertscore_matches_the_package(scorer: BertScorer) -> None:
     own = BertScorer(force_own=True)
     pairs = ([PARAPHRASE, UNRELATED, "Panic disorder."], [REFERENCE, REFERENCE, REFERENCE])
     assert own.f1(*pairs) == pytest.approx(scorer.f1(*pairs), abs=2e-3)
+
+
+def test_diagnosis_at_k_reads_the_answers_conditions_in_order() -> None:
+    from mirage_kg import KnowledgeGraph, demo_store
+    from mirage_reason.evaluation.metrics import answer_conditions, diagnosis_at, gold_conditions
+
+    kg = KnowledgeGraph(demo_store(), embedding_model="none")
+    # only the gold's conditions count: a drug in the gold answer is no diagnosis
+    gold = gold_conditions(kg, ["KG:Influenza", "KG:Oseltamivir"])
+    assert gold == {"KG:Influenza"}
+    assert gold_conditions(kg, ["KG:Oseltamivir"]) == set()
+    ranked = answer_conditions(kg, "This is more likely pneumonia than influenza; oseltamivir will not help.")
+    assert ranked == ["KG:Pneumonia", "KG:Influenza"]
+    assert diagnosis_at(gold, ranked, 1) is False and diagnosis_at(gold, ranked, 3) is True
+    assert diagnosis_at(set(), ranked, 1) is None  # the metric does not apply

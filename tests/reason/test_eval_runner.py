@@ -59,6 +59,10 @@ def test_every_pipeline_runs_and_is_scored(tmp_path: Path) -> None:
     assert retrieve["linking_recall"] == 1.0  # fever, cough and asthma are all linked
     assert retrieve["citation_validity"] == 1.0  # its evidence comes from the graph
     assert report["results"]["mirage"]["tokens_per_question"] > 0
+    # diagnosis@k, for every pipeline, over the one example whose gold answer names a condition (influenza)
+    assert all(report["results"][name]["diagnosis_examples"] == 1 for name in PIPELINE_NAMES)
+    assert report["results"]["llm"]["diagnosis_at_1"] == 1.0  # "It may be influenza"
+    assert "diagnosis_at_1" in METRICS and "diagnosis_at_3" in METRICS
 
 
 def test_resumed_run_gives_the_uninterrupted_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
