@@ -21,7 +21,7 @@ from mirage_kg.namespaces import RDFS_SUBCLASS
 from mirage_kg.terms import iri_ref
 
 if TYPE_CHECKING:
-    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.graph import Graph
     from mirage_kg.linking import Mention
 
 __all__ = ["Candidate", "Differential", "Finding", "condition_count", "differential", "finding_relations"]
@@ -111,7 +111,7 @@ class Differential:
 
 # -- the KG's finding relations and its conditions -------------------------------------------------------------
 
-def finding_relations(kg: KnowledgeGraph, kinds: Sequence[str | Any] = ()) -> dict[str, str]:
+def finding_relations(kg: Graph, kinds: Sequence[str | Any] = ()) -> dict[str, str]:
     """Relation IRI -> its role, for every relation whose role ties a condition to a finding (``has_finding``:
     condition -> finding; ``finding_of``: finding -> condition) or to context (treats, is a test for, ...)."""
     from mirage_kg.kinds import ROLES, vocabulary
@@ -124,7 +124,7 @@ def finding_relations(kg: KnowledgeGraph, kinds: Sequence[str | Any] = ()) -> di
 _COUNTS: weakref.WeakKeyDictionary[Any, tuple[Any, int]] = weakref.WeakKeyDictionary()
 
 
-def condition_count(kg: KnowledgeGraph, relations: dict[str, str]) -> int:
+def condition_count(kg: Graph, relations: dict[str, str]) -> int:
     """How many distinct conditions have a finding in the KG (the N of the specificity), cached per store state."""
     key = (kg.token, tuple(sorted(relations)))
     cached = _COUNTS.get(kg.store)
@@ -165,7 +165,7 @@ def linked_findings(mentions: Iterable[Mention], min_score: float = MIN_LINK_SCO
 _Edge = tuple[float, str, str, str]  # (strength, stored subject, relation, stored object)
 
 
-def differential(kg: KnowledgeGraph, findings: str | Sequence[Entity | str], *, top: int = 10,
+def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int = 10,
                  kinds: Sequence[str | Any] = (), min_score: float = MIN_LINK_SCORE,
                  descendants: bool = True, mentions: Sequence[Mention] | None = None) -> Differential:
     """Rank the conditions that explain ``findings``: a question (linked here; each mention's best candidate at or
@@ -187,7 +187,12 @@ def differential(kg: KnowledgeGraph, findings: str | Sequence[Entity | str], *, 
         raise InputError(f"top must be at least 1, not {top}")
     if isinstance(findings, str):
         question = findings
-        linked = linked_findings(kg.link(findings, top=5) if mentions is None else mentions, min_score)
+        if mentions is None:
+            from mirage_kg.linking import Linker
+
+            linker = getattr(kg, "linker", None) or Linker(kg)  # a KnowledgeGraph's own, else one on the graph
+            mentions = linker.link(findings, top=5)
+        linked = linked_findings(mentions, min_score)
     else:
         question = ", ".join(f if isinstance(f, str) else f.label for f in findings)
         linked = [(f if isinstance(f, Entity) else kg.entity(f), 1.0, None) for f in findings]  # type: ignore[misc]
@@ -282,7 +287,7 @@ def differential(kg: KnowledgeGraph, findings: str | Sequence[Entity | str], *, 
     return Differential(question, tuple(findings_out), tuple(out), conditions)
 
 
-def _conditions_of(kg: KnowledgeGraph, node: str, relations: dict[str, str], wanted: Sequence[str],
+def _conditions_of(kg: Graph, node: str, relations: dict[str, str], wanted: Sequence[str],
                    descendants: bool) -> dict[str, _Edge]:
     """Condition node -> (strength, stored subject, relation, stored object) for each condition tied to ``node``
     (or, with ``descendants``, to a direct subclass of it) by an edge whose role read from ``node`` is one of

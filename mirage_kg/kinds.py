@@ -24,7 +24,7 @@ from mirage_kg.store.base import Store
 from mirage_kg.terms import iri_ref
 
 if TYPE_CHECKING:
-    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.graph import Graph
 
 __all__ = ["CONCEPT", "KINDS", "ROLES", "ClinicalVocabulary", "RoleEnds", "clinical_vocabulary", "vocabulary"]
 
@@ -337,7 +337,7 @@ def _chunks(items: Sequence[str], size: int = _VALUES_CHUNK) -> Iterable[Sequenc
 _CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, ClinicalVocabulary]] = weakref.WeakKeyDictionary()
 
 
-def vocabulary(kg: KnowledgeGraph | Store, extra: Sequence[str | FsPath] = ()) -> ClinicalVocabulary:
+def vocabulary(kg: Graph | Store, extra: Sequence[str | FsPath] = ()) -> ClinicalVocabulary:
     """The vocabulary of a knowledge graph (or store), cached until a load commits to the store or ``extra``
     changes."""
     from mirage_kg.caching import load_records
