@@ -163,12 +163,18 @@ def ask(question: str, store: str | None, endpoint: str | None, backend_kind: st
     """Answer QUESTION with MIRAGE over a knowledge graph: decompose it, reason in parallel chains that search the
     graph, and synthesise an answer whose every claim cites the graph paths it rests on.
 
-    With no GPU and no --model it runs SmolLM2-135M on the CPU (llama.cpp) over the built-in demo KG, offline. Not
-    medical advice."""
+    With no GPU and no --model it runs SmolLM2-135M on the CPU (llama.cpp) over the built-in demo KG, offline. With
+    $MIRAGE_KG_SERVER set to a running `mirage-kg serve` (e.g. http://127.0.0.1:8000; token: $MIRAGE_KG_TOKEN) the
+    question goes there: no start-up, the server's model and settings. Not medical advice."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if not question.strip():
         raise click.UsageError("QUESTION is empty")
+    from mirage_reason.service.remote import ask_remote, server_url
+
+    if server_url() is not None:  # a running `mirage-kg serve` ($MIRAGE_KG_SERVER) answers: no start-up here
+        ask_remote(click.get_current_context(), question, as_json)
+        return
     try:
         settings = parse_settings(overrides)
     except ValueError as exc:

@@ -30,7 +30,7 @@ from mirage_kg import InputError, MirageError, UnknownEntityError
 if TYPE_CHECKING:
     from mirage_reason.service.asks import AskService
 
-__all__ = ["MODEL", "ChatRequest", "chat_router", "render_text"]
+__all__ = ["MODEL", "ChatRequest", "chat_router", "grounding", "render_text"]
 
 MODEL = "mirage"
 _CREATED = int(time.time())
@@ -78,7 +78,7 @@ def question_of(body: ChatRequest) -> str:
 def render_text(record: Mapping[str, Any]) -> str:
     """What a person reads in a chat window: the answer, how grounded it is, and the paths its claims cite."""
     lines = [str(record.get("answer", "")).strip()]
-    lines += ["", _grounding(record)]
+    lines += ["", grounding(record)]
     cited = [(i, c) for i, c in enumerate(record.get("claims") or [], start=1) if c.get("citations")]
     if cited:
         lines += ["", "Knowledge-graph paths cited:"]
@@ -92,7 +92,7 @@ def render_text(record: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _grounding(record: Mapping[str, Any]) -> str:
+def grounding(record: Mapping[str, Any]) -> str:
     support = record.get("support")
     if isinstance(support, Mapping) and support.get("verdict"):
         reason = f": {support['reason']}" if support.get("reason") else ""

@@ -3,12 +3,14 @@ real ``mirage-kg serve`` process on a free loopback port."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -95,3 +97,14 @@ class ServeProcess:
                 self.proc.wait(5)
         if self._out is not subprocess.DEVNULL:
             self._out.close()  # type: ignore[union-attr]
+
+
+@contextlib.contextmanager
+def scripted_serve(folder: Path, token: str | None = None) -> Iterator[ServeProcess]:
+    """``mirage-kg serve`` over the demo KG with the scripted model (no embeddings), its log in ``folder``."""
+    process = ServeProcess("--script", str(write_script(folder)), "--embedding-model", "none", token=token,
+                           log=folder / "serve.log")
+    try:
+        yield process
+    finally:
+        process.stop()

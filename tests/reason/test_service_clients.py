@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the [serve] extra is not installed: pip install 'mirage-kg[serve]'")
 
-from tests.reason.service_support import QUESTION, ServeProcess, write_script  # noqa: E402
+from tests.reason.service_support import QUESTION, ServeProcess, scripted_serve, write_script  # noqa: E402
 
 TOKEN = "clients-token-for-tests"
 SCHEMA = "https://w3id.org/mirage-kg/schema#"
@@ -29,13 +29,8 @@ pytestmark = [pytest.mark.server, pytest.mark.filterwarnings("ignore:ranking by 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    folder = tmp_path_factory.mktemp("clients")
-    process = ServeProcess("--script", str(write_script(folder)), "--embedding-model", "none", token=TOKEN,
-                           log=folder / "serve.log")
-    try:
+    with scripted_serve(tmp_path_factory.mktemp("clients"), TOKEN) as process:
         yield process
-    finally:
-        process.stop()
 
 
 def own_ask(served: ServeProcess) -> dict[str, Any]:

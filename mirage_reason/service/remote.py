@@ -1,0 +1,130 @@
+"""A warm ``mirage-kg ask``: with ``MIRAGE_KG_SERVER`` set to a running ``mirage-kg serve`` (its root URL, e.g.
+``http://127.0.0.1:8000``; its token from ``MIRAGE_KG_TOKEN``), ``ask`` sends the question there instead of
+loading the KG and the model itself, so a second ask costs the answer, not the start-up.
+
+The server answers with its own store, model and pipeline: an option that would change those (``--model``,
+``--backend``, ``--pipeline``, ``--set``, ``--html``, a ``--store`` other than the server's, ...) is refused with a
+clear message rather than silently ignored; the budgets ``--n-q``, ``--n-r``, ``-k``, ``--max-hops``,
+``--samples`` and ``--seed`` go with the question. The output is the same record (``--json``) or the same text
+shape as a local ask."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["SERVER_ENV", "ask_remote", "print_record", "server_url"]
+
+SERVER_ENV = "MIRAGE_KG_SERVER"
+TOKEN_ENV = "MIRAGE_KG_TOKEN"
+#: ask options the server takes per question (``/v1/ask`` overrides), by click parameter name
+FORWARDED = {"n_q": "n_q", "n_r": "n_r", "k": "k", "max_hops": "max_hops", "samples": "samples", "seed": "seed"}
+#: parameters that change nothing the server decides
+HARMLESS = {"question", "as_json", "store", "endpoint", "max_in_flight", "embedding_model"}
+
+
+def server_url() -> str | None:
+    """The running server named by ``$MIRAGE_KG_SERVER`` (without a trailing slash), or None."""
+    url = os.environ.get(SERVER_ENV, "").strip()
+    return url.rstrip("/") or None
+
+
+def _headers() -> dict[str, str]:
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _refuse_local_options(ctx: click.Context, url: str) -> dict[str, Any]:
+    """The per-question overrides to send; a UsageError naming each option the server cannot honour."""
+    sent: dict[str, Any] = {}
+    refused: list[str] = []
+    for param in ctx.command.params:
+        name = param.name or ""
+        source = ctx.get_parameter_source(name)
+        if source in (click.core.ParameterSource.DEFAULT, None):
+            continue
+        if name in FORWARDED:
+            sent[FORWARDED[name]] = ctx.params[name]
+        elif name not in HARMLESS and source is not click.core.ParameterSource.ENVIRONMENT:
+            refused.append(param.opts[0] if getattr(param, "opts", None) else name)
+    if refused:
+        raise click.UsageError(f"{', '.join(refused)}: the server at {url} ({SERVER_ENV}) answers with its own "
+                               f"model and settings; unset {SERVER_ENV} to ask locally with these options")
+    return sent
+
+
+def _same_store(ctx: click.Context, url: str, location: str) -> None:
+    store, endpoint = ctx.params.get("store"), ctx.params.get("endpoint")
+    asked = endpoint or (str(Path(store).resolve()) if store else None)
+    if asked is None and os.environ.get("MIRAGE_KG_STORE"):
+        asked = str(Path(os.environ["MIRAGE_KG_STORE"]).resolve())
+    served = location if location.startswith(("http://", "https://", "memory")) else str(Path(location).resolve())
+    if asked is not None and asked != served:
+        raise click.UsageError(f"the server at {url} ({SERVER_ENV}) serves {location}, not {asked}; start one on "
+                               f"that store (mirage-kg serve --store ...) or unset {SERVER_ENV}")
+
+
+def ask_remote(ctx: click.Context, question: str, as_json: bool) -> None:
+    """Ask the server at ``$MIRAGE_KG_SERVER`` and print its answer as a local ``ask`` would."""
+    import httpx
+
+    url = server_url()
+    assert url is not None
+    overrides = _refuse_local_options(ctx, url)
+    try:
+        with httpx.Client(base_url=url, headers=_headers(), timeout=httpx.Timeout(10.0, read=None)) as client:
+            health = client.get("/v1/health")
+            _raise_for(health, url)
+            info = health.json()
+            if not info.get("asks"):
+                raise click.ClickException(f"the server at {url} ({SERVER_ENV}) runs without a model (--no-ask); "
+                                           f"unset {SERVER_ENV} to ask locally")
+            _same_store(ctx, url, str(info.get("store", "")))
+            response = client.post("/v1/ask", json={"question": question, **overrides})
+            _raise_for(response, url)
+    except httpx.HTTPError as exc:
+        raise click.ClickException(f"the server at {url} ({SERVER_ENV}) did not answer: {exc}; start it with "
+                                   f"`mirage-kg serve` or unset {SERVER_ENV}") from None
+    record = response.json()
+    if as_json:
+        click.echo(json.dumps(record, indent=2, ensure_ascii=False))
+    else:
+        print_record(record)
+    click.echo(f"(answered by the server at {url})", err=True)
+
+
+def _raise_for(response: Any, url: str) -> None:
+    if response.status_code == 200:
+        return
+    try:
+        message = response.json()["error"]["message"]
+    except Exception:
+        message = response.text[:300]
+    raise click.ClickException(f"the server at {url} ({SERVER_ENV}) answered {response.status_code}: {message}")
+
+
+def print_record(record: dict[str, Any]) -> None:
+    """An ``ask --json`` record as the text a local ``ask`` prints: the answer, how grounded it is, the claims
+    with the paths they rest on, then notes and a summary line on stderr."""
+    from mirage_reason.service.openai_chat import grounding
+
+    click.echo(record.get("answer", ""))
+    click.echo(f"\n{grounding(record)}")
+    claims = record.get("claims") or []
+    if claims:
+        click.echo("\nClaims and the knowledge-graph paths they rest on:")
+        for i, claim in enumerate(claims, start=1):
+            click.echo(f"  [{i}] {claim.get('text', '')}")
+            for path in claim.get("citations") or []:
+                held = path.get("sources") or []
+                click.echo(f"      - {path.get('text', '')}" + (f" [{', '.join(held)}]" if held else ""))
+    for flag in record.get("flags") or []:
+        click.echo(f"note: {flag.get('message', flag.get('code')) if isinstance(flag, dict) else flag}", err=True)
+    timings, tokens = record.get("timings") or {}, record.get("tokens") or {}
+    stages = ", ".join(f"{k} {v:.1f}s" for k, v in timings.items() if v >= 0.05 and k != "total")
+    click.echo(f"\n{len(record.get('sub_questions') or [])} sub-question(s), {len(record.get('chains') or [])} "
+               f"chain(s), {tokens.get('total', 0)} tokens, {timings.get('total', 0.0):.1f} s ({stages})", err=True)
