@@ -40,6 +40,7 @@ from mirage_reason.backends.base import (
     split_think,
     submit_all,
 )
+from mirage_reason.choices import LETTERS, parse_options
 from mirage_reason.config import MirageConfig
 from mirage_reason.errors import ReasonerError
 from mirage_reason.prompts import QUERY_BEGIN, QUERY_END, RESULT_BEGIN, RESULT_END
@@ -426,16 +427,20 @@ class Chain:
         labels = list(self.reachable)
         searchable = (self.spec.search and bool(labels) and self.blocks < cfg.n_r and self.turns + 1 < cfg.max_turns
                       and self.remaining_tokens >= 2 * _ACTION_TOKENS + min(cfg.max_new_tokens, _ANSWER_RESERVE))
-        answer = _action("answer", answer={"type": "string", "minLength": 1,
-                                           "maxLength": max(40, 3 * (asked - _ACTION_OVERHEAD))})
+        text = {"type": "string", "minLength": 1, "maxLength": max(40, 3 * (asked - _ACTION_OVERHEAD))}
+        options = parse_options(self.spec.question or self.spec.sub_question)
+        if options:  # a multiple-choice question: the letter is a constrained choice, then the reasons
+            answer = _action("answer", choice={"enum": list(LETTERS[: len(options)])}, answer=text)
+        else:
+            answer = _action("answer", answer=text)
         if not searchable:
             return answer
-        options = [_action("anchor", entity={"enum": labels})]
+        actions = [_action("anchor", entity={"enum": labels})]
         if len(labels) > 1:
-            options.append(_action("bridge", entity={"enum": labels}, other={"enum": labels}))
+            actions.append(_action("bridge", entity={"enum": labels}, other={"enum": labels}))
         if self.blocks >= min(cfg.min_searches, cfg.n_r):
-            options.append(answer)
-        return options[0] if len(options) == 1 else {"anyOf": options}
+            actions.append(answer)
+        return actions[0] if len(actions) == 1 else {"anyOf": actions}
 
     def _emit(self, kind: str, **data: Any) -> None:
         if self.listener is not None:
@@ -515,6 +520,8 @@ class Chain:
         self.actions.append(action)
         if action.get("action") == "answer":
             self._answer = str(action.get("answer", "")).strip()
+            if action.get("choice"):
+                self._answer = f"Answer: {action['choice']}. {self._answer}"
             self._finish("answered")
             return
         terms = (action["entity"],) if action["action"] == "anchor" else (action["entity"], action["other"])

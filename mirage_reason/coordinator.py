@@ -451,7 +451,9 @@ class _Run:
             ws.abstained = ws.synthesis.abstained
             mirage._finish(ws)
             return
-        self.submit(ws, "synthesize", CompletionRequest(prompt, (), cfg.synthesizer_params(self.seed(ws, "synthesize"))))
+        constraint = mirage.synthesizer.constraint(ws.synthesis) if cfg.use_synthesizer else None
+        self.submit(ws, "synthesize", CompletionRequest(prompt, (), cfg.synthesizer_params(self.seed(ws, "synthesize")),
+                                                        constraint))
         ws.stage = "synthesize"
 
 

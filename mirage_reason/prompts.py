@@ -163,9 +163,11 @@ def structured_decomposer_messages(question: str, entity_labels: Sequence[str], 
 
 
 def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence[str] = (), *,
-                         options: Sequence[str] = (), gaps: Sequence[str] = ()) -> Messages:
+                         options: Sequence[str] = (), gaps: Sequence[str] = (),
+                         structured: tuple[bool, bool] = (False, False)) -> Messages:
     """The final wording step: the model may use the numbered facts and nothing else. With ``options`` (a
-    multiple-choice question), it starts with the letter it picks."""
+    multiple-choice question), it starts with the letter it picks. ``structured`` (sentences, letter): the engine
+    holds the reply to JSON, cited sentences and/or the option's letter (``wording.wording_constraint``)."""
     numbered = "\n".join(f"[{i}] {fact}" for i, fact in enumerate(facts, start=1))
     system = ("You write short, clear answers for patients. Use ONLY the numbered facts you are given, cite them "
               "by number like [1], and never add a diagnosis, drug or test that is not in the facts. Remind the "
@@ -178,7 +180,13 @@ def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence
         user += "\nNot in the knowledge graph (say so):\n" + "\n".join(f"- {g}" for g in gaps) + "\n"
     if warnings:
         user += "\nWarnings (mention them):\n" + "\n".join(f"- {w}" for w in warnings) + "\n"
-    if options:
+    sentences, letter = structured
+    if sentences or letter:
+        fields = (['"choice": the letter of the one correct option'] if letter else []) + (
+            ['"sentences": [{"text": one short sentence for the patient, "cite": the number of the fact it rests '
+             'on}, ...] (at most three)'] if sentences else [])
+        user += "\nReply in JSON: {" + ", ".join(fields) + "}."
+    elif options:
         user += "\nStart with 'Answer: X' (the letter of the one correct option), then explain in a few sentences."
     else:
         user += "\nWrite the answer in one or two paragraphs."

@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from mirage_kg import ClinicalVocabulary, Entity, MirageError, Path, Step, clinical_vocabulary
 
 from mirage_reason import prompts
-from mirage_reason.backends.base import Backend, Completion, strip_think
+from mirage_reason.backends.base import Backend, Completion, OutputConstraint, strip_think
 from mirage_reason.chain import ChainResult, path_json
 from mirage_reason.choices import LETTERS, extract_letter, parse_options
 from mirage_reason.config import MirageConfig
 from mirage_reason.decomposer import question_intents
 from mirage_reason.support import DOSE, Flag, SentenceCheck, Support, harmful_in
+from mirage_reason.wording import render, wording_constraint, wording_form
 
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
@@ -579,7 +580,12 @@ class Synthesizer:
             options = tuple(f"{letter}. {text}" for letter, text in zip(LETTERS, synthesis.options))
         return self.backend.format_chat(
             prompts.synthesizer_messages(synthesis.question, synthesis.facts, synthesis.warnings, options=options,
-                                         gaps=synthesis.gaps))
+                                         gaps=synthesis.gaps,
+                                         structured=wording_form(self.config, self.backend, synthesis)))
+
+    def constraint(self, synthesis: Synthesis) -> OutputConstraint | None:
+        """The writer's output constraint (cited sentences, the option letter), where the engine can hold it."""
+        return wording_constraint(self.config, self.backend, synthesis)
 
     def merge_prompt(self, question: str, chains: Sequence[ChainResult]) -> str:
         """Without the synthesizer: one prompt over the chains' answers (the reference code's way)."""
@@ -621,6 +627,7 @@ class Synthesizer:
         question's answer leads with what the graph says of the drug and the patient's conditions."""
         flags = list(synthesis.flags)
         raw = completion if isinstance(completion, str) or completion is None else completion.text
+        raw = render(raw, len(synthesis.facts)) if raw else raw  # a structured reply as cited sentences
         text = _tidy(raw or "")
         if isinstance(completion, Completion) and completion.finish_reason == "length":
             text = whole_sentences(text)
@@ -936,7 +943,8 @@ class Synthesizer:
         prompt = self.prompt(synthesis)
         completion = None
         if prompt is not None:
-            completion = self.backend.generate([prompt], (), self.config.synthesizer_params(seed))[0]
+            completion = self.backend.generate([prompt], (), self.config.synthesizer_params(seed),
+                                               constraint=self.constraint(synthesis))[0]
         text, flags = self.finish(synthesis, completion)
         return synthesis, text, flags, completion
 

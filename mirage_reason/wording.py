@@ -1,0 +1,88 @@
+"""The answer's wording as structured output: sentences that each cite one of the numbered facts, and a
+multiple-choice letter that is a constrained choice, not a parse of free text.
+
+Where the engine constrains output (``MirageConfig.constrains``: "wording" for the sentences, "choice" for the
+letter) the writer replies in JSON whose ``cite`` field can only be the number of a fact it was given and whose
+``choice`` can only be an option's letter; :func:`render` turns the reply into the text a person reads, every
+sentence ending in its ``[n]`` marker. The synthesizer's claim check then reads that text as it reads any other:
+the grammar makes the model cite, it does not make what it says true.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from mirage_reason.backends.base import OutputConstraint
+from mirage_reason.choices import LETTERS
+
+if TYPE_CHECKING:
+    from mirage_reason.config import MirageConfig
+    from mirage_reason.synthesizer import Synthesis
+
+__all__ = ["MAX_SENTENCES", "render", "wording_constraint", "wording_form"]
+
+MAX_SENTENCES = 3
+_SENTENCE_CHARS = 160
+
+
+def wording_form(config: MirageConfig, backend: Any, synthesis: Synthesis) -> tuple[bool, bool]:
+    """Which parts of this answer's wording the engine constrains: (the cited sentences, the option letter). The
+    letter is asked for only when no chain picked one (the chains' vote decides otherwise)."""
+    sentences = bool(synthesis.facts) and config.constrains(backend, "wording")
+    letter = bool(synthesis.options) and synthesis.letter is None and config.constrains(backend, "choice")
+    return sentences, letter
+
+
+def wording_constraint(config: MirageConfig, backend: Any, synthesis: Synthesis) -> OutputConstraint | None:
+    """The JSON schema of the writer's reply, or None where it writes free text."""
+    sentences, letter = wording_form(config, backend, synthesis)
+    if not (sentences or letter):
+        return None
+    properties: dict[str, Any] = {}
+    if letter:
+        properties["choice"] = {"enum": list(LETTERS[: len(synthesis.options)])}
+    if sentences:
+        properties["sentences"] = {"type": "array", "minItems": 1, "maxItems": MAX_SENTENCES, "items": {
+            "type": "object", "properties": {
+                "text": {"type": "string", "minLength": 8, "maxLength": _SENTENCE_CHARS},
+                "cite": {"enum": list(range(1, len(synthesis.facts) + 1))}},
+            "required": ["text", "cite"], "additionalProperties": False}}
+    return OutputConstraint(json_schema={"type": "object", "properties": properties, "required": list(properties),
+                                         "additionalProperties": False})
+
+
+_ITEM = re.compile(r'\{\s*"text"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"cite"\s*:\s*(\d+)\s*\}')
+_CHOICE = re.compile(r'"choice"\s*:\s*"([A-J])"')
+_MARKER = re.compile(r"\s*\[\d+\]")
+
+
+def render(raw: str, n_facts: int) -> str:
+    """The writer's JSON reply as text: "Answer: X" (a constrained letter) then each sentence with its ``[n]``
+    citation at its end. A reply cut by its max tokens keeps its finished sentences; text that is not such a
+    reply (an engine that wrote free text) is returned as it is."""
+    stripped = raw.strip()
+    if not stripped.startswith("{"):
+        return raw
+    try:
+        value = json.loads(stripped)
+        choice = value.get("choice") if isinstance(value, dict) else None
+        items = [(str(i["text"]), int(i["cite"])) for i in value.get("sentences", [])] if isinstance(value, dict) \
+            else []
+    except (ValueError, TypeError, KeyError, AttributeError):  # cut short: its finished parts
+        found = _CHOICE.search(stripped)
+        choice = found.group(1) if found else None
+        items = []
+        for match in _ITEM.finditer(stripped):
+            try:
+                items.append((str(json.loads(f'"{match.group(1)}"')), int(match.group(2))))
+            except ValueError:
+                continue
+    sentences = []
+    for text, cite in items:
+        text = " ".join(_MARKER.sub("", text).split()).rstrip(" .;,")
+        if text and 1 <= cite <= n_facts:
+            sentences.append(f"{text[0].upper()}{text[1:]} [{cite}].")
+    head = f"Answer: {choice}" if isinstance(choice, str) and choice else ""
+    return "\n\n".join(part for part in (head, " ".join(sentences)) if part)
