@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from mirage_kg.cli.index_command import index_options, run_index_step
+from mirage_kg.cli.main import endpoint_auth_options
 
 SOURCE_CHOICES = ["hpo", "hpoa", "mondo", "icd10cm"]
 
@@ -23,6 +24,7 @@ SOURCE_CHOICES = ["hpo", "hpoa", "mondo", "icd10cm"]
 @click.option("--skip", "skip", multiple=True, type=click.Choice(SOURCE_CHOICES), help="Leave out a source (repeatable).")
 @click.option("--force", is_flag=True, help="Reload sources already in the store.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+@endpoint_auth_options
 @index_options
 def build_default(store: Path | None, endpoint: str | None, only: tuple[str, ...], skip: tuple[str, ...],
                   force: bool, as_json: bool, index: bool, embeddings: bool | None) -> None:
@@ -32,7 +34,7 @@ def build_default(store: Path | None, endpoint: str | None, only: tuple[str, ...
     concept each; then the query indexes. Cite HPO and MONDO as their licences ask (docs/sources.md)."""
     from mirage_kg.loaders.base import LoadReport
     from mirage_kg.loaders.default_kg import SOURCES, build_default_kg, default_store_dir
-    from mirage_kg.store import OxigraphStore, open_store
+    from mirage_kg.store import OxigraphStore, SparqlStore, open_store
 
     if store is not None and endpoint is not None:
         raise click.UsageError("give either --store or --endpoint, not both")
@@ -44,6 +46,8 @@ def build_default(store: Path | None, endpoint: str | None, only: tuple[str, ...
     report = LoadReport()
     started = time.perf_counter()
     echo = (lambda s: None) if as_json else (lambda s: click.echo(s, err=True))
+    if isinstance(target, SparqlStore):
+        target.report = echo  # a long endpoint load says how far it got
     try:
         steps = build_default_kg(target, sources, force=force, report=report, explicit=bool(only), echo=echo)
         triples = target.triple_count()

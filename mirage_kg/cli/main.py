@@ -104,13 +104,20 @@ def _credential_to_environment(name: str) -> Callable[[click.Context, click.Para
         import os
 
         if value:
-            os.environ[name] = value
+            os.environ[name] = str(value)
     return callback
 
 
 def endpoint_auth_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--endpoint-user`` / ``--endpoint-password`` (HTTP basic) and ``--endpoint-token`` (bearer), each also
-    read from its environment variable; never echoed."""
+    read from its environment variable; never echoed. And ``--timeout`` (unless the command has its own): how
+    long an endpoint may take to answer one request."""
+    if not any(getattr(p, "name", None) == "timeout" for p in getattr(func, "__click_params__", [])):
+        func = click.option("--timeout", metavar="SECONDS", type=click.FloatRange(min=0, min_open=True),
+                            envvar="MIRAGE_KG_ENDPOINT_TIMEOUT", expose_value=False,
+                            callback=_credential_to_environment("MIRAGE_KG_ENDPOINT_TIMEOUT"),
+                            help="Seconds an endpoint may take to answer one request; an update gets at least "
+                                 "600 [default: 30; $MIRAGE_KG_ENDPOINT_TIMEOUT].")(func)
     func = click.option("--endpoint-token", metavar="TOKEN", envvar="MIRAGE_KG_ENDPOINT_TOKEN", expose_value=False,
                         callback=_credential_to_environment("MIRAGE_KG_ENDPOINT_TOKEN"),
                         help="Bearer token for the endpoint [$MIRAGE_KG_ENDPOINT_TOKEN].")(func)

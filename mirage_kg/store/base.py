@@ -316,7 +316,7 @@ class Store(abc.ABC):
         replace = before > 0 and graph in self._replacing
         staged = self._stages(before)
         target = f"{graph}/staging/{uuid.uuid4().hex}" if staged else graph
-        token = uuid.uuid4().hex
+        token = self._load_token()
         self.update(
             f"INSERT DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
         )
@@ -340,15 +340,16 @@ class Store(abc.ABC):
             f"INSERT DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(graph)} {iri_ref(LOADED_FROM)} {literal(source)} ; "
             f"{iri_ref(LOADED_AT)} {literal(now, datatype='http://www.w3.org/2001/XMLSchema#dateTime')} }} }}"
         )
-        unmark = f"DELETE DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
+        unmark = self._unmark(target, token)
         if replace:
             record = f"{forget_record(graph)} ;\n{record}"
         if self._recording is not None:
             record = f"{record} ;\n{self._recording(graph)}"
         if target == graph:
-            self.update(f"{unmark} ;\n{record}")
+            self._commit(target, token, lambda: self.update(f"{unmark} ;\n{record}"))
         else:
-            self._commit_staged(target, graph, unmark, record, "replace" if replace else "merge" if before else "new")
+            mode = "replace" if replace else "merge" if before else "new"
+            self._commit(target, token, lambda: self._commit_staged(target, graph, unmark, record, mode))
         return LoadReceipt(graph=graph, source=source, added=self.triple_count(graph) - before)
 
     #: graphs whose next load replaces their content instead of adding to it (see ``replacing``)
@@ -396,11 +397,21 @@ class Store(abc.ABC):
             self.update(f"ADD {iri_ref(staging)} TO {iri_ref(graph)} ;\nDROP SILENT GRAPH {iri_ref(staging)} ;\n"
                         f"{unmark} ;\n{record}")
 
+    def _load_token(self) -> str:
+        """The pending mark of a new load (``recover`` drops the loads it finds marked)."""
+        return uuid.uuid4().hex
+
+    def _unmark(self, target: str, token: str) -> str:
+        """The update that removes a load's pending mark (at its commit, or when it is discarded)."""
+        return f"DELETE DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
+
+    def _commit(self, target: str, token: str, commit: Callable[[], None]) -> None:
+        """Run a load's commit (one update); a store whose client can lose the answer to it checks what the
+        server did."""
+        commit()
+
     def _discard(self, target: str, token: str) -> None:
-        self.update(
-            f"DROP SILENT GRAPH {iri_ref(target)} ;\n"
-            f"DELETE DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
-        )
+        self.update(f"DROP SILENT GRAPH {iri_ref(target)} ;\n{self._unmark(target, token)}")
 
     def recover(self) -> list[str]:
         """Drop the graphs of loads that were killed midway; returns their names."""

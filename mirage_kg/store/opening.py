@@ -41,16 +41,17 @@ def open_store(store: str | Path | None = None, endpoint: str | None = None, *, 
     """The store a command should use. Reading opens an existing store read-only (shared with other readers and a
     writer); ``create`` (for ``load``) opens it for writing, making it in a new or empty folder only.
 
-    An endpoint is checked on open: a killed load's staging graph is dropped; for ``create`` the schema graph is
-    loaded on first use; for reading, an endpoint that could not answer as the embedded store does is an error
-    with the fix. ``chunk_triples`` fixes its INSERT DATA size."""
+    An endpoint is checked on open: for ``create``, the loads killed midway are dropped and the schema graph is
+    loaded on first use; for reading (which never writes, so a load under way beside it is left alone), an
+    endpoint that could not answer as the embedded store does is an error with the fix. ``chunk_triples`` fixes
+    its INSERT DATA size."""
     if store is not None and endpoint is not None:
         raise StoreError("give either --store or --endpoint, not both")
     if endpoint:
         remote = SparqlStore(endpoint, chunk_triples=chunk_triples)
         try:
-            remote.recover()
             if create:
+                remote.recover()
                 ensure_schema(remote)
             else:
                 remote.check()

@@ -10,19 +10,26 @@ What differs between engines is detected, not assumed:
 - **the insert size** it accepts: INSERT DATA chunks halve on Virtuoso's SP030/SP031 "memory exhausted" (or set
   ``chunk_triples``);
 - **nested optional property paths**: the bridge ASK becomes a UNION of fixed-length sequences where they fail.
-Loads go into a staging graph moved into place in one update; ``recover`` (run by ``open_store``) drops a killed
-load's staging graph. HTTP basic or bearer auth comes from the arguments, the URL or the environment and is never
+A new graph loads in place, in INSERT DATA chunks, and commits with its manifest record (a few triples): queries
+name only the graphs the manifest records, so it stays invisible until then, and no commit moves millions of
+triples. A load into a graph that holds triples goes into a staging graph moved into place in one update. A load's
+pending mark names its process (host, pid) and carries a heartbeat; a writer's ``recover`` (run by ``open_store``
+for ``load`` and ``build-default``, never for a read) drops only the loads whose process is gone or whose heartbeat
+stopped, and a commit whose answer was lost is confirmed from the manifest. HTTP basic or bearer auth comes from the arguments, the URL or the environment and is never
 echoed: messages name the endpoint without credentials. Answers are capped in size, ``Retry-After`` is honoured,
 and an HTML page, a non-JSON body or a cut-off answer is one clear error."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import email.utils
 import json
 import os
 import re
+import socket
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -31,8 +38,9 @@ import httpx
 
 from mirage_kg.errors import EndpointError, QueryError, StoreError
 from mirage_kg.namespaces import XSD
-from mirage_kg.store.base import LOADED_FROM, MANIFEST_GRAPH, PAGE_SIZE, Store
-from mirage_kg.terms import Term, iri_ref
+from mirage_kg.namespaces import MKG
+from mirage_kg.store.base import LOADED_FROM, MANIFEST_GRAPH, PAGE_SIZE, PENDING, Store
+from mirage_kg.terms import Term, iri_ref, literal
 
 _RETRY_STATUS = {429, 500, 502, 503, 504}
 ENV_USER = "MIRAGE_KG_ENDPOINT_USER"
@@ -47,6 +55,12 @@ _DATASET_RECHECK_S = 2.0  # how often the manifest's graph list is re-read (anot
 _MAX_RETRY_AFTER_S = 30.0
 _TOO_BIG = re.compile(r"SP03[01]|memory exhausted|too large|too big|request entity", re.IGNORECASE)
 _NO_UPDATE = re.compile(r"SR186|permission|not allowed|read.?only|forbidden", re.IGNORECASE)
+#: a running load's heartbeat in the manifest (``<graph> mkg:loadAlive "time"``), refreshed every ``_HEARTBEAT_S``
+LOAD_ALIVE = MKG + "loadAlive"
+_HEARTBEAT_S = 30.0
+#: a load whose heartbeat is older than this is abandoned whatever its process (another host cannot tell)
+STALE_LOAD_S = 1800.0
+_PROGRESS_S = 30.0  # how often a long endpoint load says how far it got
 _HAS_LIMIT = re.compile(r"(?is)\b(LIMIT|OFFSET)\s+\d+\s*(\b(LIMIT|OFFSET)\s+\d+\s*)?$")
 
 
@@ -111,6 +125,9 @@ class SparqlStore(Store):
     ``timeout`` bounds each read (default 30 s or ``$MIRAGE_KG_ENDPOINT_TIMEOUT``); updates get ``update_timeout``."""
 
     stages_every_load = True
+    #: how long a load whose commit got no answer reads the manifest for it before giving up (None: the update
+    #: timeout)
+    commit_confirm_s: float | None = None
 
     def __init__(
         self,
@@ -155,6 +172,9 @@ class SparqlStore(Store):
         self._cap: int | None | bool = False  # False: not probed yet
         self._nested: bool | None = None
         self._union: bool | None = None
+        #: where a long load says how far it got (``build-default`` and ``load`` give their echo), one line
+        #: every ``_PROGRESS_S``
+        self.report: Callable[[str], None] | None = None
 
     # --- HTTP ----------------------------------------------------------------------------------------------
     def _post(self, url: str, *, data: dict[str, Any], headers: dict[str, str],
@@ -408,11 +428,22 @@ class SparqlStore(Store):
         # Parse locally (streaming) and send INSERT DATA chunks: every SPARQL 1.1 endpoint accepts them.
         quads = ox.parse(data, format=_FORMATS[media_type], base_iri=base_iri)
         batch: list[str] = []
+        started = beat = told = time.monotonic()
+        sent = 0
         for q in quads:
             batch.append(f"{q.subject} {q.predicate} {q.object} .\n")
             if len(batch) >= self.chunk_triples:
                 self._insert(batch, graph)
+                sent += len(batch)
                 batch = []
+                now = time.monotonic()
+                if now - beat >= _HEARTBEAT_S:
+                    self._heartbeat(graph)
+                    beat = now
+                if self.report is not None and now - told >= _PROGRESS_S:
+                    self.report(f"  {graph}: {sent:,} triples sent in {now - started:.0f} s "
+                                f"({sent / max(now - started, 1e-9):,.0f}/s)")
+                    told = now
         if batch:
             self._insert(batch, graph)
 
@@ -430,6 +461,75 @@ class SparqlStore(Store):
             self.chunk_triples = max(1, min(self.chunk_triples, half))
             self._insert(batch[:half], graph)
             self._insert(batch[half:], graph)
+
+    # --- loads beside other processes ----------------------------------------------------------------------
+    def _stages(self, before: int) -> bool:
+        """A new graph loads in place (queries see it only once the manifest records it), unless no mirage-kg
+        load is recorded here yet: then queries are not restricted to recorded graphs."""
+        return before > 0 or self._graphs() is None
+
+    def _load_token(self) -> str:
+        return f"{uuid.uuid4().hex} {socket.gethostname()} {os.getpid()}"
+
+    def _unmark(self, target: str, token: str) -> str:
+        return (f"{super()._unmark(target, token)} ;\n"
+                f"DELETE WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(LOAD_ALIVE)} ?at }} }}")
+
+    def _heartbeat(self, target: str, state: str = "") -> None:
+        """Say in the manifest that the load into ``target`` is alive (``state`` "committing": its commit is
+        on its way)."""
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+        manifest = iri_ref(MANIFEST_GRAPH)
+        self.update(f"DELETE WHERE {{ GRAPH {manifest} {{ {iri_ref(target)} {iri_ref(LOAD_ALIVE)} ?at }} }} ;\n"
+                    f"INSERT DATA {{ GRAPH {manifest} {{ {iri_ref(target)} {iri_ref(LOAD_ALIVE)} "
+                    f"{literal(f'{now} {state}'.strip())} }} }}")
+
+    def _commit(self, target: str, token: str, commit: Callable[[], None]) -> None:
+        """The commit, and when its answer is lost (a timeout, a dropped connection), what the server did: the
+        load's pending mark gone means it committed. Still there after ``commit_confirm_s``: an error saying the
+        server may yet apply it (its mark stays, so no later writer drops a load that may still commit)."""
+        self._heartbeat(target, "committing")
+        try:
+            commit()
+            return
+        except EndpointError as exc:
+            if not exc.retryable:
+                raise
+            lost = exc
+        wait = self.commit_confirm_s if self.commit_confirm_s is not None else self.update_timeout
+        deadline = time.monotonic() + wait
+        ask = f"ASK {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
+        while True:
+            try:
+                payload, _ = self._results(ask, None, restricted=False)
+                if not _boolean(payload, self.location):
+                    return  # the server applied it
+            except (EndpointError, QueryError):
+                pass  # still unreachable: keep asking until the deadline
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+        raise EndpointError(
+            f"the commit of {target} got no answer ({_first_line(lost)}) and is not in the manifest after "
+            f"{wait:.0f} s more; the endpoint may still apply it: `mirage-kg stats --endpoint {self.location}` shows "
+            "whether it did; if it never does, the next load drops the unfinished one", self.location) from None
+
+    def recover(self) -> list[str]:
+        """Drop the loads that were killed midway: their process is gone (this host), their heartbeat stopped
+        more than ``STALE_LOAD_S`` ago, or their mark names no process (an older mirage-kg's). A load under way
+        in another process is left alone, and so is one whose commit may still be applied."""
+        manifest = iri_ref(MANIFEST_GRAPH)
+        rows = self.select(f"SELECT ?g ?t ?at WHERE {{ GRAPH {manifest} {{ ?g {iri_ref(PENDING)} ?t "
+                           f"OPTIONAL {{ ?g {iri_ref(LOAD_ALIVE)} ?at }} }} }}")
+        dropped = []
+        for row in rows:
+            graph, token = row["g"].value, row["t"].value
+            alive = row["at"].value if "at" in row else ""
+            if not _abandoned(token, alive, self.update_timeout):
+                continue
+            self._discard(graph, token)
+            dropped.append(graph)
+        return dropped
 
     def export(self, out: IO[bytes], media_type: str) -> None:
         """The dataset (paged under the result cap) rebuilt in memory and written as the embedded store would."""
@@ -450,6 +550,40 @@ class SparqlStore(Store):
 
     def close(self) -> None:
         self._client.close()
+
+
+def _abandoned(token: str, alive: str, update_timeout: float) -> bool:
+    """Whether the load whose pending mark is ``token`` (``uuid host pid``) and whose heartbeat reads ``alive``
+    (``time [committing]``) was given up: its process on this host is gone (and no commit of it can still be
+    on its way), or its heartbeat stopped ``STALE_LOAD_S`` ago; a mark without a process is an older mirage-kg's."""
+    parts = token.split()
+    if len(parts) != 3 or not parts[2].isdigit():
+        return True
+    beat = alive.split()
+    age = None
+    if beat:
+        try:
+            age = (_dt.datetime.now(_dt.timezone.utc) - _dt.datetime.fromisoformat(beat[0])).total_seconds()
+        except ValueError:
+            age = None
+    if age is not None and age > max(STALE_LOAD_S, 2 * update_timeout):
+        return True
+    if parts[1] != socket.gethostname():
+        return False  # another host's process: only its heartbeat tells
+    if _process_alive(int(parts[2])):
+        return False
+    committing = len(beat) > 1 and beat[1] == "committing"
+    return not (committing and age is not None and age < 2 * update_timeout)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def _own_limit(query: str) -> int | None:
