@@ -85,10 +85,23 @@ class Differential:
     candidates: tuple[Candidate, ...]
     conditions: int = 0  # the conditions the specificity is counted over
     notes: tuple[str, ...] = field(default=())
+    #: every condition that explains a finding (top or not) -> (its coverage, the IRIs of the findings it explains)
+    coverage_of: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def top(self) -> Candidate | None:
         return self.candidates[0] if self.candidates else None
+
+    def coverage(self, iri: str) -> float:
+        """The share of the findings' weight that the condition ``iri`` explains (0: none), top candidate or not."""
+        return self.coverage_of.get(iri, (0.0, ()))[0]
+
+    def split(self, iri: str) -> tuple[tuple[Entity, ...], tuple[Entity, ...]]:
+        """The findings the condition ``iri`` explains, and those it leaves unexplained (context excepted)."""
+        explained = set(self.coverage_of.get(iri, (0.0, ()))[1])
+        return (tuple(f.entity for f in self.findings if f.entity.iri in explained or f.entity.iri == iri),
+                tuple(f.entity for f in self.findings
+                      if f.role != "context" and f.entity.iri not in explained and f.entity.iri != iri))
 
     def to_json(self) -> dict[str, Any]:
         return {"question": self.question, "findings": [f.to_json() for f in self.findings],
@@ -284,7 +297,9 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
                             if f.role != "context" and groups.rep(f.entity.iri) not in support[c])
         out.append(Candidate(Entity(c, names[c]), scored[c][0], scored[c][1], tuple(explains), unexplained,
                              tuple(paths), profile[c]))
-    return Differential(question, tuple(findings_out), tuple(out), conditions)
+    iri_of = {groups.rep(f.entity.iri): f.entity.iri for f in findings_out}
+    covered = {c: (gained[c] / total, tuple(iri_of[n] for n in support[c])) for c in gained}
+    return Differential(question, tuple(findings_out), tuple(out), conditions, coverage_of=covered)
 
 
 def _conditions_of(kg: Graph, node: str, relations: dict[str, str], wanted: Sequence[str],

@@ -68,6 +68,10 @@ class Answer:
     sentences: tuple[SentenceCheck, ...] = ()
     # who wrote the sub-questions ("model" | "template" | "question"), whether the engine constrained it, its notes
     decomposition: Mapping[str, Any] = field(default_factory=dict)
+    # the graph's differential (candidates best first, each with what it explains) and the question's findings the
+    # answer's diagnosis explains / leaves unexplained (``Synthesis.findings``)
+    differential: tuple[Mapping[str, Any], ...] = ()
+    findings: Mapping[str, Any] = field(default_factory=lambda: {"explained": [], "unexplained": []})
 
     @property
     def verdict(self) -> str:
@@ -108,6 +112,8 @@ class Answer:
             "conflicts": [c.to_json() for c in self.conflicts],
             "dropped_claims": [c.to_json(full=True) for c in self.dropped],
             "decomposition": dict(self.decomposition),
+            "differential": [dict(c) for c in self.differential],
+            "findings": dict(self.findings),
             "chains": [self._chain_json(i, c) for i, c in enumerate(self.chains)],
             "notes": list(self.notes),
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
@@ -290,6 +296,9 @@ class Mirage:
             support=support,
             sentences=sentences,
             decomposition=ws.decomposition.to_json() if ws.decomposition is not None else {},
+            differential=tuple(c.to_json() for c in synthesis.differential.candidates[:5])
+            if synthesis is not None and synthesis.differential is not None else (),
+            findings=synthesis.findings if synthesis is not None else {"explained": [], "unexplained": []},
         )
         ws.emit("answer", answer=ws.answer.to_json())
 

@@ -37,7 +37,7 @@ from mirage_reason.support import DOSE, Flag, SentenceCheck, Support, harmful_in
 from mirage_reason.wording import render, wording_constraint, wording_form
 
 if TYPE_CHECKING:
-    from mirage_kg import KnowledgeGraph
+    from mirage_kg import Differential, KnowledgeGraph
 
 __all__ = ["Claim", "Conflict", "Synthesis", "Synthesizer", "entity_kind", "normalise_units", "whole_sentences"]
 
@@ -54,6 +54,8 @@ _CONTRA_ROLES = ("contraindicated_in", "contraindicates")
 _CONDITION_KINDS = ("disease", "finding")
 _INTENT_WORDS = {"treatment": "medication", "tests": "test"}
 NOT_SUPPORTED = "not supported by the knowledge graph"
+#: how much the chains' votes (as a share of all votes) can add to a diagnosis's evidence coverage in the vote
+VOTE_WEIGHT = 0.3
 #: the linking methods that find an entity by what the text names (its label, a synonym, its id)
 _NAMING_METHODS = frozenset({"id", "exact", "normalised", "synonym"})
 
@@ -162,6 +164,19 @@ class Synthesis:
     no_support: str = "flag"
     held: tuple[Path, ...] = ()  # the facts the chains saw that touch the question, strongest first
     safety: tuple[str, ...] = ()  # for "can I take / give X": what the graph says of X and the conditions
+    differential: Differential | None = None  # the graph's ranking of conditions by how much of the findings each explains
+
+    @property
+    def findings(self) -> dict[str, list[dict[str, str]]]:
+        """The question's findings the leading diagnosis explains, and those it leaves unexplained."""
+        if self.differential is None or not self.differential.findings:
+            return {"explained": [], "unexplained": []}
+        lead = self.diagnoses[0].iri if self.diagnoses else None
+        if lead is None:
+            return {"explained": [], "unexplained": [f.entity.to_json() for f in self.differential.findings
+                                                   if f.role != "context"]}
+        explained, unexplained = self.differential.split(lead)
+        return {"explained": [e.to_json() for e in explained], "unexplained": [e.to_json() for e in unexplained]}
 
     @property
     def supported(self) -> bool:
@@ -292,11 +307,14 @@ class Synthesizer:
         kinds = self._kinds(vocab, [m.entity for m in mentions] + list(question_entities), all_paths)
 
         weights = [1.0] * len(chains)
+        differential: Differential | None = None
         conflicts: list[Conflict] = []
         losers: set[str] = set()
         winners: list[Entity] = []
         if resolve:
-            losers, winners, conflict = self._vote_diagnosis(question_entities, chains, mentions, kinds, weights)
+            differential = self._differential(question)
+            losers, winners, conflict = self._vote_diagnosis(question_entities, chains, mentions, kinds, weights,
+                                                             differential, "diagnosis" in question_intents(question))
             if conflict is not None:
                 conflicts.append(conflict)
         if not winners:  # the question names its condition ("what should I take for asthma?")
@@ -347,6 +365,7 @@ class Synthesizer:
         warnings: list[str] = []
         gaps: list[str] = []
         if resolve:
+            kept = self._diagnosis_claims(winners, kept, differential, kinds)
             found_claims, gaps, problem = self._answer_intents(vocab, intents, winners, kept, kinds)
             kept += found_claims
             flags += [problem] if problem else []
@@ -357,7 +376,9 @@ class Synthesizer:
             conflicts += treatment
             warnings = [c.text for c in warning_claims]
             kept += warning_claims
-        kept.sort(key=lambda c: (c.kind == "warning", -c.support, -len(c.chains), c.entity.label.casefold()))
+        lead = {w.iri for w in winners}  # the diagnosis first: the answer names it before anything else
+        kept.sort(key=lambda c: (c.kind == "warning", c.entity.iri not in lead, -c.support, -len(c.chains),
+                                 c.entity.label.casefold()))
         letter = None
         if options:
             letter, choice, note = self._vote_letter(options, chains, weights, all_paths, q_iris)
@@ -369,7 +390,8 @@ class Synthesizer:
         return Synthesis(question, tuple(question_entities), tuple(_top(kept, cfg.max_claims)), tuple(dropped),
                          tuple(conflicts), tuple(normalised), tuple(warnings), resolve, intents, tuple(winners),
                          tuple(gaps), tuple(flags), options, letter, model_answer, cfg.no_support,
-                         held=tuple(p for p in _rank_paths(all_paths, q_iris) if _node_iris(p) & q_iris)[:3])
+                         held=tuple(p for p in _rank_paths(all_paths, q_iris) if _node_iris(p) & q_iris)[:3],
+                         differential=differential)
 
     def _kinds(self, vocab: ClinicalVocabulary, entities: Sequence[Entity], paths: Sequence[Path]) -> dict[str, str]:
         try:
@@ -385,11 +407,31 @@ class Synthesizer:
                 out[e.iri] = vocab.kinds_from_steps(e.iri, steps) or ClinicalVocabulary.CONCEPT
         return out
 
+    def _differential(self, question: str) -> Differential | None:
+        """The graph's differential for the question's findings (``mirage_kg.differential``), read off the
+        retriever's linking with no evidence budget; None for a multiple-choice question or when the KG cannot
+        answer (the vote then counts the question entities the chains' paths tie to each diagnosis)."""
+        if parse_options(question):
+            return None
+        try:
+            return self.kg.retrieve(question, budget=0).differential
+        except MirageError:
+            return None
+
     def _vote_diagnosis(self, question_entities: Sequence[Entity], chains: Sequence[ChainResult],
-                        mentions: Sequence[_Mention], kinds: dict[str, str],
-                        weights: list[float]) -> tuple[set[str], list[Entity], Conflict | None]:
-        """Each chain's first disease tied to the question is its diagnosis; incompatible diagnoses are put to a
-        vote. Returns the losers, the winners (the winner and the diagnoses compatible with it) and the conflict."""
+                        mentions: Sequence[_Mention], kinds: dict[str, str], weights: list[float],
+                        differential: Differential | None = None, asks_diagnosis: bool = True
+                        ) -> tuple[set[str], list[Entity], Conflict | None]:
+        """Each chain's first disease tied to the question is its diagnosis; the differential's best candidate
+        (when the question asks what it is) stands too. Incompatible diagnoses are put to the paper's rule: the one
+        whose evidence covers more of the question wins. A diagnosis's **coverage** is the share of the findings'
+        specificity weight it explains (the differential; without one, the share of the question's entities the
+        chains' paths tie it to); its **votes** are its chains' weights (1 + the evidence neighbourhood behind the
+        chain, relative to the widest, + the chain's match to the question), as a share of all votes. A diagnosis
+        explaining some finding always beats one explaining none, whatever the votes; among those, the score is
+        coverage + ``VOTE_WEIGHT`` x vote share, so chains repeating a diagnosis add at most ``VOTE_WEIGHT`` and
+        cannot outvote a clearly better explanation. Returns the losers, the winners (the winner and the
+        diagnoses compatible with it) and the conflict."""
         q_iris = {e.iri for e in question_entities}
         primary: dict[int, _Mention] = {}
         for m in sorted(mentions, key=lambda m: (m.chain, m.position)):
@@ -397,31 +439,65 @@ class Synthesizer:
             if tied and kinds[m.entity.iri] == "disease" and m.chain not in primary:
                 primary[m.chain] = m
         candidates = list({m.entity.iri: m.entity for m in primary.values()}.values())
+        graph = differential is not None and bool(differential.findings)
+        best = differential.top if graph and asks_diagnosis else None  # type: ignore[union-attr]
+        named = {f.entity.iri for f in differential.findings if f.role == "condition"} if graph else set()
+        if best is not None and best.coverage > 0 and best.entity.iri not in named and \
+                best.entity.iri not in {c.iri for c in candidates}:
+            candidates.append(best.entity)
+            kinds.setdefault(best.entity.iri, "disease")
         if len(candidates) < 2:
             return set(), candidates, None
         all_paths = [p for c in chains for p in c.evidence_paths]
         neighbourhood = {i: len({n for p in m.paths for n in _node_iris(p)}) for i, m in primary.items()}
-        widest = max(neighbourhood.values()) or 1
-        totals: dict[str, float] = {}
-        count: dict[str, int] = {}
+        widest = max(neighbourhood.values(), default=0) or 1
+        totals: dict[str, float] = dict.fromkeys((e.iri for e in candidates), 0.0)
+        count: dict[str, int] = dict.fromkeys(totals, 0)
+        match: dict[str, float] = {}
+        for e in candidates:
+            explained = {q for q in q_iris if any({q, e.iri} <= _node_iris(p) for p in all_paths)}
+            match[e.iri] = len(explained) / len(q_iris) if q_iris else 0.0
         for i, m in primary.items():
             d = m.entity.iri
-            explained = {q for q in q_iris if any({q, d} <= _node_iris(p) for p in all_paths)}
-            match = len(explained) / len(q_iris) if q_iris else 0.0
-            weights[i] = 1.0 + neighbourhood[i] / widest + match
-            totals[d] = totals.get(d, 0.0) + weights[i]
-            count[d] = count.get(d, 0) + 1
+            weights[i] = 1.0 + neighbourhood[i] / widest + match[d]
+            totals[d] += weights[i]
+            count[d] += 1
+        coverage = {d: differential.coverage(d) if graph else match[d] for d in totals}  # type: ignore[union-attr]
+        all_votes = sum(totals.values()) or 1.0
+        score = {d: coverage[d] + VOTE_WEIGHT * totals[d] / all_votes for d in totals}
         labels = {e.iri: e.label for e in candidates}
-        winner_iri = max(totals, key=lambda d: (totals[d], count[d], _neg(labels[d])))
+        winner_iri = max(totals, key=lambda d: (coverage[d] > 0, round(score[d], 9), count[d], _neg(labels[d])))
         winner = next(e for e in candidates if e.iri == winner_iri)
         losers = {e.iri for e in candidates if e.iri != winner_iri and not self._is_a_related(e, winner)}
         winners = [e for e in candidates if e.iri not in losers]
         if not losers:
             return set(), winners, None
-        votes = tuple(sorted(((e.id, totals[e.iri]) for e in candidates), key=lambda kv: -kv[1]))
-        reason = (f"chains name different diagnoses; {winner.label} wins the vote weighted by evidence coverage and "
-                  "match to the question")
-        return losers, winners, Conflict("diagnosis", tuple(candidates), winner, votes, reason)
+        votes = tuple(sorted(((e.id, score[e.iri]) for e in candidates), key=lambda kv: -kv[1]))
+        basis = "the findings it explains, weighted by specificity" if graph else "the question entities its paths reach"
+        reason = (f"chains name different diagnoses; {winner.label} wins by evidence coverage ({basis}: "
+                  f"{coverage[winner_iri]:.0%}) with the chains' votes (at most {VOTE_WEIGHT:.2f} of the score)")
+        evidence = ()
+        if graph and winner_iri in {c.entity.iri for c in differential.candidates}:  # type: ignore[union-attr]
+            evidence = next(c for c in differential.candidates if c.entity.iri == winner_iri).paths  # type: ignore[union-attr]
+        return losers, winners, Conflict("diagnosis", tuple(candidates), winner, votes, reason, evidence)
+
+    def _diagnosis_claims(self, winners: Sequence[Entity], kept: list[Claim], differential: Differential | None,
+                          kinds: dict[str, str]) -> list[Claim]:
+        """``kept`` plus a claim for each winning diagnosis no chain's claim holds (the differential's best
+        candidate won the vote), cited by the facts that tie it to the findings it explains."""
+        if differential is None:
+            return kept
+        have = {c.entity.iri for c in kept}
+        by_iri = {c.entity.iri: c for c in differential.candidates}
+        added = []
+        for w in winners:
+            candidate = by_iri.get(w.iri)
+            if w.iri in have or candidate is None or not candidate.paths:
+                continue
+            paths = candidate.paths[: self.config.max_citations]
+            kinds.setdefault(w.iri, "disease")
+            added.append(Claim(w, kinds[w.iri], paths[0].text, tuple(paths), (), candidate.score))
+        return kept + added
 
     def _is_a_related(self, a: Entity, b: Entity) -> bool:
         """One diagnosis is a kind of the other (type 2 diabetes vs diabetes): not a conflict."""

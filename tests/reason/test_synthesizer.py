@@ -86,8 +86,12 @@ def test_vote_weights_evidence_coverage_and_match_to_the_question() -> None:
     s = synth.analyse(FEVER_COUGH, [ent("Fever"), ent("Cough")],
                       [chain("A common cold.", cold), chain("Influenza.", flu)])
     assert s.conflicts[0].winner == ent("Influenza")
-    # two chains for the cold outvote one for influenza
+    # two chains repeating the cold (which explains the cough only) do not outvote influenza's coverage
     s = synth.analyse(FEVER_COUGH, [ent("Fever"), ent("Cough")],
+                      [chain("A common cold.", cold), chain("Common cold again.", cold), chain("Influenza.", flu)])
+    assert s.conflicts[0].winner == ent("Influenza")
+    # at equal coverage (both explain a cough) the chains' votes decide
+    s = synth.analyse("I have a cough. What is it?", [ent("Cough")],
                       [chain("A common cold.", cold), chain("Common cold again.", cold), chain("Influenza.", flu)])
     assert s.conflicts[0].winner == ent("Common cold")
     assert [c.entity.label for c in s.claims] == ["Common cold"]
