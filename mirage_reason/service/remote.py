@@ -24,7 +24,7 @@ TOKEN_ENV = "MIRAGE_KG_TOKEN"
 #: ask options the server takes per question (``/v1/ask`` overrides), by click parameter name
 FORWARDED = {"n_q": "n_q", "n_r": "n_r", "k": "k", "max_hops": "max_hops", "samples": "samples", "seed": "seed"}
 #: parameters that change nothing the server decides
-HARMLESS = {"question", "as_json", "store", "endpoint", "max_in_flight", "embedding_model"}
+HARMLESS = {"question", "as_json", "store", "endpoint", "max_in_flight"}
 
 
 def server_url() -> str | None:
