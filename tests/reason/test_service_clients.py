@@ -299,3 +299,65 @@ def test_sparql_protocol_negotiation_and_refusals(served: ServeProcess) -> None:
     assert dataset.status_code == 400 and "FROM" in dataset.json()["error"]["message"]
     assert httpx.get(url, params={"query": "SELEC ?x"}, headers=auth).status_code == 400
     assert httpx.get(url, headers=auth).status_code == 400
+
+
+# -- in process: a server without a model, a failing model, the OpenAPI description -----------------------------
+
+def _app(backend: Any | None) -> Any:
+    from mirage_kg import KnowledgeGraph, demo_store
+    from mirage_reason.config import MirageConfig
+    from mirage_reason.service import AskService, create_app
+
+    kg = KnowledgeGraph(demo_store(), embedding_model="none")
+    return kg, create_app(kg, AskService(kg, backend, MirageConfig(n_r=2)) if backend is not None else None)
+
+
+def test_chat_without_a_model_and_a_failing_model_mid_stream() -> None:
+    openai = pytest.importorskip("openai", reason="the openai client is not installed: pip install 'mirage-kg[test]'")
+    from fastapi.testclient import TestClient
+
+    from mirage_reason.backends.scripted import ScriptedBackend
+    from mirage_reason.errors import BackendError
+
+    _, no_model = _app(None)
+    with TestClient(no_model) as http:
+        client = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=http, max_retries=0)
+        assert [m.id for m in client.models.list()] == ["mirage"]
+        with pytest.raises(openai.InternalServerError, match="without a model"):
+            client.chat.completions.create(model="mirage", messages=[{"role": "user", "content": QUESTION}])
+        spec = http.get("/openapi.json").json()["paths"]
+        assert {"/v1/chat/completions", "/v1/models", "/sparql"} <= set(spec)
+
+    def broken(prompt: str) -> str:
+        raise BackendError("the model server went away")
+
+    _, failing = _app(ScriptedBackend(broken))
+    with TestClient(failing) as http:
+        client = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=http, max_retries=0)
+        with pytest.raises(openai.APIStatusError, match="went away"):
+            client.chat.completions.create(model="mirage", messages=[{"role": "user", "content": QUESTION}])
+        with pytest.raises(openai.APIError, match="went away"):  # the stream has begun: the error is an event
+            for _ in client.chat.completions.create(model="mirage", stream=True,
+                                                    messages=[{"role": "user", "content": QUESTION}]):
+                pass
+
+
+def test_mcp_tools_in_process_without_a_model() -> None:
+    pytest.importorskip("mcp", reason="the mcp SDK is not installed: pip install 'mirage-kg[mcp]'")
+    from mcp import Client
+
+    from mirage_kg import KnowledgeGraph, demo_store
+    from mirage_reason.service.mcp_server import build_mcp
+
+    server = build_mcp(KnowledgeGraph(demo_store(), embedding_model="none"), None, max_k=7)
+
+    async def main() -> tuple[set[str], dict[str, Any], Any]:
+        async with Client(server) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            over = await client.call_tool("anchor", {"entity": "KG:Asthma", "k": 8})
+            return set(tools), tools["anchor"].input_schema, over
+
+    names, schema, over = asyncio.run(main())
+    assert "ask" not in names and {"link", "anchor", "bridge", "sparql"} <= names
+    assert schema["properties"]["k"]["maximum"] == 7  # the schema carries the server's limits
+    assert over.is_error
