@@ -67,8 +67,9 @@ def build_mcp(kg: "KnowledgeGraph", asks: "AskService | None" = None, *, request
             with anyio.fail_after(limit):
                 return await anyio.to_thread.run_sync(fn, limiter=limiter, abandon_on_cancel=True)
         except TimeoutError:
-            raise ToolError(f"the request took longer than {limit:g} s; narrow it (smaller k, fewer hops or "
-                            "paths)") from None
+            raise ToolError(f"the request took longer than {limit:g} s; it goes on in the background, so a retry "
+                            "may find its caches ready (the first link loads the embedding model); or narrow it "
+                            "(smaller k, fewer hops or paths)") from None
         except MirageError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
