@@ -361,3 +361,23 @@ def test_mcp_tools_in_process_without_a_model() -> None:
     assert "ask" not in names and {"link", "anchor", "bridge", "sparql"} <= names
     assert schema["properties"]["k"]["maximum"] == 7  # the schema carries the server's limits
     assert over.is_error
+
+
+def test_mcp_over_http_checks_the_host_on_loopback() -> None:
+    pytest.importorskip("mcp", reason="the mcp SDK is not installed: pip install 'mirage-kg[mcp]'")
+    from fastapi.testclient import TestClient
+
+    from mirage_kg import KnowledgeGraph, demo_store
+    from mirage_reason.service import ServiceSettings, create_app
+
+    kg = KnowledgeGraph(demo_store(), embedding_model="none")
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    for host, rebound in (("127.0.0.1", 421), ("0.0.0.0", 200)):
+        app = create_app(kg, None, ServiceSettings(host=host))
+        with TestClient(app, base_url="http://127.0.0.1:8000") as http:
+            assert http.post("/mcp", json=initialize, headers=headers).status_code == 200
+            # a page on another name that resolves to this machine (DNS rebinding) is refused on loopback
+            other = http.post("/mcp", json=initialize, headers={**headers, "Host": "evil.example:8000"})
+            assert other.status_code == rebound, host
