@@ -427,7 +427,7 @@ class Chain:
         labels = list(self.reachable)
         searchable = (self.spec.search and bool(labels) and self.blocks < cfg.n_r and self.turns + 1 < cfg.max_turns
                       and self.remaining_tokens >= 2 * _ACTION_TOKENS + min(cfg.max_new_tokens, _ANSWER_RESERVE))
-        text = {"type": "string", "minLength": 1, "maxLength": max(40, 3 * (asked - _ACTION_OVERHEAD))}
+        text = {"type": "string", "minLength": min(8, asked), "maxLength": max(40, 3 * (asked - _ACTION_OVERHEAD))}
         options = parse_options(self.spec.question or self.spec.sub_question)
         if options:  # a multiple-choice question: the letter is a constrained choice, then the reasons
             answer = _action("answer", choice={"enum": list(LETTERS[: len(options)])}, answer=text)

@@ -265,6 +265,9 @@ class Decomposer:
                     notes.append(f"dropped {text!r}: the model wrote it twice")
                     continue
                 seen.add(text.casefold())
+                if entity.label.casefold() not in text.casefold():  # the chain searches from what it names
+                    notes.append(f"{text!r} does not name {entity.label}, the entity it is about: named it")
+                    text = f"{entity.label}: {text}"
                 subs.append(SubQuestion(text, (entity,), "model"))
         if not subs:
             why = "cut by its max tokens" if cut else (problem or "no item")

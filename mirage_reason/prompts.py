@@ -164,10 +164,11 @@ def structured_decomposer_messages(question: str, entity_labels: Sequence[str], 
 
 def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence[str] = (), *,
                          options: Sequence[str] = (), gaps: Sequence[str] = (),
-                         structured: tuple[bool, bool] = (False, False)) -> Messages:
+                         structured: tuple[bool, bool, Sequence[int]] = (False, False, ())) -> Messages:
     """The final wording step: the model may use the numbered facts and nothing else. With ``options`` (a
-    multiple-choice question), it starts with the letter it picks. ``structured`` (sentences, letter): the engine
-    holds the reply to JSON, cited sentences and/or the option's letter (``wording.wording_constraint``)."""
+    multiple-choice question), it starts with the letter it picks. ``structured`` (sentences, letter, lead): the
+    engine holds the reply to JSON, cited sentences (the first on each fact of ``lead``) and/or the option's letter
+    (``wording.wording_constraint``)."""
     numbered = "\n".join(f"[{i}] {fact}" for i, fact in enumerate(facts, start=1))
     system = ("You write short, clear answers for patients. Use ONLY the numbered facts you are given, cite them "
               "by number like [1], and never add a diagnosis, drug or test that is not in the facts. Remind the "
@@ -180,11 +181,12 @@ def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence
         user += "\nNot in the knowledge graph (say so):\n" + "\n".join(f"- {g}" for g in gaps) + "\n"
     if warnings:
         user += "\nWarnings (mention them):\n" + "\n".join(f"- {w}" for w in warnings) + "\n"
-    sentences, letter = structured
+    sentences, letter, lead = structured
     if sentences or letter:
+        item = '{"text": one short sentence for the patient, "cite": the number of the fact it rests on}'
         fields = (['"choice": the letter of the one correct option'] if letter else []) + (
-            ['"sentences": [{"text": one short sentence for the patient, "cite": the number of the fact it rests '
-             'on}, ...] (at most three)'] if sentences else [])
+            [f'"lead": [{item} for fact ' + ", then ".join(f"[{n}]" for n in lead) + "]"] if lead else []) + (
+            [f'"sentences": [{item}, ...] (at most {3 - len(lead)} more)'] if sentences else [])
         user += "\nReply in JSON: {" + ", ".join(fields) + "}."
     elif options:
         user += "\nStart with 'Answer: X' (the letter of the one correct option), then explain in a few sentences."

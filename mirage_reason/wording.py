@@ -27,30 +27,63 @@ MAX_SENTENCES = 3
 _SENTENCE_CHARS = 160
 
 
-def wording_form(config: MirageConfig, backend: Any, synthesis: Synthesis) -> tuple[bool, bool]:
-    """Which parts of this answer's wording the engine constrains: (the cited sentences, the option letter). The
-    letter is asked for only when no chain picked one (the chains' vote decides otherwise)."""
+def wording_form(config: MirageConfig, backend: Any, synthesis: Synthesis) -> tuple[bool, bool, tuple[int, ...]]:
+    """Which parts of this answer's wording the engine constrains: (the cited sentences, the option letter, the
+    facts the sentences lead with). The letter is asked for only when no chain picked one (the chains' vote decides
+    otherwise)."""
     sentences = bool(synthesis.facts) and config.constrains(backend, "wording")
     letter = bool(synthesis.options) and synthesis.letter is None and config.constrains(backend, "choice")
-    return sentences, letter
+    return sentences, letter, tuple(required_facts(synthesis)[:MAX_SENTENCES]) if sentences else ()
 
 
 def wording_constraint(config: MirageConfig, backend: Any, synthesis: Synthesis) -> OutputConstraint | None:
     """The JSON schema of the writer's reply, or None where it writes free text."""
-    sentences, letter = wording_form(config, backend, synthesis)
+    sentences, letter, lead = wording_form(config, backend, synthesis)
     if not (sentences or letter):
         return None
     properties: dict[str, Any] = {}
     if letter:
         properties["choice"] = {"enum": list(LETTERS[: len(synthesis.options)])}
     if sentences:
-        properties["sentences"] = {"type": "array", "minItems": 1, "maxItems": MAX_SENTENCES, "items": {
-            "type": "object", "properties": {
-                "text": {"type": "string", "minLength": 8, "maxLength": _SENTENCE_CHARS},
-                "cite": {"enum": list(range(1, len(synthesis.facts) + 1))}},
-            "required": ["text", "cite"], "additionalProperties": False}}
+        if lead:  # one sentence on each fact the answer must state (the diagnosis, what the question asks for)
+            properties["lead"] = {"type": "array", "items": False,
+                                  "prefixItems": [_sentence({"const": n}) for n in lead]}
+        properties["sentences"] = {"type": "array", "minItems": 0 if lead else 1,
+                                   "maxItems": MAX_SENTENCES - len(lead),
+                                   "items": _sentence({"enum": list(range(1, len(synthesis.facts) + 1))})}
     return OutputConstraint(json_schema={"type": "object", "properties": properties, "required": list(properties),
                                          "additionalProperties": False})
+
+
+def _sentence(cite: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"text": {"type": "string", "minLength": 8, "maxLength": _SENTENCE_CHARS},
+                                             "cite": cite},
+            "required": ["text", "cite"], "additionalProperties": False}
+
+
+def required_facts(synthesis: Synthesis) -> list[int]:
+    """The numbers of the facts the answer must state, as the claim check requires them: the diagnosis the graph
+    points to (when the question did not name it) and the first claim of each kind the question asks for."""
+    from mirage_reason.synthesizer import INTENT_ANSWERS
+
+    facts = synthesis.facts
+    asked = {e.iri for e in synthesis.question_entities}
+    wanted: list[int] = []
+
+    def add(index: int | None) -> None:
+        if index is not None and index + 1 not in wanted:
+            wanted.append(index + 1)
+
+    for diagnosis in (d for d in synthesis.diagnoses if d.iri not in asked):
+        label = diagnosis.label.casefold()
+        add(next((facts.index(c.text) for c in synthesis.claims if c.entity.iri == diagnosis.iri), None)
+            if any(c.entity.iri == diagnosis.iri for c in synthesis.claims)
+            else next((i for i, f in enumerate(facts) if label in f.casefold()), None))
+    for intent in synthesis.intents:
+        if intent in INTENT_ANSWERS:
+            kind = INTENT_ANSWERS[intent][0]
+            add(next((facts.index(c.text) for c in synthesis.claims if c.kind == kind), None))
+    return wanted
 
 
 _ITEM = re.compile(r'\{\s*"text"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"cite"\s*:\s*(\d+)\s*\}')
@@ -68,8 +101,8 @@ def render(raw: str, n_facts: int) -> str:
     try:
         value = json.loads(stripped)
         choice = value.get("choice") if isinstance(value, dict) else None
-        items = [(str(i["text"]), int(i["cite"])) for i in value.get("sentences", [])] if isinstance(value, dict) \
-            else []
+        items = [(str(i["text"]), int(i["cite"])) for part in ("lead", "sentences")
+                 for i in (value.get(part) or [] if isinstance(value, dict) else [])]
     except (ValueError, TypeError, KeyError, AttributeError):  # cut short: its finished parts
         found = _CHOICE.search(stripped)
         choice = found.group(1) if found else None

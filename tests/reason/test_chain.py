@@ -469,9 +469,9 @@ def test_structured_chain_cannot_name_what_it_cannot_reach() -> None:
 
 def test_structured_chain_budget_leaves_only_the_answer() -> None:
     backend = _actions([{"action": "anchor", "entity": "Influenza"}, {"action": "anchor", "entity": "Fever"},
-                        {"action": "answer", "answer": "Flu."}])
+                        {"action": "answer", "answer": "It is the flu."}])
     _, [result] = run(FakeKG(), backend, [ChainSpec("What treats the flu?")], n_r=2)
-    assert len(result.searches) == 2 and result.answer == "Flu."
+    assert len(result.searches) == 2 and result.answer == "It is the flu."
     last = backend.calls[-1].constraint.json_schema
     assert set(_schema_actions(last)) == {"answer"}  # n_r spent: the grammar only allows the answer
     assert "last search of 2" in backend.calls[-1].prompts[0]

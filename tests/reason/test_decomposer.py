@@ -136,8 +136,9 @@ def test_structured_split_is_held_to_the_question_entities() -> None:
     item = schema["properties"]["sub_questions"]
     assert item["items"]["properties"]["entity"]["enum"] == ["Fever", "Wheezing", "Propranolol"]
     assert item["maxItems"] == 4 and item["minItems"] == 3
-    # the model's own sub-questions, anchored on the entity the engine held it to (even one that says "this drug")
-    assert d.texts[:2] == ("What does a fever suggest?", "Why would someone take this drug?")
+    # the model's own sub-questions, anchored on the entity the engine held it to (one that says "this drug" gets
+    # the entity's name: the chain's seed facts are retrieved for what its sub-question names)
+    assert d.texts[:2] == ("What does a fever suggest?", "Propranolol: Why would someone take this drug?")
     assert [s.origin for s in d.sub_questions] == ["model", "model", "fallback"]
     assert [s.entities[0].label for s in d.sub_questions] == ["Fever", "Propranolol", "Wheezing"]
     assert d.constrained and d.source == "model" and d.to_json()["constrained"] is True

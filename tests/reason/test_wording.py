@@ -37,8 +37,12 @@ def small_model(prompt: str) -> str:
         if "Options:" in prompt:
             answer = {"action": "answer", "choice": "B", "answer": "Asthma fits."}
         return json.dumps(answer)
-    facts = re.findall(r"^\[(\d+)\] (.+)$", prompt, re.MULTILINE)
-    reply: dict[str, object] = {"sentences": [{"text": f"{text}", "cite": int(n)} for n, text in facts[:2]]}
+    facts = dict(re.findall(r"^\[(\d+)\] (.+)$", prompt, re.MULTILINE))
+    lead = re.findall(r"\[(\d+)\]", prompt.split('"lead":', 1)[1].split('"sentences"', 1)[0]) \
+        if '"lead":' in prompt else []
+    reply: dict[str, object] = {"sentences": [{"text": facts["1"], "cite": 1}]}
+    if lead:
+        reply = {"lead": [{"text": facts[n], "cite": int(n)} for n in lead], "sentences": []}
     if '"choice"' in prompt:
         reply = {"choice": "B", **reply}
     return json.dumps(reply)
