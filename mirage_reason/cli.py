@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +14,7 @@ from mirage_kg import MirageError
 
 from mirage_reason.backends.defaults import DEFAULT_GPU_MODEL, ENGINES, choose_engine, is_small_model
 from mirage_reason.config import PIPELINES, SMALL_MODEL_BUDGETS, MirageConfig, parse_settings
+from mirage_reason.support import valid_text
 
 if TYPE_CHECKING:
     from mirage_reason.backends.base import Backend
@@ -22,12 +22,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ask", "build_backend"]
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def valid_unicode(text: str) -> str:
     """``text`` with any lone surrogate (a model's broken byte pair) as U+FFFD, so the output is valid UTF-8."""
-    return _LONE_SURROGATE.sub("\ufffd", text)
+    return valid_text(text)
 
 
 def _scripted(path: str) -> Backend:
@@ -94,7 +91,17 @@ def _config(pipeline: str, small: bool, max_new_tokens: int | None, overrides: d
 
 
 def _print_text(answer: Answer) -> None:
+    """How grounded the answer is first, then the answer; the model's own words only under their label; flags,
+    claims with their paths, conflicts and dropped claims after (all on stdout: what a reader must see)."""
+    click.echo(f"[{answer.support.verdict.upper()}] {answer.support.reason}\n")
     click.echo(answer.text)
+    if answer.unsupported_text:
+        click.echo("\nThe model's own words, NOT supported by the knowledge graph (not its answer):")
+        click.echo("  " + answer.unsupported_text.replace("\n", "\n  "))
+    if answer.flags:
+        click.echo("\nFlags:")
+        for flag in answer.to_json()["flags"]:
+            click.echo(f"  [{flag['code']}] {flag['message']}")
     if answer.claims:
         click.echo("\nClaims and the knowledge-graph paths they rest on:")
         for i, claim in enumerate(answer.claims, start=1):
@@ -102,8 +109,14 @@ def _print_text(answer: Answer) -> None:
             sources = claim.sources if len(claim.sources) == len(claim.citations) else ((),) * len(claim.citations)
             for path, held_by in zip(claim.citations, sources):
                 click.echo(f"      - {path.text}" + (f" [{', '.join(held_by)}]" if held_by else ""))
-    for flag in answer.flags:
-        click.echo(f"note: {flag}", err=True)
+    if answer.conflicts:
+        click.echo("\nConflicts:")
+        for conflict in answer.conflicts:
+            click.echo(f"  {conflict.kind}: {conflict.reason}")
+    if answer.dropped:
+        click.echo("\nDropped claims:")
+        for claim in answer.dropped:
+            click.echo(f"  {claim.entity.label} ({claim.status}): {claim.reason}")
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in answer.timings.items() if v >= 0.05 and k != "total")
     threads = answer.engine.get("threads")
     engine = f"; {answer.engine.get('engine', 'engine')} on {threads} thread(s)" if threads else ""

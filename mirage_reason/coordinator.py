@@ -11,6 +11,8 @@ the engine full. ``on_progress`` reports each step as it happens (see :data:`Pro
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -26,13 +28,13 @@ from mirage_reason.citing import cite_releases
 from mirage_reason.config import MirageConfig
 from mirage_reason.decomposer import Decomposer, Decomposition
 from mirage_reason.errors import ReasonerError
-from mirage_reason.support import SentenceCheck, Support, flag_json, unsupported_text
+from mirage_reason.support import Flag, SentenceCheck, Support, flag_json, unsupported_text, valid_text
 from mirage_reason.synthesizer import Claim, Conflict, Synthesis, Synthesizer, normalise_units, whole_sentences
 
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
 
-__all__ = ["STAGES", "Answer", "Mirage", "ProgressHook", "Workspace", "split_evidence"]
+__all__ = ["STAGES", "Answer", "AskCancelled", "Mirage", "ProgressHook", "Workspace", "split_evidence"]
 
 #: ``on_progress(question_index, event)``: one JSON-ready dict per step a question makes, as it happens.
 #: ``event["type"]`` is one of "entities", "sub_questions", "search_issued", "search", "chain_done", "claims",
@@ -143,6 +145,35 @@ class Answer:
         return render_answer(self)
 
 
+class AskCancelled(ReasonerError):
+    """The caller cancelled the run (a client that went away); nothing more was asked of the model."""
+
+
+def _forged(result: ChainResult) -> bool:
+    """Whether the model wrote a result block itself (only the chain runner may insert one)."""
+    return any(e.get("event") == "generate" and (prompts.RESULT_BEGIN in str(e.get("text", ""))
+                                                  or prompts.RESULT_END in str(e.get("text", "")))
+               for e in result.trace)
+
+
+def _chain_flags(results: Sequence[ChainResult], n_r: int) -> list[Flag]:
+    """Flags for chains whose answer is not to be trusted: a forged result block, a budget spent before the
+    answer (the model kept searching, or repeating a search)."""
+    flags = []
+    for i, result in enumerate(results, start=1):
+        if _forged(result):
+            flags.append(Flag(f"chain {i} wrote a knowledge-graph result block itself; nothing in it is evidence, "
+                              "and its answer was not used", "forged_result_block"))
+        refused = sum(1 for e in result.trace if e.get("event") == "budget_spent")
+        repeated = sum(1 for e in result.trace if e.get("event") == "search" and e.get("repeated"))
+        if result.finish_reason in ("max_turns", "max_tokens") or refused:
+            limit = result.finish_reason.replace("_", " ") if result.finish_reason != "answered" else "search"
+            flags.append(Flag(f"chain {i} spent its {limit} budget ({len(result.searches)} search block(s), "
+                              f"{repeated} repeated, {refused} refused past n_r = {n_r}) before it answered; its "
+                              "answer may be unfinished", "budget_spent"))
+    return flags
+
+
 def _names_label(text: str, label: str) -> bool:
     return bool(label) and label.casefold() in text.casefold()
 
@@ -214,11 +245,12 @@ class Mirage:
         self.synthesizer = Synthesizer(kg, backend, self.config)
         self.runner = ChainRunner(kg, backend, self.config)  # its search cache is shared by every question
 
-    def answer(self, question: str, on_progress: ProgressHook | None = None) -> Answer:
-        return self.answer_many([question], on_progress=on_progress)[0]
+    def answer(self, question: str, on_progress: ProgressHook | None = None,
+               cancel: threading.Event | None = None) -> Answer:
+        return self.answer_many([question], on_progress=on_progress, cancel=cancel)[0]
 
     def answer_many(self, questions: Sequence[str], on_answer: Callable[[int, Answer], None] | None = None,
-                    on_progress: ProgressHook | None = None) -> list[Answer]:
+                    on_progress: ProgressHook | None = None, cancel: threading.Event | None = None) -> list[Answer]:
         """Answer every question, all their model work in flight together; ``on_answer(i, answer)`` fires as each
         question finishes (in finishing order), the list comes back in input order.
 
@@ -227,15 +259,22 @@ class Mirage:
         facts); each chain's ``search_issued`` (the block, before the KG runs it) and ``search`` (the block, mode,
         results, note); ``chain_done`` (its answer and why it stopped); the synthesizer's ``claims`` with their
         cited paths; the final ``answer`` (``Answer.to_json``). Events of one question come in this order; events
-        of different chains interleave as the chains run."""
+        of different chains interleave as the chains run.
+
+        Setting ``cancel`` stops the run: no new request goes out, every request in flight is cancelled (a queued
+        one never runs; a server's request is closed), and ``AskCancelled`` is raised."""
         run = _Run(self, on_answer)
-        spaces = [Workspace(i, q, run.started, on_progress=on_progress) for i, q in enumerate(questions)]
+        spaces = [Workspace(i, valid_text(q), run.started, on_progress=on_progress) for i, q in enumerate(questions)]
         try:
             for ws in spaces:  # linking question 2 overlaps the engine's work on question 1
                 run.advance(ws)
             while run.pending:
-                done, _ = wait(run.pending, return_when=FIRST_COMPLETED)
+                if cancel is not None and cancel.is_set():
+                    raise AskCancelled(f"cancelled with {len(run.pending)} request(s) in flight")
+                done, _ = wait(run.pending, timeout=None if cancel is None else 0.05, return_when=FIRST_COMPLETED)
                 for future in [f for f in run.pending if f in done]:  # submission order: deterministic
+                    if cancel is not None and cancel.is_set():
+                        break
                     run.complete(future)
         finally:
             for future in run.pending:
@@ -276,6 +315,7 @@ class Mirage:
         tokens["total"] = sum(tokens[s] for s in TOKEN_STAGES)
         synthesis = ws.synthesis
         sub_questions = ws.decomposition.texts if ws.decomposition is not None else ()
+        ws.flags = (*ws.flags, *_chain_flags(ws.results, self.config.n_r))
         support, sentences = self._review(ws)
         ws.answer = Answer(
             question=ws.question,
@@ -375,6 +415,8 @@ class _Run:
         """Take one finished request: feed a chain (and submit its next turn at once) or finish a stage."""
         ws, stage, chain, submitted = self.pending.pop(future)
         completion = future.result()
+        if valid_text(completion.text) != completion.text:  # a lone surrogate: replaced, never a crash downstream
+            completion = dataclasses.replace(completion, text=valid_text(completion.text))
         ws.count_engine(completion)
         cfg, mirage = self.config, self.mirage
         if chain is not None:
@@ -439,8 +481,12 @@ class _Run:
         cfg, mirage = self.config, self.mirage
         t = time.perf_counter()
         resolve = cfg.use_synthesizer and not cfg.single_chain
-        ws.synthesis, failed = cite_releases(
-            mirage.synthesizer.analyse(ws.question, ws.entities, ws.results, resolve=resolve), mirage.kg)
+        # a chain that wrote a result block itself leans on what it made up: its answer is no evidence of anything
+        inputs = [dataclasses.replace(r, answer="") if _forged(r) else r for r in ws.results]
+        synthesis = mirage.synthesizer.analyse(ws.question, ws.entities, inputs, resolve=resolve)
+        if resolve:
+            synthesis = mirage.synthesizer.answer_safety(synthesis)
+        ws.synthesis, failed = cite_releases(synthesis, mirage.kg)
         if failed:
             ws.notes.append(failed)
         ws.emit("claims", claims=[c.to_json(full=True) for c in ws.synthesis.claims])

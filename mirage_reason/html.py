@@ -33,6 +33,14 @@ summary{cursor:pointer;font-weight:600}pre{white-space:pre-wrap;background:#f6f8
 font-size:.82em;margin:.3em 0}table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #e5e7eb;
 padding:.2em .7em;text-align:right}th{background:#f3f4f6}td:first-child,th:first-child{text-align:left}
 .event{font-size:.85em;margin:.2em 0}.muted{color:#6b7280}.flag{color:#b45309}
+.verdict{font-weight:700;padding:.5em .9em;border-radius:6px;margin:.6em 0;border:1px solid}
+.verdict.grounded{background:#e7f6ec;border-color:#34a853;color:#14532d}
+.verdict.partial{background:#fff4e0;border-color:#d97706;color:#7c2d12}
+.verdict.unsupported{background:#fde8e8;border-color:#dc2626;color:#7f1d1d}
+.unsupported-sentence{background:#fde8e8;text-decoration:underline wavy #dc2626}
+.own{background:#fff;border:2px dashed #dc2626;border-radius:8px;padding:.6em 1em;margin:.8em 0}
+.own h2{margin-top:0;border:0;color:#7f1d1d}.code{font-family:monospace;font-size:.85em;margin-right:.4em}
+.notkept{color:#7f1d1d;font-weight:600}
 """
 
 
@@ -88,19 +96,50 @@ def _event(event: dict[str, Any]) -> str:
            f'{escape(details)}</div>'
 
 
+_VERDICT_WORDS = {"grounded": "Grounded in the knowledge graph", "partial": "Partly supported by the knowledge graph",
+                  "unsupported": "Not supported by the knowledge graph"}
+
+
+def _marked_answer(answer: Answer) -> str:
+    """The answer's paragraphs, each sentence no claim supports marked (with why, on hover)."""
+    checks = {c.text: c for c in answer.sentences}
+    out = []
+    for paragraph in answer.text.split("\n\n"):
+        if not paragraph.strip():
+            continue
+        html = escape(paragraph.strip())
+        for text, check in checks.items():
+            if not check.supported and text and escape(text) in html:
+                html = html.replace(escape(text), f'<span class="unsupported-sentence" title="not supported: '
+                                                  f'{escape(check.reason)}">{escape(text)}</span>', 1)
+        out.append(f"<p>{html}</p>")
+    return "".join(out) or "<p>(empty)</p>"
+
+
 def render_answer(answer: Answer) -> str:
-    """The whole page for one answer."""
+    """The whole page for one answer: how grounded it is first, then the answer with unsupported sentences marked,
+    the model's own words apart under their label, the flags, claims, conflicts, dropped claims and the chains."""
     badges = f'<span class="badge">{escape(answer.pipeline)}</span>'
     if answer.abstained:
-        badges += '<span class="badge abstained">abstained: the KG holds nothing that supports an answer</span>'
+        badges += '<span class="badge abstained">abstained: no claim of the knowledge graph survived</span>'
+    verdict = answer.support.verdict
     parts = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         f"<title>MIRAGE-KG: {escape(answer.question[:80])}</title><style>{_CSS}</style></head><body>",
         f"<div>{badges}</div><h1>{escape(answer.question)}</h1>",
-        f'<div class="answer">{_paragraphs(answer.text)}</div>',
+        f'<div class="verdict {escape(verdict)}" id="verdict">{escape(_VERDICT_WORDS.get(verdict, verdict))}: '
+        f'<span style="font-weight:400">{escape(answer.support.reason)}</span></div>',
+        f'<div class="answer">{_marked_answer(answer)}</div>',
     ]
+    if answer.unsupported_text:
+        parts.append('<div class="own" id="unsupported-text"><h2>The model\'s own words: NOT supported by the '
+                     f"knowledge graph, not its answer</h2>{_paragraphs(answer.unsupported_text)}</div>")
     if answer.flags:
-        parts.append("<ul>" + "".join(f'<li class="flag">{escape(f)}</li>' for f in answer.flags) + "</ul>")
+        from mirage_reason.support import flag_json
+
+        parts.append("<h2>Flags</h2><ul id=\"flags\">" + "".join(
+            f'<li class="flag"><span class="code">{escape(f["code"])}</span>{escape(f["message"])}</li>'
+            for f in map(flag_json, answer.flags)) + "</ul>")
     if answer.question_entities:
         chips = " ".join(f'<span class="node" title="{escape(e.id)}">{escape(e.label)}</span>'
                          for e in answer.question_entities)
@@ -132,9 +171,12 @@ def render_answer(answer: Answer) -> str:
             + "".join(render_path(p) for p in s.paths[:10]) + "</div>"
             for s in chain.searches)
         trace = "".join(_event(e) for e in chain.trace)
+        kept = any(i in c.chains for c in answer.claims)
+        status = ("" if kept else '<p class="notkept">The synthesizer kept no claim of this chain\'s answer: '
+                  "it is not part of the graph's answer.</p>")
         parts.append(
-            f"<details><summary>Chain {i}: {escape(chain.sub_question)}</summary>"
-            f"<p><b>Answer:</b> {escape(chain.answer) or '<i>(none)</i>'}</p>"
+            f"<details><summary>Chain {i + 1}: {escape(chain.sub_question)}{'' if kept else ' (not kept)'}</summary>"
+            f"{status}<p><b>Answer:</b> {escape(chain.answer) or '<i>(none)</i>'}</p>"
             f'<p class="muted">{chain.turns} turns, {chain.completion_tokens} tokens, '
             f"finished: {escape(chain.finish_reason)}</p>"
             f"{searches or '<p class=muted>No searches.</p>'}"

@@ -557,6 +557,50 @@ class Synthesizer:
                     gaps.append(f"The knowledge graph lists no {_INTENT_WORDS[intent]} for {diagnosis.label}.")
         return added, gaps, problem
 
+    def answer_safety(self, synthesis: Synthesis) -> Synthesis:
+        """For a safety question ("can I take / give X?", "is X safe with Y?"): what the graph says of each drug
+        the question names and the patient's conditions (its contraindications there) as warning claims that lead
+        the claims, and ``safety``, the sentences that lead the answer; a drug the graph says nothing against here
+        gets a sentence saying so (which is no proof that it is safe). A lookup that cannot run is flagged."""
+        if synthesis.options or not _SAFETY_QUESTION.search(synthesis.question):
+            return synthesis
+        vocab, problem = self.vocabulary()
+        flags = list(synthesis.flags)
+        if problem is not None:
+            flags.append(Flag(f"the safety question could not be checked: {problem}", "check_unavailable"))
+            return replace(synthesis, flags=tuple(flags))
+        kinds = self._kinds(vocab, synthesis.question_entities, [p for c in synthesis.claims for p in c.citations])
+        drugs = [e for e in synthesis.question_entities if kinds.get(e.iri) == "drug"]
+        if not drugs:
+            return synthesis
+        drug_iris = {d.iri for d in drugs}
+        conditions = {i: e for i, e in self._conditions(synthesis).items() if i not in drug_iris}
+        where = ", ".join(e.label for e in conditions.values()) or "the conditions the question names"
+        found: list[Claim] = []
+        lines: list[str] = []
+        for drug in drugs:
+            try:
+                against = [p for p in self._contraindications(vocab, drug) if _far_end(p, drug).iri in conditions]
+            except MirageError as exc:
+                flags.append(Flag(f"the contraindications of {drug.label} could not be looked up ({exc})",
+                                  "check_unavailable"))
+                continue
+            if against:
+                found += [Claim(drug, "warning", p.text, (p,), (), 0.0) for p in against]
+                number = {t: i for i, t in enumerate(dict.fromkeys(c.text for c in found), start=1)}
+                lines.append(f"What the knowledge graph says of {drug.label} here: "
+                             + "; ".join(f"{p.text} [{number[p.text]}]" for p in against) + ".")
+            else:
+                lines.append(f"The knowledge graph holds no contraindication of {drug.label} in {where}; that does "
+                             "not show it is safe.")
+        if len(drugs) > 1:
+            lines.append("The knowledge graph declares no drug-interaction relation, so interactions between "
+                         f"{' and '.join(d.label for d in drugs)} are not checked.")
+        texts = {c.text for c in found}
+        claims = (*found, *(c for c in synthesis.claims if not (c.kind == "warning" and c.text in texts)))
+        warnings = (*dict.fromkeys(c.text for c in found), *(w for w in synthesis.warnings if w not in texts))
+        return replace(synthesis, claims=claims, warnings=warnings, safety=tuple(lines), flags=tuple(flags))
+
     def _contraindications(self, vocab: ClinicalVocabulary, drug: Entity) -> tuple[Path, ...]:
         if drug.iri not in self._contra:
             steps = self._role_steps(vocab, drug, ("contraindicated_in",))
@@ -681,12 +725,13 @@ class Synthesizer:
         claim survived (what the chains' answers named, and why each was dropped)."""
         labels = [e.label for e in synthesis.question_entities]
         if not labels:
-            return "Nothing in the question links to the knowledge graph."
-        parts = [f"The knowledge graph links the question to {', '.join(labels)}."]
-        if synthesis.held:
-            parts.append("Among the facts the reasoning saw: " + "; ".join(p.text for p in synthesis.held) + ".")
+            parts = ["Nothing in the question links to the knowledge graph."]
         else:
-            parts.append("The reasoning saw no fact about them.")
+            parts = [f"The knowledge graph links the question to {', '.join(labels)}."]
+            if synthesis.held:
+                parts.append("Among the facts the reasoning saw: " + "; ".join(p.text for p in synthesis.held) + ".")
+            else:
+                parts.append("The reasoning saw no fact about them.")
         dropped = [f"{c.entity.label} ({c.reason})" for c in synthesis.dropped[:4]]
         if dropped:
             parts.append("No claim survived: the chains' answers named " + "; ".join(dropped) + ".")
@@ -854,7 +899,9 @@ class Synthesizer:
             parts.append(f"The knowledge graph points to {' or '.join(diagnoses)}.")
         facts = [c.text for c in synthesis.claims if c.kind != "warning"]
         if facts:
-            numbered = " ".join(f"{fact} [{i}]." for i, fact in enumerate(dict.fromkeys(facts), start=1))
+            # numbered as the writer's prompt numbers them (warnings included), so [n] names one claim everywhere
+            number = {fact: i for i, fact in enumerate(synthesis.facts, start=1)}
+            numbered = " ".join(f"{fact} [{number[fact]}]." for fact in dict.fromkeys(facts))
             parts.append(f"From the knowledge graph: {numbered}")
         parts += list(synthesis.gaps)
         parts += [f"Warning: {w}." for w in synthesis.warnings]
@@ -1015,7 +1062,7 @@ class Synthesizer:
     def synthesize(self, question: str, question_entities: Sequence[Entity], chains: Sequence[ChainResult],
                    *, seed: int | None = None) -> tuple[Synthesis, str, tuple[str, ...], Completion | None]:
         """One question end to end (the coordinator batches the wording step of many)."""
-        synthesis = self.analyse(question, question_entities, chains)
+        synthesis = self.answer_safety(self.analyse(question, question_entities, chains))
         prompt = self.prompt(synthesis)
         completion = None
         if prompt is not None:
@@ -1036,6 +1083,11 @@ _ADVICE = re.compile(r"\b(?:see|ask|call|consult|talk to|contact) (?:a|your) (?:
                      r"nurse|GP)\b|\bnot medical advice\b|\bseek (?:urgent )?(?:medical )?(?:care|help|attention)\b",
                      re.IGNORECASE)
 
+
+# "can I take / give X?", "is X safe with Y?", "should my child use X?"
+_SAFETY_QUESTION = re.compile(r"\b(?:can|could|may|should|shall)\b[^?.]{0,40}?\b(?:take|taking|give|giving|use|using|"
+                              r"have|drink|mix)\b|\b(?:is|are)\b[^?.]{0,60}\bsafe\b|\bsafe (?:to|for|with|in|during)\b|"
+                              r"\b(?:ok|okay|alright|fine) to (?:take|give|use|mix)\b", re.IGNORECASE)
 
 # a sentence that warns against what it names ("Aspirin is contraindicated in influenza", "do not give aspirin")
 _WARNS = re.compile(r"contraindicat\w*|\bavoid\w*|\b(?:do not|don't|never|should not|shouldn't|must not|mustn't|"

@@ -8,10 +8,11 @@ what was asked. ``delay`` makes a completion take time on a worker thread, to te
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 
 from mirage_reason.backends.base import (
@@ -112,7 +113,7 @@ class ScriptedBackend(BackendBase):
         if seconds <= 0:
             future.set_result(completion)
             return future
-        timer = threading.Timer(seconds, future.set_result, (completion,))
+        timer = threading.Timer(seconds, _settle, (future, completion))
         timer.daemon = True
         self._timers.append(timer)
         timer.start()
@@ -172,3 +173,9 @@ class ScriptedBackend(BackendBase):
         if self.silent_stops and stop and finish == "stop":
             return Completion(text, whitespace_tokens(prompt), used, finish, None, stop_unknown=True)
         return Completion(text, whitespace_tokens(prompt), used, finish, fired)
+
+
+def _settle(future: Future[Completion], completion: Completion) -> None:
+    """Complete a delayed request, unless its caller cancelled it meanwhile (as an engine drops a cancelled one)."""
+    with contextlib.suppress(InvalidStateError):
+        future.set_result(completion)

@@ -251,13 +251,16 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
             raise StarletteHTTPException(503, "this server was started without a model; asks are off")
         return asks
 
-    async def ask_json(question: str, overrides: dict[str, Any]) -> dict[str, Any]:
-        future, _ = need_asks().submit(question, overrides)
+    async def ask_json(question: str, overrides: dict[str, Any]) -> JSONResponse:
+        service = need_asks()
+        future, _ = service.submit(question, overrides)
         try:
             answer = await asyncio.wait_for(asyncio.wrap_future(future), settings.ask_timeout)
         except TimeoutError:
+            service.cancel(future)
             raise RequestTimeout(f"the answer took longer than {settings.ask_timeout:g} s") from None
-        return answer.to_json()
+        # the record exactly as `ask --json` prints it, key order included (AskResponse documents it)
+        return JSONResponse(answer.to_json())
 
     def ask_stream(request: Request, question: str, overrides: dict[str, Any]) -> StreamingResponse:
         service = need_asks()
@@ -268,7 +271,8 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
             loop.call_soon_threadsafe(events.put_nowait, event)
 
         future, place = service.submit(question, overrides, sink)  # a full queue raises here: 429, not a stream
-        return StreamingResponse(_sse(request, future, events, place, settings.ask_timeout),
+        return StreamingResponse(_sse(request, future, events, place, settings.ask_timeout,
+                                      lambda: service.cancel(future)),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
@@ -354,8 +358,19 @@ def _event(kind: str, data: dict[str, Any]) -> str:
 
 
 async def _sse(request: Request, future: Any, events: asyncio.Queue[dict[str, Any]], place: int,
-               timeout: float) -> AsyncIterator[str]:
-    """The event stream of one ask: its place in line, each progress event as it happens, then done or error."""
+               timeout: float, cancel: Callable[[], None]) -> AsyncIterator[str]:
+    """The event stream of one ask: its place in line, each progress event as it happens, then done or error.
+    A client that goes away (the stream closed or cancelled under us) cancels the ask: no new model request."""
+    try:
+        async for chunk in _sse_events(request, future, events, place, timeout):
+            yield chunk
+    finally:
+        if not future.done():
+            cancel()
+
+
+async def _sse_events(request: Request, future: Any, events: asyncio.Queue[dict[str, Any]], place: int,
+                      timeout: float) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     finished = asyncio.wrap_future(future)
@@ -368,6 +383,8 @@ async def _sse(request: Request, future: Any, events: asyncio.Queue[dict[str, An
         if getter in done:
             event = getter.result()
             yield _event(str(event.get("type", "progress")), event)
+            if await request.is_disconnected():
+                return  # the caller cancels the ask
             continue
         getter.cancel()
         if finished in done:
@@ -385,8 +402,7 @@ async def _sse(request: Request, future: Any, events: asyncio.Queue[dict[str, An
                 yield _event("error", {"type": "error", **error_body(status, type(exc).__name__, message)["error"]})
             return
         if await request.is_disconnected():
-            future.cancel()  # a waiting ask leaves the line; a running one finishes in its thread
-            return
+            return  # the caller cancels the ask
         if loop.time() >= deadline:
             yield _event("error", {"type": "error", **error_body(504, "RequestTimeout",
                                                                  f"no answer after {timeout:g} s")["error"]})

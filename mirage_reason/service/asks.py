@@ -51,6 +51,7 @@ class AskService:
         self._lock = threading.Lock()
         self._admitted = 0  # running plus waiting
         self._seconds: deque[float] = deque(maxlen=20)  # recent ask durations, for Retry-After
+        self._cancels: dict[Future[Answer], threading.Event] = {}
 
     @property
     def waiting(self) -> int:
@@ -86,25 +87,43 @@ class AskService:
                 self._admitted += 1
         if full:
             raise AskQueueFull(waiting, self.retry_after())
-        future = self._executor.submit(self._run, question, config, on_progress)
+        cancel = threading.Event()
+        future = self._executor.submit(self._run, question, config, on_progress, cancel)
+        with self._lock:
+            self._cancels[future] = cancel
         future.add_done_callback(self._release)
         return future, ahead
 
-    def _run(self, question: str, config: MirageConfig, on_progress: ProgressHook | None) -> Answer:
+    def cancel(self, future: Future[Answer]) -> None:
+        """Give up on an ask (its client went away): a waiting ask leaves the line; a running one sends the model
+        no new request and cancels those in flight (a queued request never runs, a server's request is closed)."""
+        future.cancel()
+        with self._lock:
+            event = self._cancels.get(future)
+        if event is not None:
+            event.set()
+
+    def _run(self, question: str, config: MirageConfig, on_progress: ProgressHook | None,
+             cancel: threading.Event) -> Answer:
         started = time.perf_counter()
         if on_progress is not None:
             on_progress(0, {"type": "started"})
         try:
-            return Mirage(self.kg, self.backend, config).answer(question, on_progress=on_progress)
+            return Mirage(self.kg, self.backend, config).answer(question, on_progress=on_progress, cancel=cancel)
         finally:
             with self._lock:
                 self._seconds.append(time.perf_counter() - started)
 
-    def _release(self, _: Future[Answer]) -> None:
+    def _release(self, future: Future[Answer]) -> None:
         with self._lock:
             self._admitted -= 1
+            self._cancels.pop(future, None)
 
     def close(self) -> None:
-        """Stop taking asks; a waiting ask is cancelled, a running one finishes in its thread."""
+        """Stop taking asks; a waiting ask is cancelled, a running one stops asking the model."""
+        with self._lock:
+            events = list(self._cancels.values())
+        for event in events:
+            event.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
 

@@ -164,15 +164,44 @@ class AskRequest(BaseModel):
         return self.model_dump(exclude={"question", "stream"}, exclude_none=True)
 
 
+class SupportOut(_Open):
+    verdict: Literal["grounded", "partial", "unsupported"] = Field(
+        description="grounded: every sentence rests on cited claims; partial: the answer rests on cited claims but "
+                    "some of the model's text did not (replaced or shown apart); unsupported: no claim supports it")
+    reason: str
+
+
+class FlagOut(_Open):
+    code: str = Field(description="harmful_instruction, unsupported_dose, forged_result_block, budget_spent, "
+                                  "unsupported_text, check_unavailable, ...")
+    message: str
+    sentence: int | None = Field(description="index into sentences, or null: the whole answer or text not shown")
+
+
+class SentenceOut(_Open):
+    text: str
+    claims: list[int] = Field(description="indexes into claims")
+    supported: bool
+    reason: str
+
+
 class AskResponse(_Open):
-    """``mirage-kg ask --json``."""
+    """``mirage-kg ask --json``: the same record, key for key."""
 
     question: str
-    answer: str
+    answer: str = Field(description="what the knowledge graph supports; never the model's unsupported text")
     abstained: bool
+    support: SupportOut
+    flags: list[FlagOut]
+    unsupported_text: str = Field(description="the model's own words no claim supports, to show apart under a "
+                                              "label saying so (harmful sentences and doses withheld)")
+    sentences: list[SentenceOut]
     sub_questions: list[str]
     claims: list[dict[str, Any]]
+    conflicts: list[dict[str, Any]]
+    dropped_claims: list[dict[str, Any]]
     chains: list[dict[str, Any]]
+    notes: list[str]
     timings: dict[str, float]
     tokens: dict[str, int]
 

@@ -236,7 +236,9 @@ def test_html_view_is_self_contained_and_escaped() -> None:
     page = answer.to_html()
     assert page.startswith("<!DOCTYPE html>") and "<script>" not in page and "&lt;script&gt;" in page
     assert "src=" not in page and "href=" not in page
-    assert "Influenza" in page and "Chain 0" in page
+    assert "Influenza" in page and "Chain 1" in page
+    # how grounded it is comes first, before the answer
+    assert page.index('id="verdict"') < page.index('class="answer"') and answer.support.reason in page
 
 
 # -- the demo KG -------------------------------------------------------------------------------------------------------

@@ -221,8 +221,10 @@ def test_ask_json_is_the_cli_shape(client: TestClient, tmp_path: Path) -> None:
     data = response.json()
     cli = cli_json("ask", QUESTION, "--script", str(write_script(tmp_path)), "--n-r", "2", "--seed", "1")
     assert list(data) == list(cli)
-    for key in ("question", "answer", "abstained", "sub_questions", "claims"):
-        assert data[key] == cli[key], key
+    # the same record for the same question and seed: everything but how long it took
+    assert {k: v for k, v in data.items() if k not in ("timings", "engine")} == \
+        {k: v for k, v in cli.items() if k not in ("timings", "engine")}
+    assert data["support"]["verdict"] == "grounded" and data["sentences"] and "flags" in data
     assert len(data["sub_questions"]) == 2 and data["claims"]
 
 

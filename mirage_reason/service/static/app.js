@@ -438,7 +438,7 @@ function startAsk(question, live, button) {
     card.result.replaceChildren(el("strong", {}, "Chain answer: "), e.answer);
   });
   on("claims", () => { status.textContent = "Writing the answer…"; });
-  on("answer", async (e) => { await showAnswer(e.answer, answer); });
+  on("answer", async (e) => { await showAnswer(e.answer, answer); markChains(e.answer, cards); });
   on("done", () => { status.textContent = "Done."; button.disabled = false; source.close(); });
   on("error", (e) => { status.textContent = ""; live.prepend(errorBox(new Error(e.message))); button.disabled = false; source.close(); });
   source.onerror = () => {
@@ -476,9 +476,72 @@ async function showAnswer(data, into) {
     buttons.push(b);
     return el("li", {}, claim.text, " ", b);
   }));
-  into.replaceChildren(el("h2", {}, "Answer"), el("div", { class: "answer", id: "ask-answer-text" }, data.answer),
-    el("h2", {}, "Claims and the graph paths they cite"), claims,
+  const parts = [verdictBox(data.support), el("h2", {}, "Answer"),
+    el("div", { class: "answer", id: "ask-answer-text" }, markedSentences(data.answer, data.sentences || []))];
+  if (data.unsupported_text) {
+    parts.push(el("section", { class: "own-words", id: "ask-unsupported", "aria-label": "Not supported" },
+      el("h2", {}, "The model\u2019s own words \u2014 NOT supported by the knowledge graph, not its answer"),
+      el("p", {}, data.unsupported_text)));
+  }
+  if (data.flags && data.flags.length) {
+    parts.push(el("h2", {}, "Flags"), el("ul", { id: "ask-flags", class: "flags" }, data.flags.map((f) =>
+      el("li", { "data-code": f.code }, el("span", { class: "code" }, f.code), " ", f.message))));
+  }
+  parts.push(el("h2", {}, "Claims and the graph paths they cite"), claims,
     el("div", { class: "graph", id: "ask-graph" }, picture));
+  if (data.conflicts && data.conflicts.length) {
+    parts.push(el("h2", {}, "Conflicts"), el("ul", { id: "ask-conflicts" }, data.conflicts.map((c) => {
+      const votes = Object.entries(c.votes || {}).map(([k, v]) => `${label(k)} ${v}`).join(", ");
+      return el("li", {}, el("strong", {}, c.kind), " ", c.reason, votes ? el("span", { class: "muted" }, ` (votes: ${votes})`) : null);
+    })));
+  }
+  if (data.dropped_claims && data.dropped_claims.length) {
+    parts.push(el("h2", {}, "Dropped claims"), el("ul", { id: "ask-dropped" }, data.dropped_claims.map((c) =>
+      el("li", { "data-status": c.status }, el("strong", {}, (c.entity && c.entity.label) || c.text),
+        ` (${c.status}): ${c.reason}`))));
+  }
+  if (data.notes && data.notes.length) {
+    parts.push(el("h2", {}, "Notes"), el("ul", { id: "ask-notes" }, data.notes.map((n) => el("li", {}, n))));
+  }
+  into.replaceChildren(...parts);
+}
+
+const VERDICTS = { grounded: "Grounded in the knowledge graph", partial: "Partly supported by the knowledge graph",
+  unsupported: "Not supported by the knowledge graph" };
+
+// How grounded the answer is, shown before the answer itself.
+function verdictBox(support) {
+  const verdict = (support && support.verdict) || "unsupported";
+  return el("div", { class: `verdict ${verdict}`, id: "ask-verdict", role: "note", "data-verdict": verdict },
+    el("strong", {}, VERDICTS[verdict] || verdict), ": ", (support && support.reason) || "not checked");
+}
+
+// The answer text with each checked sentence in its own span; one no claim supports is marked, with why.
+function markedSentences(text, sentences) {
+  const nodes = [];
+  let at = 0;
+  for (const check of sentences) {
+    const start = text.indexOf(check.text, at);
+    if (start < 0) continue;
+    if (start > at) nodes.push(text.slice(at, start));
+    nodes.push(el("span", { class: check.supported ? "sentence" : "sentence unsupported",
+      title: check.supported ? check.reason : `Not supported by the knowledge graph: ${check.reason}`,
+      "data-claims": check.claims.join(" ") }, check.text));
+    at = start + check.text.length;
+  }
+  if (at < text.length) nodes.push(text.slice(at));
+  return nodes;
+}
+
+// Each chain card says whether the synthesizer kept anything of its answer.
+function markChains(data, cards) {
+  (data.chains || []).forEach((chain, i) => {
+    const card = cards[i];
+    if (!card || chain.kept) return;
+    card.result.classList.add("not-kept");
+    card.result.before(el("p", { class: "not-kept-note" },
+      "Not kept: no claim of this chain\u2019s answer survived; it is not part of the graph\u2019s answer."));
+  });
 }
 
 // -- routing ------------------------------------------------------------------------------------------------------
