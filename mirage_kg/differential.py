@@ -34,9 +34,10 @@ CONTEXT_WEIGHT = 0.5
 #: a condition annotated with a more specific form of a finding (its rdfs:subClassOf child) explains the finding,
 #: less surely than one annotated with the finding itself
 DESCENDANT_STRENGTH = 0.6
-#: how much a candidate's fit (the share of its own profile the findings are) can move its score: a condition where
-#: the findings are the hallmarks beats one that merely lists them among hundreds of features, at equal coverage
-FIT_WEIGHT = 0.1
+#: how much a candidate's attestation (its finding profile's size, on a log scale, relative to the largest among the
+#: candidates) can move its score: at equal coverage a condition the sources describe at length comes before a
+#: syndrome known from a handful of features (the prior of a naive Bayes ranking, kept small)
+ATTESTATION_WEIGHT = 0.1
 MIN_LINK_SCORE = 0.7  # the retriever's and the paper's cut-off for a soft match
 
 
@@ -189,10 +190,11 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
     done: a condition it treats or tests for explains it, at ``CONTEXT_WEIGHT``); anything else is left out. A
     finding weighs its specificity, ``log((N + 1) / (df + 1))`` over the N conditions with findings, df of them
     having it, times its link score. A candidate's coverage is the weight of what it explains (times the
-    annotation frequency where the source gives one) over the weight of all; its score is the coverage times
-    ``1 - FIT_WEIGHT + FIT_WEIGHT * fit``, the fit being the share of the candidate's own finding profile the
-    question's findings are. The ``top`` best come back, best first, each with what it explains and leaves out
-    and its supporting paths. ``descendants``: a condition annotated with a direct subclass of a finding explains
+    annotation frequencies its sources give, summed to at most 1) over the weight of all; its score is the
+    coverage times ``1 - ATTESTATION_WEIGHT + ATTESTATION_WEIGHT * attestation``, the attestation being
+    ``log(1 + profile) / log(1 + largest profile)`` over the candidates, a profile being a condition's findings.
+    The ``top`` best come back, best first, each with what it explains and leaves out and its supporting paths.
+    ``descendants``: a condition annotated with a direct subclass of a finding explains
     it too (at ``DESCENDANT_STRENGTH``)."""
     from mirage_kg.kinds import vocabulary
 
@@ -268,11 +270,12 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
     finding_rels = frozenset(r for r, role in relations.items() if role in FINDING_ROLES)
     pool = sorted(gained, key=lambda c: (-gained[c], c))[: max(3 * top, 30)]
     profile = {c: len({n for _, _, n, _, _ in kg.walk(c, finding_rels)}) for c in pool}
+    largest = math.log1p(max(profile.values(), default=0)) or 1.0
     scored = {}
     for c in pool:
         coverage = gained[c] / total
-        fit = min(len(support[c]) / profile[c], 1.0) if profile[c] else 0.0
-        scored[c] = (coverage * (1 - FIT_WEIGHT + FIT_WEIGHT * fit), coverage)
+        attestation = math.log1p(profile[c]) / largest
+        scored[c] = (coverage * (1 - ATTESTATION_WEIGHT + ATTESTATION_WEIGHT * attestation), coverage)
     best = sorted(pool, key=lambda c: (-round(scored[c][0], 9), -round(scored[c][1], 9), c))[:top]
 
     names = kg.labels(set(best) | {x for c in best for e in support[c].values() if e for x in (e[1], e[3])})
@@ -324,13 +327,23 @@ def _conditions_of(kg: Graph, node: str, relations: dict[str, str], wanted: Sequ
         edges = kg.walk(finding, rels)
         if not edges:
             continue
-        frequencies = annotation_frequencies(kg.store, list(kg.groups.of(finding)))
+        members = set(kg.groups.of(finding))
+        # what the sources say of each condition's edge: the frequencies of its members' records, summed (sources
+        # that agree make a feature surer), at most 1; an edge no record annotates counts 1
+        frequency_of: dict[tuple[str, str], float] = {}
+        excluded: set[tuple[str, str]] = set()
+        for (s, p, o), frequency in annotation_frequencies(kg.store, sorted(members)).items():
+            end = s if o in members else o
+            key = (kg.groups.rep(end), p)
+            frequency_of[key] = min(1.0, frequency_of.get(key, 0.0) + frequency)
+            if frequency <= 0.0:
+                excluded.add(key)
         for p, d, other, s, o in edges:
             role = relations[p]
             if (role if d == "forward" else ROLES[role].inverse) not in wanted:
                 continue
-            frequency = frequencies.get((s, p, o), 1.0)
-            if frequency <= 0.0:
+            frequency = frequency_of.get((other, p), 1.0)
+            if frequency <= 0.0 or ((other, p) in excluded and frequency < 0.5):
                 continue
             value = strength * frequency
             if other not in found or value > found[other][0]:

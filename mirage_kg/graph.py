@@ -828,9 +828,11 @@ class Graph:
         """What a filed hub anchor depends on beyond the store's content (which keys the file), and which nodes
         are filed (``min_degree`` edges or more)."""
         from mirage_kg.degree_index import FILED_DEGREE, HUB_ANCHOR_DEPTH
+        from mirage_kg.ranking import RANKING_VERSION
 
         return {"hub_degree": HUB_DEGREE, "per_relation": HUB_EDGES_PER_RELATION, "depth": HUB_ANCHOR_DEPTH,
-                "merged": self.merge_equivalents, "min_degree": min(FILED_DEGREE, HUB_DEGREE + 1)}
+                "merged": self.merge_equivalents, "min_degree": min(FILED_DEGREE, HUB_DEGREE + 1),
+                "ranking": RANKING_VERSION}
 
     def _filed_hub_anchor(self, iri: str, k: int, rels: frozenset[str] | None, want: str, rank: str
                           ) -> tuple[list[tuple[str, str, str]], dict[tuple[str, str, str], tuple[str, str]]] | None:

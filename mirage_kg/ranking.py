@@ -1,7 +1,9 @@
 """Clinically meaningful ranking: neighbours by specificity (inverse document frequency of the neighbour in the
 KG) weighted by how often the source says the feature occurs (HPOA frequencies), and bridge paths by how specific
 their intermediate nodes are, so hallmark features rise above generic findings and hubs (inheritance modes,
-top-level classes) sink.
+top-level classes) sink. Seen from the feature, the entities that annotate it (a phenotype's diseases) rank by how
+often they have it, summed over the sources that agree, times how well attested they are (their degree): the
+diseases where the feature is a hallmark come before rare syndromes that merely list it.
 
 ``rank="degree"`` keeps the older order: best-connected neighbours first, paths by node ids."""
 
@@ -16,6 +18,8 @@ from mirage_kg.store.base import Store
 from mirage_kg.terms import iri_ref
 
 RANKINGS = ("specificity", "degree")
+#: the version of the specificity ranking, part of what a filed hub anchor depends on
+RANKING_VERSION = 2
 FREQUENCY = MKG + "frequency"
 
 #: HPO's frequency terms (HP:0040279 subtree) -> the middle of the range each stands for
@@ -92,22 +96,33 @@ def neighbour_scores(edges: Iterable[tuple[str, str, str]], degree: Mapping[str,
                      node_of: Callable[[str], str] = lambda iri: iri) -> dict[tuple[str, str, str], float]:
     """Scores for anchor's neighbours, ``edges`` being (relation, direction, neighbour node) at the anchor whose
     stored concepts are ``members`` (several when sources are merged; ``node_of`` maps a concept to its node).
-    The score is the neighbour's specificity times its support: the sum, over the members that annotate the edge,
-    of the frequency their annotation gives (so features several sources agree on rank higher); 1 for an edge
-    that carries no annotation."""
+    The support of an annotated edge is the sum, over the annotation records of it (one per source or member), of
+    the frequency each gives (so what several sources agree on ranks higher); 1 for an edge with no annotation.
+    An edge to a feature (the anchor is the annotated entity, or nothing is annotated) scores the feature's
+    specificity times its support: hallmark features first. An edge from an entity that annotates the anchor as
+    its feature (a disease seen from its phenotype) scores the support times ``log(1 + degree)`` of that entity:
+    the diseases that have the feature often and are well attested first, not the rarest syndrome listing it."""
     center = set(members)
     support: dict[tuple[str, str, str], dict[str, float]] = {}
+    annotates_center: set[tuple[str, str, str]] = set()
     for (subject, relation, obj), frequency in frequencies.items():
         if subject in center:
-            key, holder = (relation, "forward", node_of(obj)), subject
+            key, holder = (relation, "forward", node_of(obj)), obj
         elif obj in center:
-            key, holder = (relation, "backward", node_of(subject)), obj
+            key, holder = (relation, "backward", node_of(subject)), subject
+            annotates_center.add(key)
         else:
             continue
-        per_member = support.setdefault(key, {})
-        per_member[holder] = max(per_member.get(holder, 0.0), frequency)
-    return {key: specificity(degree.get(key[2], 0), concepts) * (sum(support[key].values()) if key in support else 1.0)
-            for key in edges}
+        per_record = support.setdefault(key, {})
+        per_record[holder] = max(per_record.get(holder, 0.0), frequency)
+
+    def score(key: tuple[str, str, str]) -> float:
+        held = sum(support[key].values()) if key in support else 1.0
+        if key in annotates_center:
+            return held * math.log1p(degree.get(key[2], 0))
+        return specificity(degree.get(key[2], 0), concepts) * held
+
+    return {key: score(key) for key in edges}
 
 
 def path_cost(inner_degrees: Sequence[int]) -> float:

@@ -164,7 +164,7 @@ class Synthesis:
     no_support: str = "flag"
     held: tuple[Path, ...] = ()  # the facts the chains saw that touch the question, strongest first
     safety: tuple[str, ...] = ()  # for "can I take / give X": what the graph says of X and the conditions
-    differential: Differential | None = None  # the graph's ranking of conditions by how much of the findings each explains
+    differential: Differential | None = None  # the graph's conditions, by how much of the findings each explains
 
     @property
     def findings(self) -> dict[str, list[dict[str, str]]]:
@@ -473,12 +473,12 @@ class Synthesizer:
         if not losers:
             return set(), winners, None
         votes = tuple(sorted(((e.id, score[e.iri]) for e in candidates), key=lambda kv: -kv[1]))
-        basis = "the findings it explains, weighted by specificity" if graph else "the question entities its paths reach"
+        basis = ("the findings it explains, weighted by specificity" if graph
+                 else "the question entities its paths reach")
         reason = (f"chains name different diagnoses; {winner.label} wins by evidence coverage ({basis}: "
                   f"{coverage[winner_iri]:.0%}) with the chains' votes (at most {VOTE_WEIGHT:.2f} of the score)")
-        evidence = ()
-        if graph and winner_iri in {c.entity.iri for c in differential.candidates}:  # type: ignore[union-attr]
-            evidence = next(c for c in differential.candidates if c.entity.iri == winner_iri).paths  # type: ignore[union-attr]
+        ranked = {c.entity.iri: c for c in differential.candidates} if graph else {}  # type: ignore[union-attr]
+        evidence = ranked[winner_iri].paths if winner_iri in ranked else ()
         return losers, winners, Conflict("diagnosis", tuple(candidates), winner, votes, reason, evidence)
 
     def _diagnosis_claims(self, winners: Sequence[Entity], kept: list[Claim], differential: Differential | None,

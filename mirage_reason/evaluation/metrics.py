@@ -128,7 +128,8 @@ def answer_conditions(kg: KnowledgeGraph, text: str) -> list[str]:
     if not text.strip():
         return []
     mentions = [m for m in kg.link(text, top=3) if m.best is not None and m.best.score >= _DIAGNOSIS_LINK_SCORE]
-    iris = list(dict.fromkeys(m.best.entity.iri for m in sorted(mentions, key=lambda m: m.start)))  # type: ignore[union-attr]
+    ordered = sorted(mentions, key=lambda m: m.start)
+    iris = list(dict.fromkeys(m.best.entity.iri for m in ordered))  # type: ignore[union-attr]
     kinds = clinical_vocabulary(kg).kinds(iris)
     return [compress(i) for i in iris if kinds[i] in CONDITION_KINDS]
 

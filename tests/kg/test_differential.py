@@ -164,3 +164,13 @@ def test_cli_json_and_text() -> None:
     text = runner.invoke(main, ["query", "differential", "cough, haemoptysis",
                                 "--embedding-model", "none"])
     assert text.exit_code == 0 and "1. Tuberculosis" in text.output
+
+
+def test_a_phenotypes_diseases_rank_hallmark_first(hpo: KnowledgeGraph) -> None:
+    """Seen from arachnodactyly, the diseases where the sources give it often (Marfan syndrome: 124/197 in OMIM,
+    "very frequent" in Orphanet) come before the synthetic disorders that list it with no frequency and few other
+    features (which the neighbour's specificity alone put first)."""
+    steps = hpo.anchor("HP:0001166", k=10, direction="backward")
+    order = [s.subject.label for s in steps]
+    assert order[:2] == ["Marfan syndrome", "Marfan syndrome"]
+    assert set(order[2:]) == {"Synthetic disorder 1", "Synthetic disorder 2"}
