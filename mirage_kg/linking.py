@@ -55,7 +55,7 @@ _BLOCK_CACHE = 64  # decoded blocks (and word postings) kept: the spans of one t
 # whose words are one edit from the mention's (from memory, whatever the size), at most this many:
 _FULL_SCAN = 300_000
 _FUZZY_CANDIDATES = 200
-_INDEX_VERSION = 11
+_INDEX_VERSION = 12
 _COMPLETE_WINDOW = 2000  # labels ranked per autocomplete request at most
 
 # Function words and greetings: never a mention on their own, nor the edge of a fuzzy or embedding span.
@@ -183,6 +183,16 @@ def fold(text: str) -> str:
     folded = unicodedata.normalize("NFKD", text)
     folded = "".join(c for c in folded if not unicodedata.combining(c)).casefold().replace("’", "'")
     return " ".join(_NON_WORD.sub(" ", folded.replace("'", "")).split())
+
+
+def is_acronym(text: str) -> bool:
+    """An acronym: one word of at least two letters with a capital past its first character, all capitals
+    ("COPD", "T2DM") or mixed case ("chILD", "AFib", "HbA1c"). As a synonym it matches only as written: folded,
+    "chILD" would be the word "child"."""
+    word = text.strip()
+    if not word or len(word) > 12 or any(c.isspace() for c in word):
+        return False
+    return sum(c.isalpha() for c in word) >= 2 and any(c.isupper() for c in word[1:])
 
 
 def normalise(text: str) -> str:
@@ -1212,7 +1222,8 @@ def _entity_labels(iri: str, rows: Sequence[tuple[int, str, str | None]]
                    ) -> tuple[str, list[tuple[str, int, str, str]]]:
     """An entity's display name and its labels (text, kind, normalised, folded) from its label literals (0
     skos:prefLabel, 1 rdfs:label, 2 skos:altLabel; text; language): preferred ones first (by language, then
-    text), each text once per kind, a synonym dropped when it is also a preferred label."""
+    text), each text once per kind, a synonym dropped when it is also a preferred label; an acronym synonym
+    (``is_acronym``) has no normalised or folded form, so it matches only as written."""
     kinds: dict[int, list[tuple[str, str | None]]] = {}
     for k, text, lang in dict.fromkeys(rows):
         kinds.setdefault(k, []).append((text, lang))
@@ -1223,6 +1234,9 @@ def _entity_labels(iri: str, rows: Sequence[tuple[int, str, str | None]]
         for text, _ in sorted(kinds.get(k, []), key=lambda t: (t[1] or "", t[0])):
             if (text, 0) not in seen and (text, kind) not in seen:
                 seen.add((text, kind))
+                if kind == 1 and is_acronym(text):  # case-sensitive: no normalised or fuzzy form
+                    out.append((text, kind, "", ""))
+                    continue
                 folded = fold(text)
                 out.append((text, kind, " ".join(singular(w) for w in folded.split()), folded))
     return name, out
@@ -1999,8 +2013,11 @@ class Linker:
         for row, sim in zip(rows.tolist(), sims.tolist()):
             if sim < self.threshold:
                 break
-            for idx, _ in index.exact(index.texts[row]):
-                best[idx] = max(best.get(idx, 0.0), sim)
+            text = index.texts[row]
+            acronym = is_acronym(text)  # an acronym synonym is matched as written, never by its meaning's look
+            for idx, level in index.exact(text):
+                if not (acronym and level == 1):
+                    best[idx] = max(best.get(idx, 0.0), sim)
             if len(best) >= self.embedding_top:
                 break
         for idx, sim in sorted(best.items(), key=lambda kv: -kv[1])[: self.embedding_top]:

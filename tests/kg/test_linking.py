@@ -586,3 +586,24 @@ def test_bench_embeddings_runs_both_ways_on_the_same_labels(tmp_path: Path) -> N
     figures = json.loads(out.stdout)
     assert figures["labels"] == 16 and figures["max_abs_difference"] < 1e-4  # the same vectors either way
     assert figures["baseline_labels_per_s"] > 0 and figures["build_labels_per_s"] > 0
+
+
+def test_acronym_synonyms_match_only_as_written(tmp_path: Path) -> None:
+    """An all-caps or mixed-case synonym is an acronym: "chILD" (childhood interstitial lung disease) must not link
+    the word "child", "MI" not the word "mi", while the acronym written as such still links."""
+    from mirage_kg.linking import is_acronym
+
+    assert is_acronym("chILD") and is_acronym("COPD") and is_acronym("T2DM") and is_acronym("AFib")
+    assert not is_acronym("Asthma") and not is_acronym("heart attack") and not is_acronym("X")
+    store = OxigraphStore()
+    ensure_schema(store)
+    load(store, TTL + """
+KG:Childhood_ild skos:prefLabel "Interstitial lung disease specific to childhood"@en ; skos:altLabel "chILD"@en .
+KG:Seizure skos:prefLabel "Seizure"@en .
+""")
+    linker = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path).linker
+    linked = {m.text: m.candidates[0].entity.id for m in linker.link("my child has seizures") if m.candidates}
+    assert linked == {"seizures": "KG:Seizure"}
+    assert best(linker.link_one("chILD")) == ("KG:Childhood_ild", "synonym")
+    assert best(linker.link_one("MI")) == ("KG:Myocardial_infarction", "synonym")
+    assert not [c for c in linker.link_one("mi") if c.entity.id == "KG:Myocardial_infarction" and c.score >= 0.7]
