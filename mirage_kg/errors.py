@@ -73,6 +73,17 @@ class UpdateRefusedError(QueryError):
     """A SPARQL update sent where only read-only queries are allowed."""
 
 
+class UpdateInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an update that commits in one step: ``applied`` says whether it committed (True), did not and
+    never will (False), or cannot be known here (None: an endpoint was applying it). ``abandoned``: the
+    uncommitted transaction still runs in this process, which must end now (its rollback is recorded on disk)."""
+
+    def __init__(self, message: str, applied: bool | None, abandoned: bool = False) -> None:
+        super().__init__(message)
+        self.applied = applied
+        self.abandoned = abandoned
+
+
 class MissingExtraError(MirageError):
     """An optional dependency is missing."""
 

@@ -51,6 +51,11 @@ def index(store: str | None, endpoint: str | None, embeddings: bool, embedding_m
     try:
         steps = build_indexes(opened, embeddings=embeddings, embedding_model=embedding_model,
                               echo=(lambda s: None) if as_json else (lambda s: click.echo(s, err=True)))
+    except KeyboardInterrupt:
+        # the store is only read; each index file is written whole under a temporary name, the embeddings in
+        # resumable parts
+        raise click.ClickException("interrupted: the store is unchanged and the indexes finished so far are kept; "
+                                   "`mirage-kg index` goes on from there (a stopped embedding build resumes)") from None
     finally:
         opened.close()
     if as_json:

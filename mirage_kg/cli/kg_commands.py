@@ -14,7 +14,7 @@ import click
 
 from mirage_kg.cli.index_command import index_options, run_index_step
 from mirage_kg.cli.main import endpoint_auth_options, store_options
-from mirage_kg.errors import InputError
+from mirage_kg.errors import InputError, UpdateInterrupted
 
 FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpoa", "nt", "nq", "ttl", "trig",
                   "rdfxml", "jsonld"]
@@ -108,7 +108,14 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
             if as_update:
                 from mirage_kg.releases import update_release
 
-                result = update_release(target, path, loader, options, report)
+                try:
+                    result = update_release(target, path, loader, options, report)
+                except UpdateInterrupted as exc:
+                    committed = committed or exc.applied is not False
+                    _interrupted_update(exc)
+                except KeyboardInterrupt:
+                    raise click.ClickException("interrupted while the new release was being compared: nothing "
+                                               "was applied (the graph holds what it held)") from None
                 for line in result.diff.lines():
                     click.echo(line)
                 committed = True
@@ -123,7 +130,12 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
                 committed = True
                 click.echo(f"loaded {path} ({loader.name}): +{receipt.added:,} triples into <{receipt.graph}>")
         failed = False
-        run_index_step(target, index, embeddings, lambda s: click.echo(s, err=True))
+        try:
+            run_index_step(target, index, embeddings, lambda s: click.echo(s, err=True))
+        except KeyboardInterrupt:
+            click.echo("warning: interrupted during the index step, after the load committed: the data is in the "
+                       "store; `mirage-kg index` builds the indexes (or the first query that needs them)", err=True)
+            raise SystemExit(130) from None
     finally:
         target.close()
         if failed and not committed and fresh is not None:
@@ -135,6 +147,21 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
             if report_target is not None:
                 data = json.dumps(report.to_json(), indent=2).encode("utf-8")
                 write_atomically(report_target, lambda handle: handle.write(data))
+
+
+def _interrupted_update(exc: UpdateInterrupted) -> None:
+    """The truth about a Ctrl-C during ``load --update``, then the end of the command: exit 1 when nothing was
+    applied, 130 when the update was applied (or may have been, on an endpoint) before the command could finish.
+    A native transaction still running (``abandoned``) ends with the process, at once: its rollback is on disk."""
+    code = 1 if exc.applied is False else 130
+    click.echo(f"Error: {exc}" if exc.applied is False else f"warning: {exc}", err=True)
+    if exc.applied:
+        click.echo("the index step did not run: `mirage-kg index` builds the indexes", err=True)
+    if exc.abandoned:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
 
 
 def _fresh_folder(store: str | None) -> Path | None:
@@ -276,6 +303,7 @@ def write_atomically(target: Path, write: "Callable[[BinaryIO], None]") -> None:
             with open(target, "wb") as handle:
                 write(handle)
             return
+        remove_stale_parts(target)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
         try:
             with open(tmp, "wb") as handle:
@@ -285,6 +313,44 @@ def write_atomically(target: Path, write: "Callable[[BinaryIO], None]") -> None:
             tmp.unlink(missing_ok=True)
     except OSError as exc:
         raise InputError(f"cannot write: {exc.strerror or exc}", target) from exc
+
+
+_PART = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.part")
+
+
+def remove_stale_parts(target: Path) -> list[Path]:
+    """Delete the ``.NAME.PID.part`` files beside ``target`` that a killed writer of it left (their process is
+    gone); a live process's part is left alone. Returns what was removed."""
+    removed = []
+    try:
+        candidates = list(target.parent.glob(f".{glob_escape(target.name)}.*.part"))
+    except OSError:
+        return removed
+    for part in candidates:
+        match = _PART.fullmatch(part.name)
+        if match is None or match.group("name") != target.name or not part.is_file():
+            continue
+        pid = int(match.group("pid"))
+        if pid != os.getpid() and _alive(pid):
+            continue
+        try:
+            part.unlink()
+            removed.append(part)
+        except OSError:
+            pass  # not ours to remove (permissions): the next run tries again
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
+
+
+def _alive(pid: int) -> bool:
+    from mirage_kg.store.sparql import _process_alive  # the one liveness test (os.kill with signal 0)
+
+    return _process_alive(pid)
 
 
 @click.command()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyoxigraph as ox
 
 from mirage_kg.caching import store_fingerprint
-from mirage_kg.errors import InputError
+from mirage_kg.errors import InputError, UpdateInterrupted
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, RowsNeedWholeRelease
 from mirage_kg.namespaces import XSD, compress
 from mirage_kg.releases.diff import (
@@ -40,6 +40,7 @@ from mirage_kg.releases.provenance import (
     releases,
 )
 from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, Store
+from mirage_kg.store.oxigraph import OxigraphStore
 from mirage_kg.terms import iri_ref, literal
 
 #: triples per INSERT/DELETE DATA block (one transaction holds them all; blocks keep each statement small)
@@ -175,10 +176,27 @@ def _update_release(store: Store, path: Path, loader: Loader, options: LoadOptio
     options.extra.pop("snomed_only", None)  # the next path of the same command is scoped afresh
     info = new_release_info(loader.name, path, graph, recorded, history)
     before = store_fingerprint(store) if _may_hold_label_index(store) else None
-    apply_difference(store, graph, diff, info)
-    subjects = {t.subject.value for t in (*diff.triples.removed, *diff.triples.added)
-                if isinstance(t.subject, ox.NamedNode)}
-    return UpdateResult(graph, diff, info, carry_label_index(store, before, subjects) if before else None)
+    was = previous.citation() if previous is not None else "its previous content"
+    try:
+        apply_difference(store, graph, diff, info)
+    except UpdateInterrupted as exc:
+        raise UpdateInterrupted(f"interrupted: the update of {compress(graph)} was stopped before it committed; "
+                                f"the graph still holds {was} (nothing was applied)", exc.applied,
+                                exc.abandoned) from None
+    except KeyboardInterrupt:
+        if isinstance(store, OxigraphStore):  # its update commits or not as the update returns (``update_atomically``)
+            raise UpdateInterrupted(f"interrupted past the commit point: the update was applied, {compress(graph)} "
+                                    f"now holds {info.citation()}", True) from None
+        raise UpdateInterrupted(f"interrupted while {store.location} applied the update of {compress(graph)}: it "
+                                f"may have committed it or not; `mirage-kg stats` shows which release the graph "
+                                "holds (the update is one request: never half of it)", None) from None
+    try:
+        subjects = {t.subject.value for t in (*diff.triples.removed, *diff.triples.added)
+                    if isinstance(t.subject, ox.NamedNode)}
+        return UpdateResult(graph, diff, info, carry_label_index(store, before, subjects) if before else None)
+    except KeyboardInterrupt:
+        raise UpdateInterrupted(f"interrupted past the commit point: the update was applied, {compress(graph)} now "
+                                f"holds {info.citation()}", True) from None
 
 
 def check_shared(store: Store, graph: str, diff: ReleaseDiff, path: Path, previous: ReleaseInfo | None) -> None:
@@ -260,4 +278,5 @@ def apply_difference(store: Store, graph: str, diff: ReleaseDiff, info: ReleaseI
     operations.append(f"INSERT DATA {{ GRAPH {manifest} {{ {target} {iri_ref(LOADED_FROM)} {literal(info.path)} ; "
                       f"{iri_ref(LOADED_AT)} {literal(now, datatype=XSD + 'dateTime')} }} }}")
     operations.append(release_record_update(info))
-    store.update(" ;\n".join(operations))
+    atomically = getattr(store, "update_atomically", None)
+    (atomically or store.update)(" ;\n".join(operations))

@@ -120,6 +120,16 @@ def drop(checkpoint: Checkpoint) -> None:
     shutil.rmtree(checkpoint.folder, ignore_errors=True)
 
 
+def mark_for_restore(checkpoint: Checkpoint) -> Checkpoint:
+    """Make the next open put this checkpoint back, whatever its load did since (an abandoned transaction)."""
+    if checkpoint.restoring:
+        return checkpoint
+    restoring = checkpoint.marker.with_suffix(RESTORING)
+    os.replace(checkpoint.marker, restoring)
+    _sync_folder(checkpoint.marker.parent)
+    return Checkpoint(checkpoint.folder, restoring, checkpoint.graph)
+
+
 def restore(store_folder: Path, checkpoint: Checkpoint) -> None:
     """Put the checkpoint's files in place of the store's. The store must be closed and the writer lock held."""
     marker = checkpoint.marker

@@ -589,6 +589,60 @@ class OxigraphStore(Store):
             except OSError as exc:
                 raise StoreError(f"store {self.location}: {exc}") from exc
 
+    #: an update Ctrl-C abandoned still runs in this process: nothing more may touch the store (see
+    #: ``update_atomically``)
+    _abandoned = False
+
+    def update_atomically(self, update: str) -> None:
+        """``update`` in one transaction that Ctrl-C stops at once with the store as it was, where ``update``
+        would finish first (a native transaction takes the main thread until it commits: a minute for a release
+        difference of half a million triples).
+
+        On disk the store is checkpointed first (milliseconds) and the transaction runs in a worker thread while
+        the main thread waits for it or for Ctrl-C. Done first: it committed, the checkpoint is dropped (a Ctrl-C
+        that came after is re-raised as KeyboardInterrupt: past the commit point). Ctrl-C first: the checkpoint
+        is marked to be put back on the next open, so the update never counts even if its commit lands now, and
+        ``UpdateInterrupted(applied=False, abandoned=True)`` is raised: the caller ends the process, since the
+        native transaction cannot be stopped inside it. In memory, read-only or off the main thread: ``update``."""
+        from mirage_kg.errors import UpdateInterrupted
+
+        if self.path is None or self.read_only or self._checkpoint is not None \
+                or threading.current_thread() is not threading.main_thread():
+            self.update(update)
+            return
+        self._writable()
+        self._take_checkpoint("")  # no graph: a process killed midway keeps what RocksDB recovered (old or new)
+        done = threading.Event()
+        stop = threading.Event()
+        failure: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                self.update(update)
+            except BaseException as exc:  # handed to the main thread
+                failure.append(exc)
+            finally:
+                done.set()
+
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+        try:
+            threading.Thread(target=work, name="mirage-kg-update", daemon=True).start()
+            while not done.wait(0.05):
+                if stop.is_set() and not done.is_set():
+                    checkpoint, self._checkpoint = self._checkpoint, None
+                    assert checkpoint is not None
+                    checkpoints.mark_for_restore(checkpoint)
+                    self._abandoned = True
+                    raise UpdateInterrupted("stopped before the update committed; the next open of the store puts "
+                                            "its previous state back", applied=False, abandoned=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        self._settle_checkpoint()
+        if failure:
+            raise failure[0]
+        if stop.is_set():
+            raise KeyboardInterrupt  # after the commit
+
     # --- loading ---------------------------------------------------------------------------------------------
     _interrupted: _Interrupt | None = None
 
@@ -914,6 +968,8 @@ class OxigraphStore(Store):
         """Close the native store; a writer then records which files its content key names (``content_key``), so
         the next process to open the store finds the caches built from this content."""
         _OPEN_WRITERS.discard(self)
+        if self._abandoned:
+            return  # a transaction still runs in this process: the process ends, the next open rolls it back
         self._scratch = None  # a scratch store left by an interrupted swap is reopened by recovery
         raw = self.__dict__.pop("raw", None)
         writer = raw is not None and self.path is not None and not self.read_only
