@@ -32,7 +32,7 @@ from mirage_reason.backends.base import Backend, Completion, OutputConstraint, s
 from mirage_reason.chain import ChainResult, path_json
 from mirage_reason.choices import LETTERS, extract_letter, parse_options
 from mirage_reason.config import MirageConfig
-from mirage_reason.decomposer import question_intents
+from mirage_reason.decomposer import INTENTS, question_intents
 from mirage_reason.support import DOSE, Flag, SentenceCheck, Support, harmful_in
 from mirage_reason.wording import render, wording_constraint, wording_form
 
@@ -49,15 +49,40 @@ RDFS_SUBCLASS = "http://www.w3.org/2000/01/rdf-schema#subClassOf"
 INTENT_ANSWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "treatment": ("drug", ("treats", "treated_by", "prevents", "prevented_by")),
     "tests": ("test", ("test_for", "has_test")),
+    "features": ("finding", ("has_finding",)),
+    "causes": ("cause", ("caused_by",)),  # whatever the ontology says causes it: an organism, a gene, a substance
 }
+#: what a question may ask of a condition beyond the decomposer's intents: its features, its causes
+KIND_INTENTS: dict[str, re.Pattern[str]] = {
+    "features": re.compile(r"\b(?:features?|symptoms?|signs?|manifestations?|characteristics?|phenotypes?|"
+                           r"presentations?|clinical picture)\b(?:.*\bof\b)?|\bhow does .* present\b|"
+                           r"症状|表现|特征", re.IGNORECASE),
+    "causes": re.compile(r"\b(?:what causes|causes? of|caused by|cause[sd]? it|etiology|aetiology|due to what)\b|"
+                         r"病因|什么引起", re.IGNORECASE),
+}
+#: the intents the question names itself (the decomposer's default, "diagnosis" and "treatment", stands only
+#: when it names none)
+_EXPLICIT = re.compile("|".join(p.pattern for p in INTENTS.values()), re.IGNORECASE)
 _CONTRA_ROLES = ("contraindicated_in", "contraindicates")
 _CONDITION_KINDS = ("disease", "finding")
-_INTENT_WORDS = {"treatment": "medication", "tests": "test"}
+_INTENT_WORDS = {"treatment": "medication", "tests": "test", "features": "feature", "causes": "cause"}
+_SHOWN = {"features": 6}  # claims looked up per diagnosis for an intent (3 unless said here)
 NOT_SUPPORTED = "not supported by the knowledge graph"
 #: how much the chains' votes (as a share of all votes) can add to a diagnosis's evidence coverage in the vote
 VOTE_WEIGHT = 0.3
 #: the linking methods that find an entity by what the text names (its label, a synonym, its id)
 _NAMING_METHODS = frozenset({"id", "exact", "normalised", "synonym"})
+
+
+def asked_intents(question: str) -> tuple[str, ...]:
+    """What the question asks: the decomposer's intents (diagnosis, tests, treatment, avoid) plus a condition's
+    features or causes; "what are the features of Marfan syndrome?" asks for its features only, not the default
+    diagnosis and treatment."""
+    extra = tuple(name for name, pattern in KIND_INTENTS.items() if pattern.search(question))
+    if not extra:
+        return question_intents(question)
+    found = question_intents(question) if _EXPLICIT.search(question) else ()
+    return found + tuple(x for x in extra if x not in found)
 
 
 def entity_kind(entity: Entity, paths: Sequence[Path], vocab: ClinicalVocabulary) -> str:
@@ -360,7 +385,7 @@ class Synthesizer:
             kept.append(Claim(claim.entity, claim.kind, citations[0].text, tuple(citations), claim.chains,
                               claim.support))
 
-        intents = question_intents(question)
+        intents = asked_intents(question)
         options = parse_options(question)
         warnings: list[str] = []
         gaps: list[str] = []
@@ -526,8 +551,9 @@ class Synthesizer:
 
     def _answer_intents(self, vocab: ClinicalVocabulary, intents: Sequence[str], diagnoses: Sequence[Entity],
                         kept: list[Claim], kinds: dict[str, str]) -> tuple[list[Claim], list[str], str | None]:
-        """Claims that answer "which tests" / "what to take" for the diagnosis: the chains' own when they named
-        some, else the KG's; a gap line when the KG has none."""
+        """Claims that answer "which tests" / "what to take" / "what are its features" / "what causes it" for the
+        diagnosis: the chains' own when they named some, else the KG's (its edges of the intent's roles, ranked as
+        anchor ranks them: hallmark features first); a gap line when the KG has none."""
         added: list[Claim] = []
         gaps: list[str] = []
         problem = None
@@ -547,7 +573,7 @@ class Synthesizer:
                 shown = 0
                 for step in steps:
                     other = step.object if step.subject.iri == diagnosis.iri else step.subject
-                    if other.iri in have or shown >= 3:
+                    if other.iri in have or shown >= _SHOWN.get(intent, 3):
                         continue
                     have.add(other.iri)
                     shown += 1

@@ -77,3 +77,48 @@ def test_at_equal_coverage_the_votes_decide(kg: KnowledgeGraph) -> None:
         s.differential.coverage(kg.entity("KG:COVID-19").iri))
     assert vote.winner.label == "COVID-19"
     assert [e["label"] for e in s.findings["unexplained"]] == []
+
+
+def test_the_asked_kind_answers_treatment_features_and_tests(kg: KnowledgeGraph) -> None:
+    """"What medication treats asthma?" is answered with the asthma drugs the KG holds, even when the chains name
+    none; "what are the symptoms of ..." with the condition's findings, not its drugs; "which tests" with tests."""
+    vague = [chain("It depends on the patient.", ())]
+    s = analyse(kg, vague, "What medication treats asthma?")
+    drugs = {c.entity.label for c in s.claims if c.kind == "drug"}
+    assert drugs and drugs <= {"Salbutamol", "Budesonide", "Montelukast", "Inhaled corticosteroid",
+                               "Formoterol", "Ipratropium", "Prednisolone", "Salmeterol", "Tiotropium"}, drugs
+    assert all(kg.path_exists(p) for c in s.claims for p in c.citations)
+    s = analyse(kg, vague, "What are the main symptoms of tuberculosis?")
+    assert s.intents == ("features",)
+    found = {c.entity.label for c in s.claims if c.kind == "finding"}
+    assert {"Haemoptysis", "Night sweats"} <= found and not [c for c in s.claims if c.kind == "drug"]
+    s = analyse(kg, vague, "Which tests confirm tuberculosis?")
+    assert [c for c in s.claims if c.kind == "test"] and not [c for c in s.claims if c.kind == "drug"]
+
+
+def test_hpo_features_question_gets_phenotypes(tmp_path: object) -> None:
+    """On HPO (the small default-KG fixture) "What are the main features of Marfan syndrome?" is answered with
+    Marfan's phenotypes, hallmarks first, and no medication gap line."""
+    from pathlib import Path as FsPath
+
+    from mirage_kg import OxigraphStore
+    from mirage_kg.loaders.hpoa import HpoaLoader
+    from mirage_kg.loaders.obo import OboLoader
+    from mirage_kg.loaders import LoadOptions, LoadReport
+    from mirage_kg.namespaces import GRAPH
+    from mirage_kg.store import ensure_schema
+
+    fixtures = FsPath(__file__).resolve().parent.parent / "fixtures" / "default_kg"
+    store = OxigraphStore()
+    ensure_schema(store)
+    OboLoader().load(store, fixtures / "hp-mini.obo", LoadOptions(), LoadReport())
+    HpoaLoader().load(store, fixtures / "mini.hpoa", LoadOptions(graph=GRAPH + "hpoa/test"), LoadReport())
+    hpo = KnowledgeGraph(store, embedding_model="none")
+    marfan = [e for e in hpo.entities_named("Marfan syndrome")]
+    synth = Synthesizer(hpo, ScriptedBackend([]), MirageConfig())
+    s = synth.analyse("What are the main features of Marfan syndrome?", marfan[:1],
+                      [chain("It is a connective tissue disorder.", ())])
+    features = [c.entity.label for c in s.claims if c.kind == "finding"]
+    assert {"Arachnodactyly", "Ectopia lentis"} <= set(features)
+    assert "Autosomal dominant inheritance" not in features  # an inheritance annotation is no feature
+    assert not s.gaps or not any("medication" in g for g in s.gaps)
