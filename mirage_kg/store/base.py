@@ -445,7 +445,7 @@ def projected_variables(query: str) -> list[str] | None:
     if algebra.name != "SelectQuery":
         return None
     names = [str(v) for v in algebra.get("PV", [])]
-    return sorted(names) if not parsed[1].get("projection") else names
+    return names if "projection" in parsed[1].keys() else sorted(names)  # no projection: SELECT *
 
 
 def forget_record(graph: str) -> str:

@@ -5,8 +5,10 @@ What differs between engines is detected, not assumed:
   ``named-graph-uri``), so an engine's own graphs (Virtuoso's system triples) never leak in, a graph being loaded
   stays invisible until its load commits, and an endpoint whose default graph is not the union of its named graphs
   (``oxigraph serve`` without ``--union-default-graph``) answers the same as one whose default graph is;
-- **the result-size cap** (Virtuoso's ``ResultSetMaxRows``, 10,000 by default): probed once, large reads are paged
-  under it, and an answer that reaches it is reported as truncated, never used as if whole;
+- **the result-size cap** (Virtuoso's ``ResultSetMaxRows``, 10,000 by default): probed once, large reads (and ``query``'s
+  SELECTs without ORDER BY) are paged under it, and an answer that reaches it is reported as truncated, never used
+  as if whole, with advice that works on the engine (Virtuoso sorts at most MaxSortedTopRows rows under
+  LIMIT/OFFSET, and walks a ``+`` path within a fixed memory pool);
 - **the insert size** it accepts: INSERT DATA chunks halve on Virtuoso's SP030/SP031 "memory exhausted" (or set
   ``chunk_triples``);
 - **nested optional property paths**: the bridge ASK becomes a UNION of fixed-length sequences where they fail.
@@ -39,7 +41,8 @@ import httpx
 from mirage_kg.errors import EndpointError, QueryError, StoreError
 from mirage_kg.namespaces import XSD
 from mirage_kg.namespaces import MKG
-from mirage_kg.store.base import LOADED_FROM, MANIFEST_GRAPH, PAGE_SIZE, PENDING, Store
+from mirage_kg.store.base import LOADED_FROM, MANIFEST_GRAPH, PAGE_SIZE, PENDING, Store, projected_variables
+from mirage_kg.store.sparql_text import query_form
 from mirage_kg.terms import Term, iri_ref, literal
 
 _RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -61,6 +64,12 @@ _HEARTBEAT_S = 30.0
 #: a load whose heartbeat is older than this is abandoned whatever its process (another host cannot tell)
 STALE_LOAD_S = 1800.0
 _PROGRESS_S = 30.0  # how often a long endpoint load says how far it got
+_ORDER_BY = re.compile(r"(?is)\bORDER\s+BY\b")
+_SORT_LIMIT = re.compile(r"SR35[03]|Sorted TOP|TOP clause", re.IGNORECASE)
+_TRANSITIVE_LIMIT = re.compile(r"transitive (temp )?memory|transitive start not given", re.IGNORECASE)
+SORTED_PAGING = ("page a sorted query by its sort key instead (ORDER BY ?key ... FILTER(?key > the last page's last "
+                 "value) LIMIT 10000), leave ORDER BY out (`query sparql` then pages past the cap itself), or raise "
+                 "MaxSortedTopRows ([Parameters]) and ResultSetMaxRows ([SPARQL]) in virtuoso.ini")
 _HAS_LIMIT = re.compile(r"(?is)\b(LIMIT|OFFSET)\s+\d+\s*(\b(LIMIT|OFFSET)\s+\d+\s*)?$")
 
 
@@ -201,6 +210,9 @@ class SparqlStore(Store):
                 if response.status_code < 400:
                     return response
                 detail = _error_detail(response)
+                limit_hit = _engine_limit(detail)
+                if limit_hit:  # the engine's own limit: the same answer every time, so not retried
+                    raise QueryError(f"{public_url(url)} rejected the query: {detail}; {limit_hit}")
                 if response.status_code == 400:
                     raise QueryError(f"{public_url(url)} rejected the request: {detail}")
                 if response.status_code in (401, 403):
@@ -339,8 +351,44 @@ class SparqlStore(Store):
         if short_of_limit and (truncated or (cap is not None and len(rows) >= cap)):
             raise EndpointError(
                 f"the answer was truncated at {len(rows):,} rows (the endpoint's result-size cap, Virtuoso's "
-                "ResultSetMaxRows); add LIMIT/OFFSET to page it, or raise the cap", self.location)
+                "ResultSetMaxRows); page it with LIMIT/OFFSET under the cap (`query sparql` does that itself for "
+                "a query without ORDER BY); Virtuoso sorts at most MaxSortedTopRows rows under LIMIT/OFFSET, so "
+                f"{SORTED_PAGING}", self.location)
         return rows
+
+    def query(self, query: str, *, timeout: float | None = None) -> dict[str, object]:
+        """``Store.query``; a SELECT without ORDER BY is paged under the endpoint's result-size cap (within its own
+        LIMIT/OFFSET, if any), so it gives every row the embedded store gives. A sorted one past the cap is an
+        error with the advice that works on the engine (Virtuoso cannot sort past MaxSortedTopRows)."""
+        if query_form(query) != "SELECT" or _ORDER_BY.search(query):
+            return super().query(query, timeout=timeout)
+        cap = self._result_cap()
+        if cap is None:
+            return super().query(query, timeout=timeout)
+        text = query.strip()
+        limit, offset = None, 0
+        match = _HAS_LIMIT.search(text)
+        if match:
+            found = re.search(r"(?i)\bLIMIT\s+(\d+)", match.group(0))
+            moved = re.search(r"(?i)\bOFFSET\s+(\d+)", match.group(0))
+            limit = int(found.group(1)) if found else None
+            offset = int(moved.group(1)) if moved else 0
+            text = text[:match.start()]
+        page = min(PAGE_SIZE, cap)
+        rows: list[dict[str, Term]] = []
+        while limit is None or len(rows) < limit:
+            want = page if limit is None else min(page, limit - len(rows))
+            got = self.select(f"{text}\nLIMIT {want} OFFSET {offset}", timeout=timeout)
+            rows.extend(got)
+            offset += len(got)
+            if len(got) < want:
+                break
+        names = projected_variables(query)
+        if names is None:
+            names = []
+            for row in rows:
+                names.extend(k for k in row if k not in names)
+        return {"vars": names, "rows": rows}
 
     def select_raw(self, query: str) -> list[dict[str, Term]]:
         """A SELECT over the endpoint's own dataset (no graph restriction): for probes."""
@@ -550,6 +598,18 @@ class SparqlStore(Store):
 
     def close(self) -> None:
         self._client.close()
+
+
+def _engine_limit(detail: str) -> str:
+    """What works instead, when an error is one of Virtuoso's fixed limits ("" otherwise)."""
+    if _SORT_LIMIT.search(detail):
+        return f"Virtuoso sorts at most MaxSortedTopRows rows (10,000 by default) under LIMIT/OFFSET: {SORTED_PAGING}"
+    if _TRANSITIVE_LIMIT.search(detail):
+        return ("Virtuoso walks a +/* path from a bound end within a fixed memory pool: bound the walk with a "
+                "UNION of fixed-length sequences instead ({ ?a p ?b } UNION { ?a p/p ?b } UNION { ?a p/p/p ?b } for "
+                "at most 3 steps; Virtuoso answers optional steps such as p/p? wrongly), or use `mirage-kg query "
+                "bridge A B --max-hops N` for the paths between two entities")
+    return ""
 
 
 def _abandoned(token: str, alive: str, update_timeout: float) -> bool:
