@@ -162,7 +162,8 @@ def _print_text(answer: Answer) -> None:
               help="Turtle file of entity kinds and clinical roles for a custom ontology (MKG:entityKind, "
               "MKG:clinicalRole; see ontologies/kinds.ttl). Repeatable.")
 @click.option("--no-support", type=click.Choice(["flag", "abstain"]), default="flag", show_default=True,
-              help="A free-text question the KG supports nothing of: the model's answer, flagged, or an abstention.")
+              help="A free-text question the KG supports nothing of: say what the graph held and show the model's "
+              "answer apart, labelled as not supported (flag), or abstain.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer, claims, chains, timings and tokens as JSON.")
 @click.option("--html", "html_file", metavar="FILE", type=click.Path(dir_okay=False),
               help="Also write a readable HTML page of the answer and its trace.")

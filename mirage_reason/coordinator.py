@@ -350,9 +350,12 @@ class Mirage:
                                           "graph"), ()
         support, sentences = self.synthesizer.review(ws.synthesis, ws.text, ws.flags, ws.abstained)
         if not self.config.use_synthesizer or self.config.single_chain:
-            verdict = "unsupported" if support.verdict == "unsupported" else "partial"
-            return Support(verdict, f"this pipeline ({self.config.pipeline_name}) does not check its answer "
-                                    f"against the claims; by sentence: {support.reason}"), sentences
+            factual = [c for c in sentences if c.claims or not c.supported]
+            named = sum(1 for c in factual if c.supported)
+            return Support("partial" if named else "unsupported",
+                           f"the model's own answer: this pipeline ({self.config.pipeline_name}) does not check it "
+                           f"against the claims; {named} of {len(factual)} sentences name a claim of the knowledge "
+                           "graph"), sentences
         return support, sentences
 
 

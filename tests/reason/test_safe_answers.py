@@ -180,3 +180,82 @@ def test_cancelling_a_run_sends_no_new_request() -> None:
     threading.Event().wait(0.6)  # requests in flight would have completed and been followed by new ones by now
     assert len(backend.calls) == sent and "answer" not in seen
     backend.close()
+
+
+class CountingServer:
+    """An OpenAI-compatible completions server that answers slowly and notes when each request arrives."""
+
+    def __init__(self, delay: float) -> None:
+        import time
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.arrivals: list[float] = []
+        counting = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, data: dict[str, Any]) -> None:
+                body = json.dumps(data).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except OSError:  # the client closed the request: what a cancelled one does
+                    pass
+
+            def do_GET(self) -> None:
+                self._send({"object": "list", "data": [{"id": "counting-model", "object": "model"}]})
+
+            def do_POST(self) -> None:
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                counting.arrivals.append(time.monotonic())
+                time.sleep(delay)
+                if "response_format" in request:  # the decomposer's JSON schema
+                    text = json.dumps({"sub_questions": [
+                        {"entity": "Asthma", "question": "What medication treats asthma?"},
+                        {"entity": "Cough", "question": "What causes a cough?"}]})
+                else:  # a chain that searches again and again (a new turn, a new request, each time)
+                    text = f"Let me look again ({len(counting.arrivals)}). {QB}Asthma"
+                self._send({"choices": [{"text": text, "finish_reason": "stop", "index": 0}],
+                            "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_a_client_that_leaves_the_stream_cancels_its_ask(tmp_path: Path) -> None:
+    import time
+
+    pytest.importorskip("fastapi", reason="the [serve] extra is not installed: pip install 'mirage-kg[serve]'")
+    httpx = pytest.importorskip("httpx")
+    from tests.reason.service_support import ServeProcess
+
+    engine = CountingServer(delay=0.3)
+    serve = ServeProcess("--backend", "openai", "--base-url", engine.url, "--embedding-model", "none",
+                         log=tmp_path / "serve.log")
+    try:
+        question = "I have a cough. What medication treats asthma?"
+        with httpx.stream("GET", f"{serve.url}/v1/ask/stream", params={"question": question}, timeout=60) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("event: search"):  # the chains are running: requests are in flight
+                    break
+        left = time.monotonic()
+        before = len(engine.arrivals)
+        time.sleep(3.0)  # a running ask would have sent ~10 more turns by now (0.3 s each, two chains)
+        late = [t - left for t in engine.arrivals if t > left + 0.5]
+        assert before >= 2 and late == [], f"{len(late)} request(s) reached the engine after the client left"
+        assert httpx.get(f"{serve.url}/v1/health", timeout=10).json()["asks_waiting"] == 0
+    finally:
+        serve.stop()
+        engine.close()

@@ -177,3 +177,94 @@ def test_the_web_app_in_headless_chromium(server: ServeProcess, tmp_path: Path) 
         raise
     finally:
         driver.quit()
+
+
+#: a scripted model whose chains disagree (influenza for the fever, pneumonia for the cough) and whose writer adds a
+#: sentence no claim supports: the answer has a verdict, flags, a conflict, a dropped claim, a chain not kept and the
+#: model's own words apart; the single-chain pipeline (which does not check its wording) shows a marked sentence
+HONESTY_QUESTION = "I have a fever and a cough. What is it?"
+HONESTY_SCRIPT = {
+    "Write at most": "1. What causes a fever?\n2. What causes a cough?",
+    "Facts:\n[1]": "Pneumonia matches your fever and cough [1]. It spreads quickly in winter. Please see a doctor.",
+    "What causes a fever": "Influenza, most likely.",
+    "What causes a cough": "Pneumonia, I think.",
+    "": "Pneumonia, most likely. It spreads quickly in winter.",
+}
+
+
+def _serve(folder: Path, *args: str) -> ServeProcess:
+    script = folder / "honesty.json"
+    script.write_text(json.dumps(HONESTY_SCRIPT), encoding="utf-8")
+    return ServeProcess("--script", str(script), "--embedding-model", "none", *args, log=folder / "serve.log")
+
+
+def test_the_web_app_shows_how_grounded_an_answer_is(tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    shots = Path(os.environ.get("MIRAGE_KG_SHOTS") or tmp_path / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
+    driver = _driver(tmp_path / "profile")
+    wait = WebDriverWait(driver, 30)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    mirage, single = _serve(tmp_path / "a"), _serve(tmp_path / "b", "--pipeline", "single-chain")
+
+    def ask(server: ServeProcess) -> dict:  # type: ignore[type-arg]
+        driver.get(server.url + "/#/ask")
+        box = wait.until(ec.element_to_be_clickable((By.ID, "ask-question")))
+        box.send_keys(HONESTY_QUESTION)
+        driver.find_element(By.ID, "ask-go").click()
+        wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "#ask-status"), "Done."))
+        return httpx.post(f"{server.url}/v1/ask", json={"question": HONESTY_QUESTION}, timeout=60).json()
+
+    def shoot(name: str) -> None:
+        height = driver.execute_script("return Math.max(document.body.scrollHeight, 900)")
+        driver.set_window_size(1280, min(int(height) + 40, 4000))
+        driver.save_screenshot(str(shots / f"{name}.png"))
+        driver.set_window_size(1280, 1300)
+
+    try:
+        record = ask(mirage)
+        assert record["support"]["verdict"] == "partial" and record["unsupported_text"] and record["conflicts"]
+        # the verdict comes first, before the answer, and says what the record says
+        verdict = driver.find_element(By.ID, "ask-verdict")
+        assert verdict.get_attribute("data-verdict") == "partial" and record["support"]["reason"] in verdict.text
+        answer = driver.find_element(By.ID, "ask-answer-text")
+        assert verdict.location["y"] < answer.location["y"]
+        assert "It spreads quickly in winter" not in answer.text  # never as the graph's answer ...
+        own = driver.find_element(By.ID, "ask-unsupported")  # ... only under its label
+        assert "NOT supported by the knowledge graph" in own.text and "It spreads quickly in winter." in own.text
+        flags = driver.find_elements(By.CSS_SELECTOR, "#ask-flags li")
+        assert [f.get_attribute("data-code") for f in flags] == [f["code"] for f in record["flags"]]
+        assert "unsupported_text" in [f.get_attribute("data-code") for f in flags]
+        conflicts = driver.find_elements(By.CSS_SELECTOR, "#ask-conflicts li")
+        assert len(conflicts) == len(record["conflicts"]) and "diagnosis" in conflicts[0].text
+        dropped = driver.find_elements(By.CSS_SELECTOR, "#ask-dropped li")
+        assert [d.get_attribute("data-status") for d in dropped] == [c["status"] for c in record["dropped_claims"]]
+        assert "Influenza" in dropped[0].text
+        # the chain whose answer the synthesizer did not keep says so
+        cards = driver.find_elements(By.CSS_SELECTOR, "#ask-chains .chain")
+        not_kept = [i for i, c in enumerate(record["chains"]) if not c["kept"]]
+        assert not_kept and all("Not kept" in cards[i].text for i in not_kept)
+        assert all("Not kept" not in cards[i].text for i in range(len(cards)) if i not in not_kept)
+        shoot("5-ask-verdict")
+
+        # a pipeline that does not check its wording: its unsupported sentence is marked in the answer
+        record = ask(single)
+        unsupported = [s["text"] for s in record["sentences"] if not s["supported"]]
+        assert unsupported and record["support"]["verdict"] in ("partial", "unsupported")
+        marked = driver.find_elements(By.CSS_SELECTOR, "#ask-answer-text .sentence.unsupported")
+        assert [m.text for m in marked] == unsupported
+        assert all("Not supported by the knowledge graph" in m.get_attribute("title") for m in marked)
+        shoot("6-ask-marked")
+        errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        assert errors == [], errors
+    except Exception:
+        driver.save_screenshot(str(shots / "failure-honesty.png"))
+        raise
+    finally:
+        driver.quit()
+        mirage.stop()
+        single.stop()
