@@ -81,7 +81,8 @@ class Decomposition:
 
     def to_json(self) -> dict[str, Any]:
         """The answer record's ``decomposition``: its source, whether the engine constrained it, and its notes."""
-        return {"source": self.source, "constrained": self.constrained, "note": "; ".join(self.notes)}
+        return {"source": self.source, "constrained": self.constrained, "note": "; ".join(self.notes),
+                "origins": [s.origin for s in self.sub_questions]}
 
 
 def link_entities(kg: KnowledgeGraph, text: str, config: MirageConfig) -> tuple[Entity, ...]:

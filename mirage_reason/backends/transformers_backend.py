@@ -254,7 +254,9 @@ class TransformersBackend(BackendBase):
                 if constraint.choices:
                     self._grammars[key] = self._compiler.compile_grammar(constraint.gbnf())
                 else:
-                    self._grammars[key] = self._compiler.compile_json_schema(json.dumps(constraint.json_schema))
+                    # compact JSON (no free whitespace): a model cannot wander in blanks until its tokens run out
+                    self._grammars[key] = self._compiler.compile_json_schema(json.dumps(constraint.json_schema),
+                                                                             any_whitespace=False)
             except (RuntimeError, ValueError) as exc:
                 raise BackendError(f"xgrammar cannot compile this {constraint.kind} constraint: {exc}",
                                    hint="simplify the JSON schema to what xgrammar supports") from exc

@@ -62,7 +62,8 @@ def test_the_whole_loop_runs_on_structured_output() -> None:
     mirage = Mirage(FakeKG(), backend, MirageConfig(rank_by_question=False, seed=0))  # type: ignore[arg-type]
     answer = mirage.answer(QUESTION)
     data = answer.to_json()
-    assert data["decomposition"] == {"source": "model", "constrained": True, "note": ""}
+    assert data["decomposition"] == {"source": "model", "constrained": True, "note": "",
+                                     "origins": ["model", "model"]}
     assert data["sub_questions"] == ["What does fever point to?", "What does wheezing point to?"]
     assert all(c["mode"] == "structured" and c["search_count"] >= 1 for c in data["chains"])
     assert all(call.constraint is not None for call in backend.calls)  # every request held to its schema
