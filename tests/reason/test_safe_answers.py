@@ -259,3 +259,35 @@ def test_a_client_that_leaves_the_stream_cancels_its_ask(tmp_path: Path) -> None
     finally:
         serve.stop()
         engine.close()
+
+
+def test_normalisation_rewrites_only_what_names_an_entity() -> None:
+    from fake_kg import FakeKG, ent
+
+    from mirage_kg.linking import Candidate, Mention
+    from mirage_reason.synthesizer import Synthesizer
+
+    kg = FakeKG()
+    text = "A sign of a wide range of disease; the flu."
+    wide = text.index("wide range")
+    flu = text.index("flu")
+
+    def link(_: str, top: int = 5) -> list[Mention]:  # an embedding match of ordinary words, and a synonym
+        return [Mention("wide range", wide, wide + 10, (Candidate(ent("Migraine"), 0.81, "embedding"),)),
+                Mention("flu", flu, flu + 3, (Candidate(ent("Influenza"), 0.98, "synonym"),))]
+
+    kg.link = link  # type: ignore[method-assign]
+    synth = Synthesizer(kg, ScriptedBackend([]), MirageConfig())
+    assert synth.normalise(text) == "A sign of a wide range of disease; the Influenza."
+    assert synth.normalise(text, entities={ent("Migraine").iri}) == text  # only the claims' entities, when given
+
+
+def test_the_html_page_leads_with_the_verdict_and_keeps_the_models_words_apart(tmp_path: Path) -> None:
+    page = tmp_path / "answer.html"
+    data = ask_json(tmp_path, "What should I do about it?",
+                    {"Write at most": "1. What should I do about it?", "": BLEACH}, "--html", str(page))
+    html = page.read_text(encoding="utf-8")
+    assert html.index('id="verdict"') < html.index('class="answer"') < html.index('id="unsupported-text"')
+    assert "Not supported by the knowledge graph" in html and data["support"]["reason"] in html
+    assert "NOT supported by the knowledge graph, not its answer" in html and "bleach" not in html.split("<h2>Flags")[0]
+    assert "harmful_instruction" in html and "(not kept)" in html
