@@ -72,7 +72,18 @@ class MirageGroup(click.Group):
         except OSError as exc:  # the system's own errors (disk full, permissions) are one line too, with the file
             where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
             raise click.ClickException(f"{where}{exc.strerror or exc}") from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            from mirage_kg.errors import UpdateInterrupted
+
+            if isinstance(exc, UpdateInterrupted):  # it says what was applied; a running transaction ends here
+                click.echo(f"Error: {exc}", err=True)
+                if exc.abandoned:
+                    import os
+                    import sys
+
+                    sys.stderr.flush()
+                    os._exit(1 if exc.applied is False else 130)
+                raise SystemExit(1 if exc.applied is False else 130) from None
             raise click.ClickException("interrupted; nothing was half-written (loads are atomic)") from None
 
 
