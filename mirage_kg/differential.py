@@ -162,18 +162,24 @@ def condition_count(kg: Graph, relations: dict[str, str]) -> int:
 
 # -- the differential ----------------------------------------------------------------------------------------------
 
-def linked_findings(mentions: Iterable[Mention], min_score: float = MIN_LINK_SCORE
-                    ) -> list[tuple[Entity, float, str]]:
-    """(entity, link score, mention text) of each mention's best candidate scoring at least ``min_score``, once
-    per entity."""
-    out: dict[str, tuple[Entity, float, str]] = {}
+#: a mention's candidates this close to its best are read as the same match (an exact label and an exact synonym)
+SAME_MATCH = 0.04
+
+_Linked = tuple[tuple[tuple[Entity, float], ...], "str | None"]  # (candidates, best first), mention text
+
+
+def linked_findings(mentions: Iterable[Mention], min_score: float = MIN_LINK_SCORE) -> list[_Linked]:
+    """For each mention whose best candidate scores at least ``min_score``: its candidates within ``SAME_MATCH`` of
+    the best (a phenotype and a disease of the same name), best first, and the mention's text."""
+    out = []
     for mention in mentions:
         best = mention.best
         if best is None or best.score < min_score:
             continue
-        if best.entity.iri not in out or best.score > out[best.entity.iri][1]:
-            out[best.entity.iri] = (best.entity, best.score, mention.text)
-    return list(out.values())
+        same = tuple((c.entity, c.score) for c in mention.candidates
+                     if c.score >= max(min_score, best.score - SAME_MATCH))
+        out.append((same, mention.text))
+    return out
 
 
 _Edge = tuple[float, str, str, str]  # (strength, stored subject, relation, stored object)
@@ -210,7 +216,7 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
         linked = linked_findings(mentions, min_score)
     else:
         question = ", ".join(f if isinstance(f, str) else f.label for f in findings)
-        linked = [(f if isinstance(f, Entity) else kg.entity(f), 1.0, None) for f in findings]  # type: ignore[misc]
+        linked = [(((f if isinstance(f, Entity) else kg.entity(f), 1.0),), None) for f in findings]
     relations = finding_relations(kg, kinds)
     if not any(role in FINDING_ROLES for role in relations.values()):
         return Differential(question, (), (), 0, ("the knowledge graph declares no relation with a finding role "
@@ -221,16 +227,25 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
     if not conditions:
         return Differential(question, (), (), 0, ("no condition in the knowledge graph has a finding "
                                                   "(a has_finding / finding_of edge): nothing to rank",))
-    kind_of = vocab.kinds(groups.rep(e.iri) for e, _, _ in linked)
+    kind_of = vocab.kinds(groups.rep(e.iri) for same, _ in linked for e, _ in same)
     max_weight = math.log(conditions + 1) if conditions else 1.0
 
     findings_out: list[Finding] = []
     edges_of: dict[str, dict[str, _Edge]] = {}  # finding node -> condition node -> its edge
-    for entity, score, mention in linked:
+    for same, mention in linked:
+        # a mention that names a finding and a condition alike ("obesity": HPO's phenotype, MONDO's disease) is
+        # read as the finding: the differential explains findings
+        entity, score = same[0]
         node = groups.rep(entity.iri)
+        found = _conditions_of(kg, node, relations, ("finding_of",), descendants)
+        for other, other_score in same[1:] if not found else ():
+            other_node = groups.rep(other.iri)
+            other_found = _conditions_of(kg, other_node, relations, ("finding_of",), descendants)
+            if other_found and other_node not in edges_of:
+                entity, score, node, found = other, other_score, other_node, other_found
+                break
         if node in edges_of:
             continue
-        found = _conditions_of(kg, node, relations, ("finding_of",), descendants)
         named = kind_of.get(node) == "disease"
         role = "condition" if named else "finding"
         if not found and not named:

@@ -32,14 +32,18 @@ def demo() -> KnowledgeGraph:
     return KnowledgeGraph(demo_store(), embedding_model="none")
 
 
-@pytest.fixture(scope="module")
-def hpo() -> KnowledgeGraph:
+def _hpo_store() -> OxigraphStore:
     store = OxigraphStore()
     ensure_schema(store)
     OboLoader().load(store, FIXTURES / "default_kg" / "hp-mini.obo", LoadOptions(), LoadReport())
     HpoaLoader().load(store, FIXTURES / "default_kg" / "mini.hpoa", LoadOptions(graph=GRAPH + "hpoa/test"),
                       LoadReport())
-    return KnowledgeGraph(store, embedding_model="none")
+    return store
+
+
+@pytest.fixture(scope="module")
+def hpo() -> KnowledgeGraph:
+    return KnowledgeGraph(_hpo_store(), embedding_model="none")
 
 
 def test_demo_kg_ranks_by_specific_coverage(demo: KnowledgeGraph) -> None:
@@ -174,3 +178,19 @@ def test_a_phenotypes_diseases_rank_hallmark_first(hpo: KnowledgeGraph) -> None:
     order = [s.subject.label for s in steps]
     assert order[:2] == ["Marfan syndrome", "Marfan syndrome"]
     assert set(order[2:]) == {"Synthetic disorder 1", "Synthetic disorder 2"}
+
+
+def test_a_name_shared_by_a_phenotype_and_a_disease_reads_as_the_finding() -> None:
+    """MONDO names diseases as HPO names phenotypes ("obesity", "macroglossia"): a mention linking both is the
+    finding the differential explains, not a condition the patient named."""
+    store = _hpo_store()
+    store.load(io.BytesIO(b'<https://w3id.org/mirage-kg/entity/Scoliosis_disease> '
+                          b'<http://www.w3.org/1999/02/22-rdf-syntax-ns#type> '
+                          b'<https://w3id.org/mirage-kg/schema#Disease> .\n'
+                          b'<https://w3id.org/mirage-kg/entity/Scoliosis_disease> '
+                          b'<http://www.w3.org/2004/02/skos/core#prefLabel> "Scoliosis"@en .\n'),
+               media_type="application/n-triples", graph="urn:test:scoliosis")
+    kg = KnowledgeGraph(store, embedding_model="none")
+    result = differential(kg, "scoliosis and arachnodactyly", top=3)
+    assert {f.entity.id: f.role for f in result.findings} == {"HP:0002650": "finding", "HP:0001166": "finding"}
+    assert result.candidates[0].entity.label == "Marfan syndrome"
