@@ -164,10 +164,10 @@ def structured_decomposer_messages(question: str, entity_labels: Sequence[str], 
 
 def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence[str] = (), *,
                          options: Sequence[str] = (), gaps: Sequence[str] = (),
-                         structured: tuple[bool, bool, Sequence[int]] = (False, False, ())) -> Messages:
+                         structured: tuple[bool, bool, Sequence[tuple[int, str]]] = (False, False, ())) -> Messages:
     """The final wording step: the model may use the numbered facts and nothing else. With ``options`` (a
     multiple-choice question), it starts with the letter it picks. ``structured`` (sentences, letter, lead): the
-    engine holds the reply to JSON, cited sentences (the first on each fact of ``lead``) and/or the option's letter
+    engine holds the reply to JSON, cited sentences (the first on each (fact, entity) of ``lead``) and/or the letter
     (``wording.wording_constraint``)."""
     numbered = "\n".join(f"[{i}] {fact}" for i, fact in enumerate(facts, start=1))
     system = ("You write short, clear answers for patients. Use ONLY the numbered facts you are given, cite them "
@@ -185,7 +185,8 @@ def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence
     if sentences or letter:
         item = '{"text": one short sentence for the patient, "cite": the number of the fact it rests on}'
         fields = (['"choice": the letter of the one correct option'] if letter else []) + (
-            [f'"lead": [{item} for fact ' + ", then ".join(f"[{n}]" for n in lead) + "]"] if lead else []) + (
+            ['"lead": [' + ", ".join(f'{{"text": a sentence that starts with "{label}", "cite": {n}}}'
+                                     for n, label in lead) + "]"] if lead else []) + (
             [f'"sentences": [{item}, ...] (at most {3 - len(lead)} more)'] if sentences else [])
         user += "\nReply in JSON: {" + ", ".join(fields) + "}."
     elif options:

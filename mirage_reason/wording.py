@@ -27,7 +27,8 @@ MAX_SENTENCES = 3
 _SENTENCE_CHARS = 160
 
 
-def wording_form(config: MirageConfig, backend: Any, synthesis: Synthesis) -> tuple[bool, bool, tuple[int, ...]]:
+def wording_form(config: MirageConfig, backend: Any,
+                 synthesis: Synthesis) -> tuple[bool, bool, tuple[tuple[int, str], ...]]:
     """Which parts of this answer's wording the engine constrains: (the cited sentences, the option letter, the
     facts the sentences lead with). The letter is asked for only when no chain picked one (the chains' vote decides
     otherwise)."""
@@ -45,9 +46,10 @@ def wording_constraint(config: MirageConfig, backend: Any, synthesis: Synthesis)
     if letter:
         properties["choice"] = {"enum": list(LETTERS[: len(synthesis.options)])}
     if sentences:
-        if lead:  # one sentence on each fact the answer must state (the diagnosis, what the question asks for)
+        if lead:  # one sentence on each fact the answer must state (the diagnosis, what the question asks for),
+            # opening with the entity it is about where its name is plain text (a pattern every engine supports)
             properties["lead"] = {"type": "array", "items": False,
-                                  "prefixItems": [_sentence({"const": n}) for n in lead]}
+                                  "prefixItems": [_sentence({"const": n}, label) for n, label in lead]}
         properties["sentences"] = {"type": "array", "minItems": 0 if lead else 1,
                                    "maxItems": MAX_SENTENCES - len(lead),
                                    "items": _sentence({"enum": list(range(1, len(synthesis.facts) + 1))})}
@@ -55,34 +57,44 @@ def wording_constraint(config: MirageConfig, backend: Any, synthesis: Synthesis)
                                          "additionalProperties": False})
 
 
-def _sentence(cite: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": {"text": {"type": "string", "minLength": 8, "maxLength": _SENTENCE_CHARS},
-                                             "cite": cite},
+_PLAIN = re.compile(r"[A-Za-z0-9 ,'-]+")
+_SENTENCE_CHARS_CLASS = "[a-zA-Z0-9 ,.;:()'/-]"
+
+
+def _sentence(cite: dict[str, Any], opening: str | None = None) -> dict[str, Any]:
+    text: dict[str, Any] = {"type": "string", "minLength": 8, "maxLength": _SENTENCE_CHARS}
+    if opening and _PLAIN.fullmatch(opening):
+        text = {"type": "string",
+                "pattern": f"^{opening}{_SENTENCE_CHARS_CLASS}{{0,{max(8, _SENTENCE_CHARS - len(opening))}}}$"}
+    return {"type": "object", "properties": {"text": text, "cite": cite},
             "required": ["text", "cite"], "additionalProperties": False}
 
 
-def required_facts(synthesis: Synthesis) -> list[int]:
-    """The numbers of the facts the answer must state, as the claim check requires them: the diagnosis the graph
-    points to (when the question did not name it) and the first claim of each kind the question asks for."""
+def required_facts(synthesis: Synthesis) -> list[tuple[int, str]]:
+    """The facts the answer must state, as the claim check requires them, each with the entity it must name: the
+    diagnosis the graph points to (when the question did not name it) and the first claim of each kind the
+    question asks for."""
     from mirage_reason.synthesizer import INTENT_ANSWERS
 
     facts = synthesis.facts
     asked = {e.iri for e in synthesis.question_entities}
-    wanted: list[int] = []
+    wanted: list[tuple[int, str]] = []
 
-    def add(index: int | None) -> None:
-        if index is not None and index + 1 not in wanted:
-            wanted.append(index + 1)
+    def add(index: int | None, label: str) -> None:
+        if index is not None and all(n != index + 1 for n, _ in wanted):
+            wanted.append((index + 1, label))
 
     for diagnosis in (d for d in synthesis.diagnoses if d.iri not in asked):
         label = diagnosis.label.casefold()
         add(next((facts.index(c.text) for c in synthesis.claims if c.entity.iri == diagnosis.iri), None)
             if any(c.entity.iri == diagnosis.iri for c in synthesis.claims)
-            else next((i for i, f in enumerate(facts) if label in f.casefold()), None))
+            else next((i for i, f in enumerate(facts) if label in f.casefold()), None), diagnosis.label)
     for intent in synthesis.intents:
         if intent in INTENT_ANSWERS:
             kind = INTENT_ANSWERS[intent][0]
-            add(next((facts.index(c.text) for c in synthesis.claims if c.kind == kind), None))
+            claim = next((c for c in synthesis.claims if c.kind == kind), None)
+            if claim is not None:
+                add(facts.index(claim.text), claim.entity.label)
     return wanted
 
 

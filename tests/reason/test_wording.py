@@ -38,11 +38,10 @@ def small_model(prompt: str) -> str:
             answer = {"action": "answer", "choice": "B", "answer": "Asthma fits."}
         return json.dumps(answer)
     facts = dict(re.findall(r"^\[(\d+)\] (.+)$", prompt, re.MULTILINE))
-    lead = re.findall(r"\[(\d+)\]", prompt.split('"lead":', 1)[1].split('"sentences"', 1)[0]) \
-        if '"lead":' in prompt else []
+    lead = re.findall(r'starts with "([^"]+)", "cite": (\d+)', prompt)
     reply: dict[str, object] = {"sentences": [{"text": facts["1"], "cite": 1}]}
-    if lead:
-        reply = {"lead": [{"text": facts[n], "cite": int(n)} for n in lead], "sentences": []}
+    if lead:  # it opens each with the entity, then says the fact
+        reply = {"lead": [{"text": f"{label}: {facts[n]}", "cite": int(n)} for label, n in lead], "sentences": []}
     if '"choice"' in prompt:
         reply = {"choice": "B", **reply}
     return json.dumps(reply)
