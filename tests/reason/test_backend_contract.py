@@ -275,3 +275,20 @@ def test_a_server_that_ignores_the_constraint_field_is_caught(llamacpp_server: s
         error = client.submit(CompletionRequest(prompt, (), GenerationParams(max_new_tokens=96, temperature=0.0),
                                                 LETTER)).exception(timeout=120)
     assert isinstance(error, BackendError) and "did not hold" in str(error)
+
+
+@pytest.mark.llm
+@pytest.mark.server
+@pytest.mark.parametrize("mode, structured", [("chat", "response_format"), ("completions", "llama.cpp")])
+def test_openai_client_constrains_through_llama_server(llama_server_backend: Any, mode: str, structured: str) -> None:
+    from mirage_reason.backends.openai_backend import OpenAIBackend
+
+    # the OpenAI client against llama.cpp's own server: response_format on its chat API, its json_schema / grammar
+    # fields on its completions API
+    with OpenAIBackend(llama_server_backend.base_url, llama_server_backend.model, mode=mode, structured=structured,
+                       vllm_params=False, backoff=0.01, timeout=600) as client:
+        for constraint, prompt in ((FRUIT, _fruit_prompt(client)), (LETTER, _prompt(client, "Pick a letter."))):
+            for seed in range(2):
+                params = GenerationParams(max_new_tokens=48, temperature=1.0, seed=seed)
+                done = client.submit(CompletionRequest(prompt, (), params, constraint)).result(timeout=120)
+                assert done.finish_reason == "stop" and constraint.check(done.text) is None, done
