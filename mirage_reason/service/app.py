@@ -76,13 +76,19 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
 
     def warm_labels() -> None:
         """Build the label index (and autocomplete's table) at start, not on the first keystroke: on a large KG
-        that takes longer than a request may."""
+        that takes longer than a request may. Then load the label embeddings and the embedding model, which the
+        first link or ask would otherwise wait for (13 s of a first ask on the demo KG, bench_warm_ask)."""
         try:
             kg.linker.complete("a", 1)
         except Exception:  # the first request that needs it reports the failure as an error
             log.exception("building the label index failed")
         finally:
             labels_ready.set()
+        try:
+            if kg.linker.matrix is not None and kg.linker.embedder is not None:
+                kg.linker.embedder.encode(["warm"])
+        except Exception:  # as above: the first link that needs them says what went wrong
+            log.exception("loading the label embeddings failed")
 
     mcp_http = _mcp_http(kg, asks, settings)  # the MCP tools over streamable HTTP; None without the mcp extra
 
