@@ -63,7 +63,7 @@ def main() -> None:
                 raise SystemExit(f"mirage-kg serve exited with {server.returncode}")
             try:
                 health = httpx.get(f"{url}/v1/health", timeout=2)
-                if health.status_code == 200 and health.json()["labels_ready"]:
+                if health.status_code == 200 and health.json().get("linker_warm", health.json()["labels_ready"]):
                     break
             except httpx.HTTPError:
                 pass

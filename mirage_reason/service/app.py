@@ -73,6 +73,7 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
     """The service over ``kg`` (opened read-only by the caller). Without ``asks`` the ask endpoints answer 503."""
     settings = settings or ServiceSettings()
     labels_ready = threading.Event()
+    linker_warm = threading.Event()  # the label embeddings and the embedding model loaded too (or off)
 
     def warm_labels() -> None:
         """Build the label index (and autocomplete's table) at start, not on the first keystroke: on a large KG
@@ -89,6 +90,8 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
                 kg.linker.embedder.encode(["warm"])
         except Exception:  # as above: the first link that needs them says what went wrong
             log.exception("loading the label embeddings failed")
+        finally:
+            linker_warm.set()
 
     mcp_http = _mcp_http(kg, asks, settings)  # the MCP tools over streamable HTTP; None without the mcp extra
 
@@ -308,6 +311,7 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
     @app.get("/v1/health", summary="Liveness, the store, and the ask queue")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "store": kg.store.location, "labels_ready": labels_ready.is_set(),
+                "linker_warm": linker_warm.is_set(),
                 "asks": asks is not None,
                 "asks_waiting": asks.waiting if asks is not None else 0}
 

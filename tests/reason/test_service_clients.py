@@ -381,3 +381,15 @@ def test_mcp_over_http_checks_the_host_on_loopback() -> None:
             # a page on another name that resolves to this machine (DNS rebinding) is refused on loopback
             other = http.post("/mcp", json=initialize, headers={**headers, "Host": "evil.example:8000"})
             assert other.status_code == rebound, host
+
+
+def test_health_says_when_the_linker_is_warm(served: ServeProcess) -> None:
+    import time
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        health = httpx.get(f"{served.url}/v1/health", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        if health["linker_warm"]:
+            break
+        time.sleep(0.2)
+    assert health["labels_ready"] and health["linker_warm"]
