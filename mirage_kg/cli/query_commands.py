@@ -263,34 +263,6 @@ def differential(findings: str, store: str | None, endpoint: str | None, top: in
         click.echo(f"note: {note}", err=True)
 
 
-@query.command()
-@click.argument("findings")
-@store_options
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Candidates to show.")
-@_merge_option
-@_embedding_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: 'candidates', best first.")
-def differential(findings: str, store: str | None, endpoint: str | None, top: int, merge: bool,
-                 embedding_model: str | None, as_json: bool) -> None:
-    """A differential diagnosis for FINDINGS (free text, e.g. "fever, sore throat, blisters in the mouth"): the
-    conditions that explain the most of the linked findings, each finding weighted by how specific it is (and by
-    the annotation frequency where the source gives one), with what each explains, what it leaves unexplained and
-    the facts that support it. No model: the graph's ranking."""
-    from mirage_kg.differential import differential as rank_conditions
-
-    kg = _open_graph(store, endpoint, embedding_model, merge)
-    try:
-        result = rank_conditions(kg, findings, top=top)
-    finally:
-        kg.store.close()
-    if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
-        return
-    click.echo(result.to_text())
-    for note in result.notes:
-        click.echo(f"note: {note}", err=True)
-
-
 @click.command()
 @click.argument("text")
 @store_options
