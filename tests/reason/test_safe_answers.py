@@ -111,6 +111,9 @@ def test_a_lone_surrogate_in_model_text_is_replaced(tmp_path: Path) -> None:
                      "Facts:\n[1]": "Salbutamol \ud800 can treat asthma [1].", "": "Salbutamol \udcff treats asthma."})
     assert "\ufffd" in data["answer"] and "\ufffd" in data["chains"][0]["answer"]
     assert data["support"]["verdict"] == "grounded" and data["claims"]
+    # a question with a broken byte (argv decoded with surrogateescape) is answered too
+    data = ask_json(tmp_path, "What medication treats asthma \udcff?", {"": "Salbutamol treats asthma."})
+    assert data["question"] == "What medication treats asthma \ufffd?"
 
 
 def test_can_i_give_aspirin_to_a_child_with_flu_states_the_contraindication(tmp_path: Path) -> None:
@@ -291,3 +294,16 @@ def test_the_html_page_leads_with_the_verdict_and_keeps_the_models_words_apart(t
     assert "Not supported by the knowledge graph" in html and data["support"]["reason"] in html
     assert "NOT supported by the knowledge graph, not its answer" in html and "bleach" not in html.split("<h2>Flags")[0]
     assert "harmful_instruction" in html and "(not kept)" in html
+
+
+@pytest.mark.slow
+def test_a_lone_surrogate_reaches_no_tokenizer(tmp_path: Path) -> None:
+    """With embeddings on, the linker's tokenizer sees the model's text: a lone surrogate there was a TypeError."""
+    pytest.importorskip("sentence_transformers", reason="the [embed] extra is not installed")
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"Write at most": "1. What medication treats asthma?",
+                                "Facts:\n[1]": "Salbutamol \ud800 can treat asthma [1].",
+                                "": "Salbutamol \udcff treats asthma."}), encoding="utf-8")
+    result = CliRunner().invoke(main, ["ask", "What medication treats asthma?", "--script", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "\ufffd" in json.loads(result.stdout)["answer"]
