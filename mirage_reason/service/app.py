@@ -26,13 +26,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mirage_kg import (AmbiguousNameError, EndpointError, InputError, MirageError, QueryError, StoreError,
                        UnknownEntityError, UpdateRefusedError, anchor_json, bridge_json, check_read_only, compress,
-                       compute_stats, expand, link_json, resolve_name, sparql_json, validate)
+                       compute_stats, differential_diagnosis, expand, link_json, resolve_name, sparql_json, validate)
 
 import mirage_reason
 from mirage_reason.errors import BackendError, ReasonerError
 from mirage_reason.service.asks import AskQueueFull, AskService
 from mirage_reason.service.guard import Guard, error_body
-from mirage_reason.service.models import (AnchorResponse, AskRequest, AskResponse, BridgeResponse, EntityResponse,
+from mirage_reason.service.models import (AnchorResponse, AskRequest, AskResponse, BridgeResponse,
+                                          DifferentialResponse, EntityResponse,
                                           ErrorResponse, LabelsResponse, LinkResponse, RetrieveResponse,
                                           SearchResponse, SparqlRequest, SparqlResponse)
 from mirage_reason.service.settings import ServiceSettings
@@ -225,6 +226,12 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
     async def retrieve(question: str = Query(..., min_length=1, max_length=4000),
                        budget: int = Query(100, ge=1, le=500)) -> Any:
         return (await run(kg.retrieve, question, budget)).to_json()
+
+    @app.get("/v1/differential", response_model=DifferentialResponse,
+             summary="Conditions ranked by how much of the findings each explains (no model)")
+    async def differential(findings: str = Query(..., min_length=1, max_length=4000),
+                           top: int = Query(10, ge=1, le=50)) -> Any:
+        return (await run(lambda: differential_diagnosis(kg, findings, top=top))).to_json()
 
     async def sparql_result(query: str, timeout: float | None) -> dict[str, Any]:
         check_read_only(query, settings.sparql_services)  # refused here (updates, SERVICE), before any store
