@@ -33,7 +33,7 @@ from mirage_reason.chain import ChainResult, path_json
 from mirage_reason.choices import LETTERS, extract_letter, parse_options
 from mirage_reason.config import MirageConfig
 from mirage_reason.decomposer import INTENTS, question_intents
-from mirage_reason.support import DOSE, Flag, SentenceCheck, Support, harmful_in
+from mirage_reason.support import DOSE, Flag, SentenceCheck, Support, flag_json, harmful_in
 from mirage_reason.wording import render, wording_constraint, wording_form
 
 if TYPE_CHECKING:
@@ -979,7 +979,7 @@ class Synthesizer:
 
     def _verdict(self, synthesis: Synthesis, checks: Sequence[SentenceCheck], flags: Sequence[str],
                  abstained: bool) -> Support:
-        codes = {getattr(f, "code", "") for f in flags}
+        codes = {flag_json(f)["code"] for f in flags}
         if abstained:
             return Support("unsupported", "no claim of the knowledge graph survived; the answer abstains")
         if not synthesis.claims and not (synthesis.options and synthesis.letter is not None):

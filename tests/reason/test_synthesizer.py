@@ -288,6 +288,10 @@ def test_a_check_that_cannot_run_flags_the_answer() -> None:
                                          [chain("Oseltamivir.", facts(kg, "Influenza"))])
     assert any(f.startswith("the contraindication check could not run for Oseltamivir") and "timed out" in f
                for f in flags)
+    # an answer whose check could not run is never called grounded
+    support, _ = synth.review(synth.analyse(question, [ent("Influenza")],
+                                            [chain("Oseltamivir.", facts(kg, "Influenza"))]), text, flags)
+    assert support.verdict == "partial" and "could not run" in support.reason
 
 
 def test_multiple_choice_always_gets_a_letter() -> None:
