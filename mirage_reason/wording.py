@@ -65,7 +65,8 @@ def _sentence(cite: dict[str, Any], opening: str | None = None) -> dict[str, Any
     text: dict[str, Any] = {"type": "string", "minLength": 8, "maxLength": _SENTENCE_CHARS}
     if opening and _PLAIN.fullmatch(opening):
         text = {"type": "string",
-                "pattern": f"^{opening}{_SENTENCE_CHARS_CLASS}{{0,{max(8, _SENTENCE_CHARS - len(opening))}}}$"}
+                # ... and says something about it: at least a dozen more characters ("Asthma [1]." is no sentence)
+                "pattern": f"^{opening}{_SENTENCE_CHARS_CLASS}{{12,{max(24, _SENTENCE_CHARS - len(opening))}}}$"}
     return {"type": "object", "properties": {"text": text, "cite": cite},
             "required": ["text", "cite"], "additionalProperties": False}
 

@@ -69,6 +69,14 @@ def test_the_whole_loop_runs_on_structured_output() -> None:
     # the wording: every sentence ends with its citation, and it survived the claim check
     assert re.fullmatch(r"(?:[^.\[\]]+ \[\d+\]\. ?)+", answer.text.split("\n\n")[0]), answer.text
     assert "From the knowledge graph:" not in answer.text  # not the fallback
+    # the writer's schema: a lead sentence on the diagnosis's fact, opening with its name and saying something
+    wording = backend.calls[-1].constraint
+    lead = wording.json_schema["properties"]["lead"]["prefixItems"]
+    assert [item["properties"]["cite"] for item in lead] == [{"const": 1}]
+    bare = json.dumps({"lead": [{"text": "Asthma", "cite": 1}], "sentences": []})
+    said = json.dumps({"lead": [{"text": "Asthma causes the wheezing", "cite": 1}], "sentences": []})
+    other = json.dumps({"lead": [{"text": "Wheezing comes from asthma", "cite": 1}], "sentences": []})
+    assert wording.check(said) is None and wording.check(bare) and wording.check(other)
 
 
 def test_a_multiple_choice_letter_is_a_constrained_choice() -> None:
