@@ -248,6 +248,7 @@ def test_the_web_app_shows_how_grounded_an_answer_is(tmp_path: Path) -> None:
         cards = driver.find_elements(By.CSS_SELECTOR, "#ask-chains .chain")
         not_kept = [i for i, c in enumerate(record["chains"]) if not c["kept"]]
         assert not_kept and all("Not kept" in cards[i].text for i in not_kept)
+        assert "Dropped from this chain: Influenza (outvoted)" in cards[not_kept[0]].text
         assert all("Not kept" not in cards[i].text for i in range(len(cards)) if i not in not_kept)
         shoot("5-ask-verdict")
 

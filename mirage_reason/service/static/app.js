@@ -533,11 +533,17 @@ function markedSentences(text, sentences) {
   return nodes;
 }
 
-// Each chain card says whether the synthesizer kept anything of its answer.
+// Each chain card says whether the synthesizer kept anything of its answer, and what of it was dropped and why.
 function markChains(data, cards) {
   (data.chains || []).forEach((chain, i) => {
     const card = cards[i];
-    if (!card || chain.kept) return;
+    if (!card) return;
+    const dropped = (chain.dropped_claims || []).map((j) => (data.dropped_claims || [])[j]).filter(Boolean);
+    if (dropped.length) {
+      card.result.after(el("p", { class: "dropped-note" }, "Dropped from this chain: ",
+        dropped.map((c) => `${(c.entity && c.entity.label) || c.text} (${c.status})`).join(", ")));
+    }
+    if (chain.kept) return;
     card.result.classList.add("not-kept");
     card.result.before(el("p", { class: "not-kept-note" },
       "Not kept: no claim of this chain\u2019s answer survived; it is not part of the graph\u2019s answer."));
