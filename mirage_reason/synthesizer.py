@@ -867,7 +867,8 @@ class Synthesizer:
         asthma"; a diagnosis or an asked-for claim left out: the caller falls back on the claims) and notes (a
         contraindicated drug named without its warning: the warning is appended)."""
         if not text:
-            return "", [Flag("the model wrote no usable answer; the claims are listed as they are", "empty_wording")], []
+            return "", [Flag("the model wrote no usable answer; the claims are listed as they are",
+                             "empty_wording")], []
         text = normalise_units(text)
         problems: list[str] = []
         notes: list[str] = []
