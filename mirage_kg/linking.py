@@ -438,11 +438,36 @@ def _note(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+class EmbeddingsBeingBuilt(Exception):
+    """Another process is encoding these labels into the same parts (it holds their lock): wait for it rather
+    than start again from zero."""
+
+
 def encode_resumable(embedder: Embedder, texts: Sequence[str], parts: FsPath | None,
                      chunk: int = EMBEDDING_CHUNK) -> np.ndarray:
     """Unit vectors for ``texts`` (rows in their order), encoded shortest first in chunks (similar lengths pad
     least), each chunk saved under ``parts`` so that a stopped build picks up where it was; progress and an
-    estimate of the time left on stderr."""
+    estimate of the time left on stderr. The build holds ``parts``' lock file; ``EmbeddingsBeingBuilt`` when
+    another process holds it."""
+    import fcntl
+
+    if parts is None:
+        return _encode_resumable(embedder, texts, None, chunk)
+    try:
+        handle = os.open(parts.with_name(parts.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return _encode_resumable(embedder, texts, None, chunk)  # a folder we cannot write: no parts kept
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise EmbeddingsBeingBuilt(str(parts)) from None
+        return _encode_resumable(embedder, texts, parts, chunk)
+    finally:
+        os.close(handle)  # drops the lock
+
+
+def _encode_resumable(embedder: Embedder, texts: Sequence[str], parts: FsPath | None, chunk: int) -> np.ndarray:
     import time
 
     import numpy as np
@@ -1712,7 +1737,13 @@ class Linker:
             return None
         with self._lock:
             if self._matrix is None:
-                self._matrix = self._load_matrix()
+                try:
+                    self._matrix = self._load_matrix()
+                except EmbeddingsBeingBuilt:
+                    _warn_once(f"building {self.fingerprint}", "the label embeddings of this store are being built "
+                               "by another process (a build-default, load or index under way): linking by label "
+                               "text only until they are done")
+                    return None
             return self._matrix
 
     def _model_key(self) -> str:

@@ -71,6 +71,20 @@ class WriterLock:
             self._handle = None
 
 
+def writer_active(store_folder: Path) -> bool:
+    """Whether a process holds the store's ``WriterLock`` now, read from the kernel's lock table
+    (``/proc/locks``) without touching the lock (a probe by locking it could make a writer starting that instant
+    fail). False where that table cannot be read."""
+    try:
+        info = os.stat(store_folder / LOCK_FILE)
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            rows = table.read().splitlines()
+    except OSError:
+        return False
+    device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    return any(device in row.split() and "FLOCK" in row for row in rows)
+
+
 def make_marker(store_folder: Path) -> tuple[Path, Path]:
     """A new checkpoint's folder (to be made by RocksDB) and marker path."""
     name = f"{PREFIX}{uuid.uuid4().hex}"

@@ -127,8 +127,13 @@ def key_of(folder: Path, files: str | None, location: str) -> ContentKey:
     if found is not None and found[0] == files:
         return ContentKey(found[1])
     key = "f" + files[:19]
+    from mirage_kg.store.checkpoints import writer_active
+
+    if writer_active(folder):  # not recorded for others: the writer records its own key for what it leaves
+        return ContentKey(key, f"store {location}: another mirage-kg process is writing to it (a load, build or "
+                               "index under way); this reads what it had committed when this opened, and the indexes "
+                               "the writer has not named for that yet are built here")
     why = "was last written by an older mirage-kg or another tool" if found is None else \
-        "changed since mirage-kg last wrote it (a mirage-kg load is under way or was killed, or another tool " \
-        "wrote to it)"
+        "changed since mirage-kg last wrote it (a mirage-kg load was killed, or another tool wrote to it)"
     record(folder, files, key)
     return ContentKey(key, f"store {location} {why}: caches built from it before are not used (they are rebuilt)")

@@ -344,6 +344,10 @@ class OxigraphStore(Store):
         if not self.read_only and (self._content.key is None or self._content_version != self.version):
             self._content = ContentKey("w" + uuid.uuid4().hex[:19])
             self._content_version = self.version
+            raw = self.__dict__.get("raw")  # (close names the content after the native store closed)
+            if raw is not None:  # named for readers beside this writer too: they find the indexes it builds
+                raw.flush()
+                record(self.path, settled_files_key(self.path), self._content.key)  # type: ignore[arg-type]
         return self._content
 
     @staticmethod
