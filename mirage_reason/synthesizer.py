@@ -415,7 +415,7 @@ class Synthesizer:
         return Synthesis(question, tuple(question_entities), tuple(_top(kept, cfg.max_claims)), tuple(dropped),
                          tuple(conflicts), tuple(normalised), tuple(warnings), resolve, intents, tuple(winners),
                          tuple(gaps), tuple(flags), options, letter, model_answer, cfg.no_support,
-                         held=tuple(p for p in _rank_paths(all_paths, q_iris) if _node_iris(p) & q_iris)[:3],
+                         held=_held_facts(all_paths, q_iris),
                          differential=differential)
 
     def _kinds(self, vocab: ClinicalVocabulary, entities: Sequence[Entity], paths: Sequence[Path]) -> dict[str, str]:
@@ -1217,6 +1217,27 @@ def _far_end(path: Path, entity: Entity) -> Entity:
 
 def _node_iris(path: Path) -> set[str]:
     return {n.iri for n in path.nodes}
+
+
+def _held_facts(paths: Sequence[Path], q_iris: set[str], limit: int = 3) -> tuple[Path, ...]:
+    """What the graph held for the question, for an answer no claim supports: the facts the chains saw about the
+    question's entities, those through the entity tied to most of them first (Marfan syndrome for arachnodactyly
+    and lens dislocation), then shorter, then alphabetical; once each."""
+    touching = list({_path_text_key(p): p for p in paths if _node_iris(p) & q_iris}.values())
+    cover: dict[str, set[str]] = {}
+    for path in touching:
+        for node in _node_iris(path) - q_iris:
+            cover.setdefault(node, set()).update(_node_iris(path) & q_iris)
+
+    def strength(path: Path) -> tuple[int, int, str]:
+        best = max((len(cover[n]) for n in _node_iris(path) - q_iris), default=0)
+        return -best, len(path.steps), path.text
+
+    return tuple(sorted(touching, key=strength)[:limit])
+
+
+def _path_text_key(path: Path) -> tuple[tuple[str, str, str], ...]:
+    return tuple((s.subject.iri, s.relation.iri, s.object.iri) for s in path.steps)
 
 
 def _rank_paths(paths: Sequence[Path], q_iris: set[str]) -> list[Path]:

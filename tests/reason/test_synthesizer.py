@@ -151,6 +151,18 @@ def test_no_evidence_means_abstention_and_no_model_call() -> None:
     assert [c.status for c in s.dropped] == ["unsupported"]
 
 
+def test_an_abstention_says_what_the_graph_held_and_why_no_claim_survived() -> None:
+    synth, kg, _ = make(no_support="abstain")
+    # asthma and the common cold have a cough (and sort first), influenza a fever and a cough
+    evidence = facts(kg, "Asthma", "Common cold", "Influenza")
+    s, text, _, _ = synth.synthesize(FEVER_COUGH, [ent("Fever"), ent("Cough")], [chain("Surely lethapsclerosis.",
+                                                                                       evidence)])
+    assert s.abstained and "will not guess" in text
+    # the facts through the entity tied to most of the question's findings come first
+    assert "Among the facts the reasoning saw: Influenza has symptom Cough; Influenza has symptom Fever" in text
+    assert "No claim survived: the chains' answers named nothing the knowledge graph holds." in text
+
+
 def test_no_evidence_under_the_flag_policy_gives_the_models_answer_flagged() -> None:
     synth, _, backend = make()  # no_support="flag", the default
     s, text, flags, completion = synth.synthesize(FEVER_COUGH, [ent("Fever"), ent("Cough")],
