@@ -273,40 +273,48 @@ def differential(findings: str, store: str | None, endpoint: str | None, top: in
 def link(text: str, store: str | None, endpoint: str | None, top: int, whole: bool, embedding_model: str | None,
          as_json: bool) -> None:
     """Find mentions of KG entities in TEXT and rank candidates for each (id, exact, normalised, synonym, fuzzy,
-    embedding)."""
+    embedding). With $MIRAGE_KG_SERVER set to a running `mirage-kg serve`, the server links (warm: no start-up)."""
+    from mirage_kg.cli.remote import SERVER_ENV, fetch, server_url
+    from mirage_kg.json_output import link_json
     from mirage_kg.linking import Mention
 
-    kg = _open_graph(store, endpoint, embedding_model)
-    try:
-        if whole:
-            candidates = kg.linker.link_one(text, top=top)
-            mentions = [Mention(text, 0, len(text), tuple(candidates))] if candidates else []
-        else:
-            mentions = kg.link(text, top=top)
-    finally:
-        kg.store.close()
+    if server_url() is not None:
+        given = click.get_current_context().get_parameter_source("embedding_model")
+        if given is click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"--embedding-model: the server ({SERVER_ENV}) links with its own model; unset "
+                                   f"{SERVER_ENV} to link locally with another")
+        found = fetch("/v1/link", params={"text": text, "top": top, "whole": whole}, store=store, endpoint=endpoint)
+    else:
+        kg = _open_graph(store, endpoint, embedding_model)
+        try:
+            if whole:
+                candidates = kg.linker.link_one(text, top=top)
+                mentions = [Mention(text, 0, len(text), tuple(candidates))] if candidates else []
+            else:
+                mentions = kg.link(text, top=top)
+        finally:
+            kg.store.close()
+        found = link_json(mentions)
     if as_json:
-        from mirage_kg.json_output import link_json
-
-        click.echo(json.dumps(link_json(mentions), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(found, indent=2, ensure_ascii=False))
         return
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    if not mentions:
+    if not found["mentions"]:
         click.echo("no mentions found")
         return
     table = Table(show_lines=False)
-    merged = any(c.same_as for m in mentions for c in m.candidates)
+    merged = any(c.get("same_as") for m in found["mentions"] for c in m["candidates"])
     for name in ("mention", "span", "candidate", "id", "score", "method", *(["same as"] if merged else [])):
         table.add_column(name, overflow="fold")
-    for m in mentions:
-        for i, c in enumerate(m.candidates):
-            table.add_row(Text(m.text if i == 0 else ""), f"{m.start}-{m.end}" if i == 0 else "",
-                          Text(c.entity.label), Text(c.entity.id),
-                          f"{c.score:.2f}", Text(c.method if not c.same_as else f"{c.method}, merged"),
-                          *([Text(", ".join(c.same_as))] if merged else []))
+    for m in found["mentions"]:
+        for i, c in enumerate(m["candidates"]):
+            table.add_row(Text(m["text"] if i == 0 else ""), f"{m['start']}-{m['end']}" if i == 0 else "",
+                          Text(c["label"]), Text(c["id"]), f"{c['score']:.2f}",
+                          Text(c["method"] if not c.get("same_as") else f"{c['method']}, merged"),
+                          *([Text(", ".join(c.get("same_as") or []))] if merged else []))
     Console(soft_wrap=True).print(table)
 
 

@@ -11,31 +11,18 @@ shape as a local ask."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import click
 
-__all__ = ["SERVER_ENV", "ask_remote", "print_record", "server_url"]
+from mirage_kg.cli.remote import SERVER_ENV, fetch, server_url
 
-SERVER_ENV = "MIRAGE_KG_SERVER"
-TOKEN_ENV = "MIRAGE_KG_TOKEN"
+__all__ = ["ask_remote", "print_record", "server_url"]
+
 #: ask options the server takes per question (``/v1/ask`` overrides), by click parameter name
 FORWARDED = {"n_q": "n_q", "n_r": "n_r", "k": "k", "max_hops": "max_hops", "samples": "samples", "seed": "seed"}
 #: parameters that change nothing the server decides
 HARMLESS = {"question", "as_json", "store", "endpoint", "max_in_flight"}
-
-
-def server_url() -> str | None:
-    """The running server named by ``$MIRAGE_KG_SERVER`` (without a trailing slash), or None."""
-    url = os.environ.get(SERVER_ENV, "").strip()
-    return url.rstrip("/") or None
-
-
-def _headers() -> dict[str, str]:
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _refuse_local_options(ctx: click.Context, url: str) -> dict[str, Any]:
@@ -57,54 +44,18 @@ def _refuse_local_options(ctx: click.Context, url: str) -> dict[str, Any]:
     return sent
 
 
-def _same_store(ctx: click.Context, url: str, location: str) -> None:
-    store, endpoint = ctx.params.get("store"), ctx.params.get("endpoint")
-    asked = endpoint or (str(Path(store).resolve()) if store else None)
-    if asked is None and os.environ.get("MIRAGE_KG_STORE"):
-        asked = str(Path(os.environ["MIRAGE_KG_STORE"]).resolve())
-    served = location if location.startswith(("http://", "https://", "memory")) else str(Path(location).resolve())
-    if asked is not None and asked != served:
-        raise click.UsageError(f"the server at {url} ({SERVER_ENV}) serves {location}, not {asked}; start one on "
-                               f"that store (mirage-kg serve --store ...) or unset {SERVER_ENV}")
-
-
 def ask_remote(ctx: click.Context, question: str, as_json: bool) -> None:
     """Ask the server at ``$MIRAGE_KG_SERVER`` and print its answer as a local ``ask`` would."""
-    import httpx
-
     url = server_url()
     assert url is not None
     overrides = _refuse_local_options(ctx, url)
-    try:
-        with httpx.Client(base_url=url, headers=_headers(), timeout=httpx.Timeout(10.0, read=None)) as client:
-            health = client.get("/v1/health")
-            _raise_for(health, url)
-            info = health.json()
-            if not info.get("asks"):
-                raise click.ClickException(f"the server at {url} ({SERVER_ENV}) runs without a model (--no-ask); "
-                                           f"unset {SERVER_ENV} to ask locally")
-            _same_store(ctx, url, str(info.get("store", "")))
-            response = client.post("/v1/ask", json={"question": question, **overrides})
-            _raise_for(response, url)
-    except httpx.HTTPError as exc:
-        raise click.ClickException(f"the server at {url} ({SERVER_ENV}) did not answer: {exc}; start it with "
-                                   f"`mirage-kg serve` or unset {SERVER_ENV}") from None
-    record = response.json()
+    record = fetch("/v1/ask", body={"question": question, **overrides}, store=ctx.params.get("store"),
+                   endpoint=ctx.params.get("endpoint"), needs_model=True)
     if as_json:
         click.echo(json.dumps(record, indent=2, ensure_ascii=False))
     else:
         print_record(record)
     click.echo(f"(answered by the server at {url})", err=True)
-
-
-def _raise_for(response: Any, url: str) -> None:
-    if response.status_code == 200:
-        return
-    try:
-        message = response.json()["error"]["message"]
-    except Exception:
-        message = response.text[:300]
-    raise click.ClickException(f"the server at {url} ({SERVER_ENV}) answered {response.status_code}: {message}")
 
 
 def print_record(record: dict[str, Any]) -> None:

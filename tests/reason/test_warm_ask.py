@@ -1,5 +1,5 @@
-"""A warm ``mirage-kg ask``: with ``MIRAGE_KG_SERVER`` naming a running ``mirage-kg serve``, the question goes to it
-and the output is the record (``--json``) or the text a local ask prints; options the server cannot honour, a
+"""A warm ``mirage-kg ask`` and ``link``: with ``MIRAGE_KG_SERVER`` naming a running ``mirage-kg serve``, the request
+goes to it and the output is the record (``--json``) or the text a local command prints; options the server cannot honour, a
 different store, a server without a model and a server that is down are each refused with a clear message."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_warm_ask_refuses_what_the_server_cannot_honour(served: ServeProcess, tm
     assert refused.exit_code == 2 and "--model, --pipeline" in refused.output and "unset MIRAGE_KG_SERVER" in \
         refused.output
     other = ask(QUESTION, "--store", str(tmp_path / "other"), server=served.url)
-    assert other.exit_code == 2 and "serves memory" in other.output.replace("\n", " ")
+    assert other.exit_code == 1 and "serves memory" in other.output.replace("\n", " ")
     wrong = ask(QUESTION, server=served.url, token="not-the-token")
     assert wrong.exit_code == 1 and "401" in wrong.output and "bearer token" in wrong.output
     down = ask(QUESTION, server=f"http://127.0.0.1:{free_port()}")
@@ -75,3 +75,20 @@ def test_warm_ask_against_a_server_without_a_model() -> None:
         assert result.exit_code == 1 and "without a model" in result.output
     finally:
         process.stop()
+
+
+def test_warm_link_is_the_servers_linking_in_the_local_shapes(served: ServeProcess) -> None:
+    env = {"MIRAGE_KG_TOKEN": TOKEN, "MIRAGE_KG_STORE": None}
+    local = CliRunner().invoke(main, ["link", "asthma and a cough", "--json", "--embedding-model", "none"],
+                               env={**env, "MIRAGE_KG_SERVER": None})
+    warm = CliRunner().invoke(main, ["link", "asthma and a cough", "--json"], env={**env, "MIRAGE_KG_SERVER": served.url})
+    assert warm.exit_code == 0 and local.exit_code == 0, (warm.output, local.output)
+    assert json.loads(warm.stdout) == json.loads(local.stdout) and json.loads(warm.stdout)["mentions"]
+    whole = CliRunner().invoke(main, ["link", "asthma", "--whole", "--top", "2"],
+                               env={**env, "MIRAGE_KG_SERVER": served.url})
+    assert whole.exit_code == 0 and "KG:Asthma" in whole.stdout and "mention" in whole.stdout
+    refused = CliRunner().invoke(main, ["link", "asthma", "--embedding-model", "none"],
+                                 env={**env, "MIRAGE_KG_SERVER": served.url})
+    assert refused.exit_code == 2 and "unset MIRAGE_KG_SERVER" in refused.output
+    down = CliRunner().invoke(main, ["link", "asthma"], env={**env, "MIRAGE_KG_SERVER": f"http://127.0.0.1:{free_port()}"})
+    assert down.exit_code == 1 and "did not answer" in down.output
