@@ -402,8 +402,10 @@ class Synthesizer:
             warnings = [c.text for c in warning_claims]
             kept += warning_claims
         lead = {w.iri for w in winners}  # the diagnosis first: the answer names it before anything else
+        # claims looked up in the KG keep the KG's ranking (hallmark features, first-line drugs) among themselves
+        looked_up = {id(c): i for i, c in enumerate(kept) if not c.chains}
         kept.sort(key=lambda c: (c.kind == "warning", c.entity.iri not in lead, -c.support, -len(c.chains),
-                                 c.entity.label.casefold()))
+                                 looked_up.get(id(c), 0), c.entity.label.casefold()))
         letter = None
         if options:
             letter, choice, note = self._vote_letter(options, chains, weights, all_paths, q_iris)
@@ -545,7 +547,8 @@ class Synthesizer:
             steps: tuple[Step, ...] = ()
             if relations:
                 found = self.kg.anchor(entity, k=max(self.config.k, 50), relations=sorted(relations))
-                steps = tuple(s for s in found if vocab.role_from(s, entity.iri) in roles)
+                # read from the anchor's end: a merged concept's steps are stored triples of its members
+                steps = tuple(s for s in found if vocab.role_from(s, s.start.iri) in roles)
             self._by_role[key] = steps
         return self._by_role[key]
 
@@ -572,7 +575,7 @@ class Synthesizer:
                     continue
                 shown = 0
                 for step in steps:
-                    other = step.object if step.subject.iri == diagnosis.iri else step.subject
+                    other = step.end
                     if other.iri in have or shown >= _SHOWN.get(intent, 3):
                         continue
                     have.add(other.iri)

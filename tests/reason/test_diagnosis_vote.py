@@ -4,6 +4,8 @@ differential's best candidate stands in the vote, and the answer says which find
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from mirage_kg import KnowledgeGraph, Path, demo_store
@@ -122,3 +124,17 @@ def test_hpo_features_question_gets_phenotypes(tmp_path: object) -> None:
     assert {"Arachnodactyly", "Ectopia lentis"} <= set(features)
     assert "Autosomal dominant inheritance" not in features  # an inheritance annotation is no feature
     assert not s.gaps or not any("medication" in g for g in s.gaps)
+    # asked of a merged concept (MONDO's Marfan, an exact match of OMIM's), whose steps are its members' triples
+    store.load(io.BytesIO(b"<http://purl.obolibrary.org/obo/MONDO_0007947> "
+                          b"<http://www.w3.org/2004/02/skos/core#exactMatch> <https://omim.org/entry/154700> .\n"
+                          b"<http://purl.obolibrary.org/obo/MONDO_0007947> "
+                          b"<http://www.w3.org/2004/02/skos/core#prefLabel> \"Marfan syndrome (MONDO)\"@en .\n"
+                          b"<http://purl.obolibrary.org/obo/MONDO_0007947> "
+                          b"<http://www.w3.org/2000/01/rdf-schema#subClassOf> "
+                          b"<http://purl.obolibrary.org/obo/MONDO_0000001> .\n"),
+               media_type="application/n-triples", graph="urn:test:mondo")
+    merged = KnowledgeGraph(store, embedding_model="none")
+    mondo = merged.entity("MONDO:0007947")
+    s = Synthesizer(merged, ScriptedBackend([]), MirageConfig()).analyse(
+        "What are the main features of Marfan syndrome?", [mondo], [chain("It is a connective tissue disorder.", ())])
+    assert {"Arachnodactyly", "Ectopia lentis"} <= {c.entity.label for c in s.claims if c.kind == "finding"}, s.gaps
