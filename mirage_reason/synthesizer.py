@@ -972,6 +972,8 @@ class Synthesizer:
             problems = [str(f) for f in self.sentence_problems(synthesis, sentence, spans, allowed)]
             if problems:
                 checks.append(SentenceCheck(clean, tuple(sorted(named)), False, "; ".join(problems)))
+            elif re.search(r"\?(?:[\"')\]]|\s*\[\d+\])*$", clean):
+                checks.append(SentenceCheck(clean, tuple(sorted(named)), False, "a question asserts nothing"))
             elif _ADVICE.search(sentence) and not named:
                 checks.append(SentenceCheck(clean, (), True, "advice; states no medical fact"))
             elif named:

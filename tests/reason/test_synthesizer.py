@@ -220,6 +220,17 @@ def test_a_contraindicated_drug_in_the_written_answer_gets_its_warning_in_the_te
     assert synth.synthesize(question, entities, chains)[1:3] == ("Oseltamivir helps [1].", ())
 
 
+def test_sentences_that_name_no_claim_are_shown_apart() -> None:
+    synth, kg, _ = make(["Influenza fits your fever [1]. It spreads in winter. What about Influenza? Please see a "
+                         "doctor."])
+    s, text, flags, _ = synth.synthesize(FEVER_COUGH, [ent("Fever")], [chain("Influenza.", facts(kg, "Influenza"))])
+    assert text == "Influenza fits your fever [1]. Please see a doctor."
+    assert unsupported_text(flags) == "It spreads in winter. What about Influenza?"
+    assert [f.code for f in flags] == ["unsupported_text"]
+    support, sentences = synth.review(s, text, flags)
+    assert support.verdict == "partial" and [c.supported for c in sentences] == [True, True]
+
+
 def test_empty_wording_falls_back_to_the_claims() -> None:
     synth, kg, _ = make(["<think>I was thinking and never fini"])
     s, text, flags, _ = synth.synthesize(FEVER_COUGH, [ent("Fever")], [chain("Influenza.", facts(kg, "Influenza"))])
