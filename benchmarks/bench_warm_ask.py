@@ -1,4 +1,4 @@
-"""``mirage-kg ask`` cold vs warm, in the same run: the README's question asked by the CLI on its own (which loads
+"""``mirage-kg ask`` (and ``link``) cold vs warm, in the same run: the README's question asked by the CLI on its own (which loads
 the KG, the embedding model and the LLM every time), then the same command with ``MIRAGE_KG_SERVER`` naming a
 ``mirage-kg serve`` started here (the question goes to the running server), ``--warm`` times.
 
@@ -30,14 +30,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _ask(store: list[str], env: dict[str, str]) -> tuple[float, dict[str, Any]]:
+def _run(command: list[str], env: dict[str, str]) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "mirage_kg.cli", "ask", QUESTION, "--json", "--seed", "0", *store],
-                          capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run([sys.executable, "-m", "mirage_kg.cli", *command, "--json"], capture_output=True,
+                          text=True, env=env, check=False)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"mirage-kg ask failed ({done.returncode}): {done.stderr[-2000:]}")
+        raise SystemExit(f"mirage-kg {command[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
     return seconds, json.loads(done.stdout)
+
+
+def _ask(store: list[str], env: dict[str, str]) -> tuple[float, dict[str, Any]]:
+    return _run(["ask", QUESTION, "--seed", "0", *store], env)
+
+
+def _link(store: list[str], env: dict[str, str]) -> tuple[float, dict[str, Any]]:
+    return _run(["link", QUESTION, *store], env)
 
 
 def main() -> None:
@@ -51,6 +59,7 @@ def main() -> None:
     env.update(HF_HUB_OFFLINE="1", MIRAGE_KG_PROGRESS="0")
 
     cold, cold_record = _ask(store, env)
+    cold_link, cold_links = _link(store, env)
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -71,6 +80,7 @@ def main() -> None:
         server_start = time.perf_counter() - started
         warm_env = {**env, "MIRAGE_KG_SERVER": url}
         warm = [_ask(store, warm_env) for _ in range(args.warm)]
+        warm_link = [_link(store, warm_env) for _ in range(args.warm)]
     finally:
         server.terminate()
         server.wait(20)
@@ -85,6 +95,8 @@ def main() -> None:
              for i, (s, r) in enumerate(warm, start=1)]
     result = {"question": QUESTION, "store": args.store or "demo", "server_start_seconds": round(server_start, 2),
               "rows": rows, "target": "second identical ask <= 25% of the first's wall time",
+              "link": {"cold_seconds": round(cold_link, 2), "warm_seconds": [round(s, 2) for s, _ in warm_link],
+                       "same_mentions": all(r == cold_links for _, r in warm_link)},
               "same_answer": all(r["answer"] == cold_record["answer"] for _, r in warm)}
     if args.json:
         print(json.dumps(result, indent=2))
@@ -96,6 +108,10 @@ def main() -> None:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in row["stages"].items())
         print(f"{row['run']:<28} {row['seconds']:>8.2f} {row['answer_seconds'] or 0:>9.2f} {ratio:>8}  {parts}")
     print(f"same answer text as the cold run (seed 0): {result['same_answer']}")
+    link = result["link"]
+    print(f"mirage-kg link (the same question): cold {link['cold_seconds']:.2f} s, warm "
+          + ", ".join(f"{s:.2f} s ({s / link['cold_seconds']:.0%})" for s in link["warm_seconds"])
+          + f"; same mentions: {link['same_mentions']}")
 
 
 if __name__ == "__main__":
