@@ -34,7 +34,7 @@ def build_default(store: Path | None, endpoint: str | None, only: tuple[str, ...
     concept each; then the query indexes. Cite HPO and MONDO as their licences ask (docs/sources.md)."""
     from mirage_kg.loaders.base import LoadReport
     from mirage_kg.loaders.default_kg import SOURCES, build_default_kg, default_store_dir
-    from mirage_kg.store import OxigraphStore, SparqlStore, open_store
+    from mirage_kg.store import OxigraphStore, open_store
 
     if store is not None and endpoint is not None:
         raise click.UsageError("give either --store or --endpoint, not both")
@@ -46,8 +46,7 @@ def build_default(store: Path | None, endpoint: str | None, only: tuple[str, ...
     report = LoadReport()
     started = time.perf_counter()
     echo = (lambda s: None) if as_json else (lambda s: click.echo(s, err=True))
-    if isinstance(target, SparqlStore):
-        target.report = echo  # a long endpoint load says how far it got
+    target.report = echo  # a long load into an endpoint says how far it got
     try:
         steps = build_default_kg(target, sources, force=force, report=report, explicit=bool(only), echo=echo)
         triples = target.triple_count()

@@ -5,6 +5,7 @@ how to lift it instead of claiming "no path"."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,7 @@ def test_bridge_command_never_says_no_path_when_a_cap_cut_the_search(
     assert "no path of at most 3 edges between" not in out.output  # the claim the old code made
     assert "KG:H, 61 edges" in out.output and "--hub-edges 0" in out.output
     data = runner.invoke(main, ["query", "bridge", "KG:A", "KG:B", "--max-hops", "3", "--json", *where])
-    parsed: Any = __import__("json").loads(data.output)
+    parsed: Any = json.loads(data.output)
     assert parsed["paths"] == [] and parsed["capped"] == [{"id": "KG:H", "label": "KG:H", "edges": 61}]
     lifted = runner.invoke(main, ["query", "bridge", "KG:A", "KG:B", "--max-hops", "3", "--hub-edges", "0", *where])
     assert lifted.exit_code == 0 and "1 path(s)" in lifted.output and leaf in lifted.output, lifted.output
