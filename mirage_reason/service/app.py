@@ -77,22 +77,11 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
     linker_warm = threading.Event()  # the label embeddings and the embedding model loaded too (or off)
 
     def warm_labels() -> None:
-        """Build the label index (and autocomplete's table) at start, not on the first keystroke: on a large KG
-        that takes longer than a request may. Then load the label embeddings and the embedding model, which the
-        first link or ask would otherwise wait for (13 s of a first ask on the demo KG, bench_warm_ask)."""
-        try:
-            kg.linker.complete("a", 1)
-        except Exception:  # the first request that needs it reports the failure as an error
-            log.exception("building the label index failed")
-        finally:
-            labels_ready.set()
-        try:
-            if kg.linker.matrix is not None and kg.linker.embedder is not None:
-                kg.linker.embedder.encode(["warm"])
-        except Exception:  # as above: the first link that needs them says what went wrong
-            log.exception("loading the label embeddings failed")
-        finally:
-            linker_warm.set()
+        """The label index at start, not on the first keystroke (on a large KG that takes longer than a request
+        may), then the label embeddings and the embedding model (``warm_linker``)."""
+        from mirage_reason.service.warmup import warm_linker
+
+        warm_linker(kg, labels_ready, linker_warm)
 
     mcp_http = _mcp_http(kg, asks, settings)  # the MCP tools over streamable HTTP; None without the mcp extra
 

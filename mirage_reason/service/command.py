@@ -128,6 +128,11 @@ def mcp_command(store: str | None, endpoint: str | None, backend_kind: str, mode
 
     kg, asks = _open(store, endpoint, embedding_model, None if no_ask else (backend_kind, model, base_url, script),
                      pipeline, max_new_tokens)
+    import threading
+
+    from mirage_reason.service.warmup import warm_linker
+
+    threading.Thread(target=warm_linker, args=(kg,), name="mirage-labels", daemon=True).start()
     click.echo(f"mirage-kg mcp: {kg.store.location} on stdio{'' if asks else ' (no ask tool)'}", err=True)
     try:
         build_mcp(kg, asks, sparql_services=allow_service).run("stdio")
