@@ -468,9 +468,15 @@ class Synthesizer:
         candidates = list({m.entity.iri: m.entity for m in primary.values()}.values())
         graph = differential is not None and bool(differential.findings)
         best = differential.top if graph and asks_diagnosis else None  # type: ignore[union-attr]
-        named = {f.entity.iri for f in differential.findings if f.role == "condition"} if graph else set()
-        if best is not None and best.coverage > 0 and best.entity.iri not in named and \
-                best.entity.iri not in {c.iri for c in candidates}:
+        # the best may be a condition the question names when it explains the most: of the question's findings
+        # ("cirrhosis with jaundice"), or when the question names no other finding ("panic attacks"); a condition
+        # the patient has beside unexplained complaints ("I have asthma, and a headache") is context, not the answer
+        if best is not None and graph and best.entity.iri in {
+                f.entity.iri for f in differential.findings if f.role == "condition"}:  # type: ignore[union-attr]
+            others = [f for f in differential.findings if f.role == "finding"]  # type: ignore[union-attr]
+            if others and not [e for e in best.explains if e.iri != best.entity.iri]:
+                best = None
+        if best is not None and best.coverage > 0 and best.entity.iri not in {c.iri for c in candidates}:
             candidates.append(best.entity)
             kinds.setdefault(best.entity.iri, "disease")
         if len(candidates) < 2:

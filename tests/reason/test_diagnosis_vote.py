@@ -138,3 +138,14 @@ def test_hpo_features_question_gets_phenotypes(tmp_path: object) -> None:
     s = Synthesizer(merged, ScriptedBackend([]), MirageConfig()).analyse(
         "What are the main features of Marfan syndrome?", [mondo], [chain("It is a connective tissue disorder.", ())])
     assert {"Arachnodactyly", "Ectopia lentis"} <= {c.entity.label for c in s.claims if c.kind == "finding"}, s.gaps
+
+
+def test_a_named_condition_that_explains_the_question_can_win(kg: KnowledgeGraph) -> None:
+    """"I keep having panic attacks": the question names panic disorder and nothing else; a chain that settles on
+    hypertension (tied to it through a shared symptom) does not carry the answer."""
+    question = "I keep having panic attacks. What is it?"
+    paths = tuple(kg.bridge("KG:Hypertension", "KG:Panic_disorder", max_hops=2, max_paths=3))
+    s = analyse(kg, [chain("It is hypertension.", paths)] * 3, question)
+    assert [f.role for f in s.differential.findings] == ["condition"]
+    assert s.diagnoses[0].label == "Panic disorder"
+    assert {c.entity.label: c.status for c in s.dropped}.get("Hypertension") == "outvoted"
