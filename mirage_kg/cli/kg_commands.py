@@ -98,6 +98,7 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
     fresh = _fresh_folder(store) if endpoint is None else None
     fresh_existed = fresh is not None and fresh.exists()
     target = open_store(store, endpoint, create=True, chunk_triples=chunk_size)
+    target.report = lambda line: click.echo(line, err=True)  # a long load into an endpoint says how far it got
     committed = False  # whether a load or an update of this command committed (a new store is then kept)
     failed = True
     try:
