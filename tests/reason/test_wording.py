@@ -38,7 +38,7 @@ def small_model(prompt: str) -> str:
             answer = {"action": "answer", "choice": "B", "answer": "Asthma fits."}
         return json.dumps(answer)
     facts = dict(re.findall(r"^\[(\d+)\] (.+)$", prompt, re.MULTILINE))
-    lead = re.findall(r'starts with "([^"]+)", "cite": (\d+)', prompt)
+    lead = re.findall(r'\{"text": "([^"]+) \.\.\.", "cite": (\d+)\}', prompt)
     reply: dict[str, object] = {"sentences": [{"text": facts["1"], "cite": 1}]}
     if lead:  # it opens each with the entity, then says the fact
         reply = {"lead": [{"text": f"{label}: {facts[n]}", "cite": int(n)} for label, n in lead], "sentences": []}
