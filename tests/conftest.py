@@ -24,6 +24,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MIRAGE_KG_PROGRESS", "0")
+os.environ.pop("MIRAGE_KG_SERVER", None)  # a developer's warm server must not answer the tests' asks and links
 # load and build-default skip their index step (tests that want it pass --index) and, asked, leave out embeddings
 os.environ.setdefault("MIRAGE_KG_INDEX", "0")
 os.environ.setdefault("MIRAGE_KG_INDEX_EMBEDDINGS", "0")
