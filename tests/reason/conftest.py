@@ -15,7 +15,6 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never try the network
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.pop("MIRAGE_KG_SERVER", None)  # a developer's warm server must not answer the tests' local asks and links
 
 if TYPE_CHECKING:
     from mirage_reason.backends.llamacpp_backend import LlamaCppBackend
