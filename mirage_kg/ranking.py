@@ -106,15 +106,15 @@ def neighbour_scores(edges: Iterable[tuple[str, str, str]], degree: Mapping[str,
     support: dict[tuple[str, str, str], dict[str, float]] = {}
     annotates_center: set[tuple[str, str, str]] = set()
     for (subject, relation, obj), frequency in frequencies.items():
-        if subject in center:
-            key, holder = (relation, "forward", node_of(obj)), obj
-        elif obj in center:
-            key, holder = (relation, "backward", node_of(subject)), subject
+        if subject in center:  # the anchor's (merged) members annotating one feature: summed over the members
+            key = (relation, "forward", node_of(obj))
+        elif obj in center:  # the entities annotating the anchor: summed over each one's (merged) members
+            key = (relation, "backward", node_of(subject))
             annotates_center.add(key)
         else:
             continue
-        per_record = support.setdefault(key, {})
-        per_record[holder] = max(per_record.get(holder, 0.0), frequency)
+        per_member = support.setdefault(key, {})
+        per_member[subject] = max(per_member.get(subject, 0.0), frequency)
 
     def score(key: tuple[str, str, str]) -> float:
         held = sum(support[key].values()) if key in support else 1.0

@@ -149,7 +149,7 @@ def test_retrieve_command(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(retrieve, ["I keep wheezing and coughing", "--budget", "20", "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert set(out) == {"question", "entities", "evidence"}
+    assert set(out) == {"question", "entities", "differential", "evidence"}
     batch = tmp_path / "q.jsonl"
     batch.write_text(json.dumps({"question": "wheezing"}) + "\n" + json.dumps({"input": "a bad cough"}) + "\n",
                      encoding="utf-8")
