@@ -11,7 +11,7 @@ from typing import Any
 from mirage_kg.errors import (AmbiguousNameError, EndpointError, InputError, MirageError, MissingExtraError, QueryError, StoreError,
                               UnknownEntityError, UpdateRefusedError)
 from mirage_kg.model import Entity, Evidence, Path, Relation, Step
-from mirage_kg.namespaces import compress, expand
+from mirage_kg.namespaces import compress, expand, ontologies_dir
 from mirage_kg.store import OxigraphStore, SparqlStore, Store, demo_store, open_store, check_read_only
 
 __version__ = "0.1.0"
@@ -40,12 +40,17 @@ _LAZY = {
     "resolve_name": "mirage_kg.resolution",
     "Resolution": "mirage_kg.resolution",
     "release_citations": "mirage_kg.releases.provenance",
+    "Term": "mirage_kg.terms",
+    "REMOTE_SERVER_ENV": "mirage_kg.cli.remote",
+    "remote_fetch": "mirage_kg.cli.remote",
+    "remote_server_url": "mirage_kg.cli.remote",
 }
 
 
 # exported under another name than the module's own
 _RENAMED = {"release_citations": "citations", "DiagnosisCandidate": "Candidate",
-            "differential_diagnosis": "differential"}
+            "differential_diagnosis": "differential", "REMOTE_SERVER_ENV": "SERVER_ENV", "remote_fetch": "fetch",
+            "remote_server_url": "server_url"}
 
 
 def __getattr__(name: str) -> Any:
@@ -61,6 +66,6 @@ __all__ = [
     "QueryError", "Relation", "RetrievalResult", "Retriever", "SparqlStore", "Step", "Store", "StoreError",
     "UnknownEntityError", "UpdateRefusedError", "anchor_json", "bridge_json", "check_read_only",
     "clinical_vocabulary", "compress", "compute_stats", "differential_diagnosis", "demo_store", "expand", "link_json", "open_store",
-    "release_citations",
+    "release_citations", "REMOTE_SERVER_ENV", "remote_fetch", "remote_server_url", "Term", "ontologies_dir",
     "sparql_json", "validate",
 ]

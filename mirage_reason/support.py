@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Any, Literal
 
-from mirage_kg import InputError
+from mirage_kg import InputError, ontologies_dir
 
 __all__ = ["FLAG_CODES", "DOSE", "Flag", "HarmfulTerm", "SentenceCheck", "Support", "Verdict", "flag_json",
            "harmful_terms", "harmful_in", "unsupported_text", "valid_text"]
@@ -123,8 +123,6 @@ class HarmfulTerm:
 
 
 def _harmful_file() -> FsPath:
-    from mirage_kg.namespaces import ontologies_dir
-
     return ontologies_dir() / "harmful.tsv"
 
 

@@ -40,7 +40,6 @@ from mirage_kg.releases.provenance import (
     releases,
 )
 from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, Store
-from mirage_kg.store.oxigraph import OxigraphStore
 from mirage_kg.terms import iri_ref, literal
 
 #: triples per INSERT/DELETE DATA block (one transaction holds them all; blocks keep each statement small)
@@ -184,7 +183,7 @@ def _update_release(store: Store, path: Path, loader: Loader, options: LoadOptio
                                 f"the graph still holds {was} (nothing was applied)", exc.applied,
                                 exc.abandoned) from None
     except KeyboardInterrupt:
-        if isinstance(store, OxigraphStore):  # its update commits or not as the update returns (``update_atomically``)
+        if store.knows_commit_on_interrupt:  # its update commits or not as the update returns (``update_atomically``)
             raise UpdateInterrupted(f"interrupted past the commit point: the update was applied, {compress(graph)} "
                                     f"now holds {info.citation()}", True) from None
         raise UpdateInterrupted(f"interrupted while {store.location} applied the update of {compress(graph)}: it "

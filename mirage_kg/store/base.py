@@ -139,6 +139,9 @@ class Store(abc.ABC):
     #: whether every load goes through a staging graph, moved into place on commit (an endpoint: other readers
     #: and a killed load never show a half-filled graph); the embedded store fills a new graph in place
     stages_every_load: bool = False
+    #: whether an update interrupted by Ctrl-C is known to have committed or not once ``update`` returns or raises
+    #: (the embedded store's ``update_atomically``); False: an endpoint may have committed a request it was sent
+    knows_commit_on_interrupt: bool = False
     #: where a long load says how far it got, a line now and then (an endpoint's INSERT chunks); None: quiet
     report: Callable[[str], None] | None = None
 

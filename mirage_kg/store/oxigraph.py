@@ -235,6 +235,7 @@ class OxigraphStore(Store):
     searches SPARQL would make slow (bridge search, adjacency, components)."""
 
     indexed = True
+    knows_commit_on_interrupt = True
     _own_writes = 0
 
     @property

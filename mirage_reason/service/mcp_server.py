@@ -155,7 +155,7 @@ def build_mcp(kg: "KnowledgeGraph", asks: "AskService | None" = None, *, request
 def _add_differential(server: "MCPServer", kg: "KnowledgeGraph", run: Callable[..., Awaitable[Any]],
                       resolve: Callable[[str, str], Any], annotations: Any) -> None:
     """The differential tool, over ``mirage_kg.differential`` (what ``query differential`` runs)."""
-    from mirage_kg.differential import differential as rank
+    from mirage_kg import differential_diagnosis as rank
 
     @server.tool(annotations=annotations)
     async def differential(findings: Annotated[str | list[str], Field(description=

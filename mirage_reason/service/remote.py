@@ -15,7 +15,9 @@ from typing import Any
 
 import click
 
-from mirage_kg.cli.remote import SERVER_ENV, fetch, server_url
+from mirage_kg import REMOTE_SERVER_ENV as SERVER_ENV
+from mirage_kg import remote_fetch as fetch
+from mirage_kg import remote_server_url as server_url
 
 __all__ = ["ask_remote", "print_record", "server_url"]
 

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from mirage_kg import InputError, QueryError, UpdateRefusedError, check_read_only, sparql_json
-from mirage_kg.terms import Term
+from mirage_kg import Term
 
 from mirage_reason.service.guard import error_body
 
