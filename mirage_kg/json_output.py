@@ -31,9 +31,13 @@ def anchor_json(center: Entity, steps: Sequence[Step]) -> dict[str, Any]:
     return {"entity": center.to_json(), "neighbours": [neighbour_json(s) for s in steps]}
 
 
-def bridge_json(source: Entity, target: Entity, paths: Sequence[Path]) -> dict[str, Any]:
-    """``query bridge --json``: both ends and every path found, shortest first."""
-    return {"source": source.to_json(), "target": target.to_json(), "paths": [p.to_json() for p in paths]}
+def bridge_json(source: Entity, target: Entity, paths: Sequence[Path],
+                capped: Sequence[tuple[Entity, int]] = ()) -> dict[str, Any]:
+    """``query bridge --json``: both ends, every path found, shortest first, and ``capped``: each hub (with its
+    fact edges) the search walked along only part of its edges (``BridgePaths.capped``), so that "no path" is never
+    claimed where the hub cap cut the search."""
+    return {"source": source.to_json(), "target": target.to_json(), "paths": [p.to_json() for p in paths],
+            "capped": [{"id": hub.id, "label": hub.label, "edges": edges} for hub, edges in capped]}
 
 
 def link_json(mentions: Sequence[Mention]) -> dict[str, Any]:

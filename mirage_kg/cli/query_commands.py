@@ -193,8 +193,7 @@ def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: in
         source, target = from_a.entity, from_b.entity
         paths = kg.bridge(source, target, max_hops=max_hops, max_paths=max_paths, relations=list(relations) or None,
                           rank=rank, hub_edges=hub_edges)
-        capped = [{"id": hub.id, "label": hub.label, "edges": edges}
-                  for hub, edges in ((kg.entity(iri), edges) for iri, edges in paths.capped)]
+        hubs = [(kg.entity(iri), edges) for iri, edges in paths.capped]
     finally:
         kg.store.close()
     if html_path:
@@ -202,8 +201,7 @@ def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: in
     if as_json:
         from mirage_kg.json_output import bridge_json
 
-        data = {**bridge_json(source, target, paths), "resolved": [from_a.to_json(), from_b.to_json()],
-                "capped": capped}
+        data = {**bridge_json(source, target, paths, hubs), "resolved": [from_a.to_json(), from_b.to_json()]}
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     from rich.console import Console
@@ -211,9 +209,9 @@ def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: in
 
     console = Console(soft_wrap=True)
     cut = ""
-    if capped:  # never "no path" when the cap cut the search: say where, and how to lift it
-        hubs = ", ".join(f"{h['label']} ({h['id']}, {h['edges']:,} edges)" for h in capped)
-        cut = (f"the search went past {hubs} along only {paths.hub_edges} edges per relation and direction, so "
+    if hubs:  # never "no path" when the cap cut the search: say where, and how to lift it
+        named = ", ".join(f"{hub.label} ({hub.id}, {edges:,} edges)" for hub, edges in hubs)
+        cut = (f"the search went past {named} along only {paths.hub_edges} edges per relation and direction, so "
                "paths through the others may be missing: rerun with --hub-edges 0 to walk every edge (slower)")
     if not paths:
         if cut:

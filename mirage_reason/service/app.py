@@ -194,7 +194,8 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
             from_a, from_b = resolve(source, "source"), resolve(target, "target")
             a, b = from_a.entity, from_b.entity
             paths = kg.bridge(a, b, max_hops=max_hops, max_paths=max_paths, relations=relation or None)
-            return {**bridge_json(a, b, paths), "resolved": [from_a.to_json(), from_b.to_json()]}
+            hubs = [(kg.entity(iri), edges) for iri, edges in paths.capped]
+            return {**bridge_json(a, b, paths, hubs), "resolved": [from_a.to_json(), from_b.to_json()]}
 
         return await run(work)
 

@@ -109,7 +109,8 @@ def build_mcp(kg: "KnowledgeGraph", asks: "AskService | None" = None, *, request
         def work() -> dict[str, Any]:
             a, b = resolve(source, "source"), resolve(target, "target")
             paths = kg.bridge(a.entity, b.entity, max_hops=max_hops, max_paths=max_paths)
-            return {**bridge_json(a.entity, b.entity, paths), "resolved": [a.to_json(), b.to_json()]}
+            hubs = [(kg.entity(iri), edges) for iri, edges in paths.capped]
+            return {**bridge_json(a.entity, b.entity, paths, hubs), "resolved": [a.to_json(), b.to_json()]}
 
         return await run(work)
 
