@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mirage_kg import ClinicalVocabulary, Entity, MirageError, Path, Step, clinical_vocabulary
 
-from mirage_reason import prompts
+from mirage_reason import prompts, sentence_check
 from mirage_reason.backends.base import Backend, Completion, OutputConstraint, strip_think
 from mirage_reason.chain import ChainResult, path_json
 from mirage_reason.choices import LETTERS, extract_letter, parse_options
@@ -798,16 +798,51 @@ class Synthesizer:
             return self._lead(synthesis, self.no_claim_text(synthesis)), tuple(flags)
         text, problems, notes = self.check_wording(synthesis, text)
         if problems:
-            flags += problems
             text = self.fallback_text(synthesis)
+            flags += self._said_of_shown(synthesis, problems, text)
         else:
             flags += notes
             text, moved = self._keep_supported(synthesis, text)
             if moved:
-                flags.append(Flag(f"{len(moved)} sentence(s) of the model's wording rest on no claim; they are shown "
-                                  "apart, labelled as not supported by the knowledge graph", "unsupported_text",
-                                  detail=" ".join(moved)))
+                flags.append(Flag(f"{len(moved)} sentence(s) of the model's wording rest on no claim or assert more "
+                                  "than the claims they cite; they are shown apart, labelled as not supported by the "
+                                  "knowledge graph", "unsupported_text", detail=" ".join(moved)))
+            left = self._left_out(synthesis, text)
+            if left:  # what is left of the wording once those sentences went no longer answers the question
+                text = self.fallback_text(synthesis)
+                flags += self._said_of_shown(synthesis, [Flag(
+                    f"the model's supported sentences leave out {', '.join(left)}", "missing_claim",
+                    detail="\t".join(left))], text)
         return self._lead(synthesis, text), tuple(flags)
+
+    def _left_out(self, synthesis: Synthesis, text: str, named: set[str] | None = None) -> list[str]:
+        """The labels of what the question asked for (the diagnosis, the first claim of each asked-for kind) that
+        ``text`` does not name (``named``: the entities it names, when already linked)."""
+        named = {e.iri for e, _, _ in self._mentions(text)} if named is None else named
+        required = [d for d in synthesis.diagnoses if d.iri not in {e.iri for e in synthesis.question_entities}]
+        for intent in synthesis.intents:
+            if intent in INTENT_ANSWERS:
+                kind = INTENT_ANSWERS[intent][0]
+                required += [c.entity for c in synthesis.claims if c.kind == kind][:1]
+        return [e.label for e in dict.fromkeys(required)
+                if e.iri not in named and e.label.casefold() not in text.casefold()]
+
+    def _said_of_shown(self, synthesis: Synthesis, flags: Sequence[str], shown: str) -> list[str]:
+        """``flags`` with each left-out flag said of ``shown``, the text the reader gets: what it still leaves
+        out, or that the model's wording left it out and the cited claims, which name it, replaced the wording."""
+        out: list[str] = []
+        for flag in flags:
+            if not isinstance(flag, Flag) or flag.code != "missing_claim" or not flag.detail:
+                out.append(flag)
+                continue
+            labels = flag.detail.split("\t")
+            still = [label for label in self._left_out(synthesis, shown) if label in labels]
+            if still:
+                out.append(Flag(f"the answer leaves out {', '.join(still)}", "missing_claim", detail=flag.detail))
+            else:
+                out.append(Flag(f"the model's wording left out {', '.join(labels)}, so the answer gives the cited "
+                                "claims instead, which name it", "missing_claim", detail=flag.detail))
+        return out
 
     def _lead(self, synthesis: Synthesis, text: str) -> str:
         """``text`` led by the safety answer, unless it already opens with it."""
@@ -866,7 +901,7 @@ class Synthesizer:
         if synthesis.claims:
             checked, problems, notes = self.check_wording(synthesis, _drop_letter_line(text))
             explanation = self.fallback_text(synthesis) if problems else checked
-            flags += problems or notes
+            flags += self._said_of_shown(synthesis, problems, explanation) if problems else notes
         head = f"Answer: {letter}. {options[LETTERS.index(letter)]}"
         return (f"{head}\n\n{explanation}" if explanation else head), tuple(flags)
 
@@ -914,14 +949,10 @@ class Synthesizer:
                 if not any(ent.iri in treatments for ent, _, _ in inside):
                     problems.append(Flag(f"the model's wording recommends what no claim supports: "
                                          f"{sentence.strip()!r}", "unsupported_recommendation"))
-        required = [d for d in synthesis.diagnoses if d.iri not in {e.iri for e in synthesis.question_entities}]
-        for intent in synthesis.intents:
-            if intent in INTENT_ANSWERS:
-                kind = INTENT_ANSWERS[intent][0]
-                required += [c.entity for c in synthesis.claims if c.kind == kind][:1]
-        missing = [e.label for e in required if e.iri not in named and e.label.casefold() not in text.casefold()]
+        missing = self._left_out(synthesis, text, named)
         if missing:
-            problems.append(Flag(f"the model's wording leaves out {', '.join(missing)}", "missing_claim"))
+            problems.append(Flag(f"the model's wording leaves out {', '.join(missing)}", "missing_claim",
+                                 detail="\t".join(missing)))
         if unstated:
             text += "\n\n" + " ".join(f"Warning: {w}." for w in unstated)
         return text, problems, notes
@@ -983,11 +1014,28 @@ class Synthesizer:
             elif _ADVICE.search(sentence) and not named:
                 checks.append(SentenceCheck(clean, (), True, "advice; states no medical fact"))
             elif named:
-                checks.append(SentenceCheck(clean, tuple(sorted(named)), True,
-                                            "names claims the knowledge graph supports"))
+                gap = self._assertion_gap(synthesis, text, sentence, at, named)
+                checks.append(SentenceCheck(clean, tuple(sorted(named)), gap is None,
+                                            gap or "states what the claims it cites state"))
             else:
                 checks.append(SentenceCheck(clean, (), False, "no claim of the knowledge graph supports it"))
         return self._verdict(synthesis, checks, flags, abstained), tuple(checks)
+
+    def _assertion_gap(self, synthesis: Synthesis, text: str, sentence: str, at: int, named: set[int]) -> str | None:
+        """Why ``sentence`` (at ``at`` in ``text``) asserts more than its cited claims state, or None
+        (``sentence_check``): the claims of its ``[n]`` markers, else the claims it names (``named``)."""
+        numbers = sentence_check.markers(sentence)
+        facts = synthesis.facts
+        bad = [n for n in numbers if not 1 <= n <= len(facts)]
+        cited_facts = {facts[n - 1] for n in numbers if 1 <= n <= len(facts)}
+        if numbers:
+            cited = [c for c in synthesis.claims if c.text in cited_facts]
+        else:
+            cited = [c for i, c in enumerate(synthesis.claims) if i in named]
+        end = at + len(sentence)
+        mentions = [(e, s - at, t - at, method) for e, s, t, method in self._linked(text) if at <= s < end]
+        return sentence_check.assertion_gap(sentence, mentions, cited, synthesis.question_entities,
+                                            by_marker=bool(numbers), bad_markers=bad)
 
     def _verdict(self, synthesis: Synthesis, checks: Sequence[SentenceCheck], flags: Sequence[str],
                  abstained: bool) -> Support:

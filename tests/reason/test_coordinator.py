@@ -327,7 +327,9 @@ def test_the_readme_question_gets_the_drugs_the_kg_links_to_the_diagnosis(demo_k
     drugs = {c.entity.label for c in answer.claims if c.kind == "drug"}
     assert {"Sertraline", "Fluoxetine"} <= drugs and all(d in answer.text for d in drugs)
     assert all(demo_kg.path_exists(p) for p in answer.cited_paths())  # type: ignore[attr-defined]
-    assert any("leaves out" in f for f in answer.flags)
+    # said of the text shown, which names them: the wording left them out and was replaced
+    assert any("wording left out" in f and "cited claims instead" in f for f in answer.flags)
+    assert not any("leaves out" in f for f in answer.flags)
 
 
 def test_a_multiple_choice_question_votes_over_choice_samples_chains() -> None:
