@@ -61,7 +61,7 @@ _NEGATIONS = frozenset({"not", "no", "never", "avoid", "nor", "neither", "cannot
 #: groups of words that say the same of a fact (one covered, all covered), folded as :func:`fold` folds
 SAME_WORDS = (
     "treat treatment treatments therapy therapies medication medications medicine medicines drug drugs manage "
-    "managed management help helps take taking prescribe prescribed remedy",
+    "managed management help helps take taking taken took give given prescribe prescribed remedy",
     "symptom symptoms sign signs feature features manifestation manifestations finding findings present presents "
     "presentation suggest suggests indicate indicates point points show shows characterise characterize fit fits "
     "match matches consistent explain explains typical",

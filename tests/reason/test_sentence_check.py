@@ -77,9 +77,10 @@ def test_an_invented_sentence_with_a_citation_is_not_supported() -> None:
 def test_a_faithful_paraphrase_stays_supported() -> None:
     s, text, flags, support, checks = ask(
         "You may have atrial fibrillation [{Palpitations}]. Atrial fibrillation can be treated with warfarin "
-        "[{Warfarin}]. Apixaban is also a medication for it [{Apixaban}].")
+        "[{Warfarin}]. Apixaban is also a medication for it [{Apixaban}]. Apixaban can be taken for atrial "
+        "fibrillation [{Apixaban}].")
     assert "Atrial fibrillation can be treated with warfarin" in text
-    assert "Apixaban is also a medication for it" in text
+    assert "Apixaban is also a medication for it" in text and "Apixaban can be taken" in text
     assert all(c.supported for c in checks), [(c.text, c.reason) for c in checks]
     assert support.verdict == "grounded" and not unsupported_text(flags)
 
@@ -97,6 +98,14 @@ def test_a_sentence_citing_a_fact_about_another_drug_is_not_supported() -> None:
             next(f for f in s.facts if "Apixaban" in f))) + "].", ())
     [bad] = alone
     assert not bad.supported and "Warfarin" in bad.reason
+
+
+def test_a_sentence_that_negates_its_fact_is_not_supported() -> None:
+    s, text, flags, support, checks = ask(
+        "You may have atrial fibrillation [{Palpitations}]. Apixaban can treat it [{Apixaban}]. Warfarin does not "
+        "treat atrial fibrillation [{Warfarin}].")
+    assert "does not" not in text and "Warfarin does not treat" in unsupported_text(flags)
+    assert support.verdict == "partial"
 
 
 def test_a_left_out_flag_describes_the_text_finally_shown() -> None:
