@@ -24,7 +24,7 @@ QUESTION = "I have a cough. What medication treats asthma?"
 #: prompt substring -> completion (the first key found in the prompt wins; "" is the default), as `--script` reads
 SCRIPT = {
     "Write at most": "1. What medication treats asthma?\n2. What causes a cough?",
-    "Facts:\n[1]": "Salbutamol can treat asthma [1]. Please see a doctor.",
+    "Facts:\n[1]": "Salbutamol can treat asthma [2]. Please see a doctor.",  # fact [2] is the salbutamol one
     f"{RESULT_END}\n\n": "Salbutamol is a medication for asthma.",
     "What causes a cough": f"Let me look. {QB}Cough{QE}",
     "": f"Let me check the graph. {QB}Asthma{QE}",
