@@ -812,7 +812,7 @@ class Synthesizer:
                 text = self.fallback_text(synthesis)
                 flags += self._said_of_shown(synthesis, [Flag(
                     f"the model's supported sentences leave out {', '.join(left)}", "missing_claim",
-                    detail="\t".join(left))], text)
+                    detail="\t".join(left))], text, "the model's supported sentences")
         return self._lead(synthesis, text), tuple(flags)
 
     def _left_out(self, synthesis: Synthesis, text: str, named: set[str] | None = None) -> list[str]:
@@ -827,9 +827,10 @@ class Synthesizer:
         return [e.label for e in dict.fromkeys(required)
                 if e.iri not in named and e.label.casefold() not in text.casefold()]
 
-    def _said_of_shown(self, synthesis: Synthesis, flags: Sequence[str], shown: str) -> list[str]:
+    def _said_of_shown(self, synthesis: Synthesis, flags: Sequence[str], shown: str,
+                       wording: str = "the model's wording") -> list[str]:
         """``flags`` with each left-out flag said of ``shown``, the text the reader gets: what it still leaves
-        out, or that the model's wording left it out and the cited claims, which name it, replaced the wording."""
+        out, or that the model's ``wording`` left it out and the cited claims, which name it, replaced it."""
         out: list[str] = []
         for flag in flags:
             if not isinstance(flag, Flag) or flag.code != "missing_claim" or not flag.detail:
@@ -840,8 +841,8 @@ class Synthesizer:
             if still:
                 out.append(Flag(f"the answer leaves out {', '.join(still)}", "missing_claim", detail=flag.detail))
             else:
-                out.append(Flag(f"the model's wording left out {', '.join(labels)}, so the answer gives the cited "
-                                "claims instead, which name it", "missing_claim", detail=flag.detail))
+                out.append(Flag(f"{wording} left out {', '.join(labels)}, so the answer gives the cited claims "
+                                "instead, which name it", "missing_claim", detail=flag.detail))
         return out
 
     def _lead(self, synthesis: Synthesis, text: str) -> str:
