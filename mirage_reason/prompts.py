@@ -185,7 +185,7 @@ def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence
     if sentences or letter:
         item = '{"text": "...", "cite": the number of the fact the sentence rests on}'
         fields = (['"choice": the letter of the one correct option'] if letter else []) + (
-            ['"lead": [' + ", ".join(f'{{"text": "{label} ...", "cite": {n}}}' for n, label in lead) + "]"]
+            ['"lead": [' + ", ".join(f'{{"text": "{label} is ...", "cite": {n}}}' for n, label in lead) + "]"]
             if lead else []) + (
             [f'"sentences": [{item}, ...] (at most {3 - len(lead)} more)'] if sentences else [])
         user += ("\nReply in JSON, each text one short sentence for the patient that says what its fact says: {"

@@ -58,15 +58,17 @@ def wording_constraint(config: MirageConfig, backend: Any, synthesis: Synthesis)
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9 ,'-]+")
-_SENTENCE_CHARS_CLASS = "[a-zA-Z0-9 ,.;:()'/-]"
+# a sentence's characters: words and plain punctuation, no full stop (the rendering ends each sentence) and no
+# quotes or backslashes, so a small model can neither fill a sentence with dots nor break out of the string
+_SENTENCE_CHARS_CLASS = "[a-zA-Z0-9 ,;:()'/-]"
 
 
 def _sentence(cite: dict[str, Any], opening: str | None = None) -> dict[str, Any]:
-    text: dict[str, Any] = {"type": "string", "minLength": 8, "maxLength": _SENTENCE_CHARS}
+    text: dict[str, Any] = {"type": "string", "pattern": f"^[A-Za-z]{_SENTENCE_CHARS_CLASS}{{7,{_SENTENCE_CHARS}}}$"}
     if opening and _PLAIN.fullmatch(opening):
-        text = {"type": "string",
-                # ... and says something about it: at least a dozen more characters ("Asthma [1]." is no sentence)
-                "pattern": f"^{opening}{_SENTENCE_CHARS_CLASS}{{12,{max(24, _SENTENCE_CHARS - len(opening))}}}$"}
+        # ... and says something about it: a word after the name, then at least a dozen characters
+        text = {"type": "string", "pattern": f"^{opening} [a-z]{_SENTENCE_CHARS_CLASS}"
+                                             f"{{11,{max(24, _SENTENCE_CHARS - len(opening))}}}$"}
     return {"type": "object", "properties": {"text": text, "cite": cite},
             "required": ["text", "cite"], "additionalProperties": False}
 

@@ -38,10 +38,12 @@ def small_model(prompt: str) -> str:
             answer = {"action": "answer", "choice": "B", "answer": "Asthma fits."}
         return json.dumps(answer)
     facts = dict(re.findall(r"^\[(\d+)\] (.+)$", prompt, re.MULTILINE))
-    lead = re.findall(r'\{"text": "([^"]+) \.\.\.", "cite": (\d+)\}', prompt)
+    lead = re.findall(r'\{"text": "([^"]+) is \.\.\.", "cite": (\d+)\}', prompt)
     reply: dict[str, object] = {"sentences": [{"text": facts["1"], "cite": 1}]}
     if lead:  # it opens each with the entity, then says the fact
-        reply = {"lead": [{"text": f"{label}: {facts[n]}", "cite": int(n)} for label, n in lead], "sentences": []}
+        # (the fever-and-wheezing question: the lead fact is Asthma's wheezing)
+        reply = {"lead": [{"text": f"{label} is likely; wheezing is one of its symptoms", "cite": int(n)}
+                          for label, n in lead], "sentences": []}
     if '"choice"' in prompt:
         reply = {"choice": "B", **reply}
     return json.dumps(reply)
@@ -74,9 +76,10 @@ def test_the_whole_loop_runs_on_structured_output() -> None:
     lead = wording.json_schema["properties"]["lead"]["prefixItems"]
     assert [item["properties"]["cite"] for item in lead] == [{"const": 1}]
     bare = json.dumps({"lead": [{"text": "Asthma", "cite": 1}], "sentences": []})
+    dots = json.dumps({"lead": [{"text": "Asthma ................", "cite": 1}], "sentences": []})
     said = json.dumps({"lead": [{"text": "Asthma causes the wheezing", "cite": 1}], "sentences": []})
     other = json.dumps({"lead": [{"text": "Wheezing comes from asthma", "cite": 1}], "sentences": []})
-    assert wording.check(said) is None and wording.check(bare) and wording.check(other)
+    assert wording.check(said) is None and wording.check(bare) and wording.check(other) and wording.check(dots)
 
 
 def test_a_multiple_choice_letter_is_a_constrained_choice() -> None:
