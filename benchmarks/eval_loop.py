@@ -33,8 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("MIRAGE_KG_SHARED_DATA", ROOT.parent / "shared" / "data"))
 README_QUESTION = ("I have palpitations, feel dizzy and short of breath. What could it be and what should I take?")
 MODES = {"structured": "auto", "markers": "never"}
+# the model's wording replaced by the cited claims, or its sentences shown apart as not supported
 REPLACED = {"harmful_instruction", "unsupported_dose", "unsupported_entity", "unsupported_recommendation",
-            "missing_claim", "empty_wording"}
+            "missing_claim", "empty_wording", "unsupported_text"}
+FALLBACK = ("The knowledge graph points to", "From the knowledge graph:")  # the synthesizer's own verbalisation
 
 
 def gold_ids(names: str) -> set[str]:
@@ -74,7 +76,7 @@ def answer_row(answer: Any, seconds: float, gold: set[str] | None) -> dict[str, 
         "searches": [len(c.searches) for c in chains],
         "garbled": sum(1 for c in chains for e in c.trace if e["event"] == "garbled"),
         "chain_flags": sorted({f for c in chains for f in c.flags}),
-        "worded": bool(answer.claims) and not (codes & REPLACED),
+        "worded": bool(answer.claims) and not (codes & REPLACED) and not answer.text.startswith(FALLBACK),
         "replaced": sorted(codes & REPLACED),
         "verdict": answer.support.verdict,
         "answer": answer.text,
