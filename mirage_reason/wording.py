@@ -48,7 +48,8 @@ def wording_constraint(config: MirageConfig, backend: Any, synthesis: Synthesis)
     if sentences:
         if lead:  # one sentence on each fact the answer must state (the diagnosis, what the question asks for),
             # opening with the entity it is about where its name is plain text (a pattern every engine supports)
-            properties["lead"] = {"type": "array", "items": False,
+            # (exactly these items by minItems/maxItems: llama.cpp's schema converter refuses ``"items": false``)
+            properties["lead"] = {"type": "array", "minItems": len(lead), "maxItems": len(lead),
                                   "prefixItems": [_sentence({"const": n}, label) for n, label in lead]}
         properties["sentences"] = {"type": "array", "minItems": 0 if lead else 1,
                                    "maxItems": MAX_SENTENCES - len(lead),
