@@ -1858,7 +1858,10 @@ class Linker:
         import hashlib
 
         assert self.embedder is not None
-        return hashlib.sha256(self.embedder.cache_key.encode()).hexdigest()[:10]
+        # an embedder of the caller's own (anything with ``model_name`` and ``encode_many``) is keyed by its name,
+        # as every embedder was before the static model needed its recipe in the key
+        key = getattr(self.embedder, "cache_key", None) or self.embedder.model_name
+        return hashlib.sha256(key.encode()).hexdigest()[:10]
 
     def _load_matrix(self) -> np.ndarray:
         import numpy as np
