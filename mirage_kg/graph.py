@@ -31,6 +31,7 @@ from mirage_kg.terms import iri_ref, literal
 
 if TYPE_CHECKING:
     from mirage_kg.adjacency_index import AdjacencyFile
+    from mirage_kg.concept_record import ConceptRecord, FactPage, Page
     from mirage_kg.concepts import ConceptGroups
     from mirage_kg.degree_index import DiskDegrees, MemoryDegrees
 
@@ -670,6 +671,35 @@ class Graph:
         others = [i for i in self.groups.of(center.iri) if i != center.iri]
         names = self.labels(others)
         return [Entity(i, names[i]) for i in others]
+
+    # --- a concept's page (mirage_kg.concept_record) ---------------------------------------------------------
+    def concept(self, entity: str | Entity, limit: int = 20) -> ConceptRecord:
+        """What the concept's page shows: definition, synonyms, cross-references, types, parents, the first
+        ``limit`` children and annotations (frequency, evidence, references), its one fact count and that count
+        split by relation, its sources, and which sections its sources give nothing for."""
+        from mirage_kg.concept_record import describe
+
+        return describe(self, self.entity(entity), limit)
+
+    def concept_facts(self, entity: str | Entity, relation: str | None = None, direction: str = "both",
+                      offset: int = 0, limit: int = 50) -> FactPage:
+        """A page of the concept's facts (of one relation and direction when given), with their counts."""
+        from mirage_kg.concept_record import facts_page
+
+        return facts_page(self, self.entity(entity), relation, direction, offset, limit)
+
+    def concept_children(self, entity: str | Entity, offset: int = 0, limit: int = 20) -> Page:
+        """A page of the concept's direct subclasses, by label, with their count."""
+        from mirage_kg.concept_record import children_page
+
+        return children_page(self, self.entity(entity), offset, limit)
+
+    def concept_annotations(self, entity: str | Entity, offset: int = 0, limit: int = 20) -> Page:
+        """A page of the annotations on the concept's edges (HPOA frequency, evidence, references), with their
+        count."""
+        from mirage_kg.concept_record import annotations_page
+
+        return annotations_page(self, self.entity(entity), offset, limit)
 
     def walk(self, iri: str, relations: frozenset[str] | None = None,
              per_relation: int | None = None) -> list[tuple[str, str, str, str, str]]:

@@ -33,6 +33,7 @@ from mirage_reason.errors import BackendError, ReasonerError
 from mirage_reason.service.asks import AskQueueFull, AskService
 from mirage_reason.service.guard import Guard, error_body
 from mirage_reason.service.models import (AnchorResponse, AskRequest, AskResponse, BridgeResponse,
+                                          ConceptFactsResponse, ConceptPage, ConceptResponse,
                                           DifferentialResponse, EntityResponse,
                                           ErrorResponse, LabelsResponse, LinkResponse, RetrieveResponse,
                                           SearchResponse, SparqlRequest, SparqlResponse)
@@ -150,6 +151,30 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
             return {"entity": found.to_json(), "iri": found.iri, "degree": kg.degrees([found.iri])[found.iri]}
 
         return await run(work)
+
+    @app.get("/v1/concept", response_model=ConceptResponse, summary="What a concept's page shows")
+    async def concept(id: str = Query(..., max_length=2000, description="CURIE, IRI or exact name"),
+                      limit: int = Query(20, ge=1, le=500, description="children and annotations in the first page")
+                      ) -> Any:
+        return await run(lambda: kg.concept(resolve(id, "id").entity, limit).to_json())
+
+    @app.get("/v1/concept/facts", response_model=ConceptFactsResponse, summary="A page of a concept's facts")
+    async def concept_facts(id: str = Query(..., max_length=2000), relation: str | None = Query(None, max_length=500),
+                            direction: str = Query("both", pattern="^(forward|backward|both|out|in)$"),
+                            offset: int = Query(0, ge=0), limit: int = Query(50, ge=1, le=500)) -> Any:
+        return await run(lambda: kg.concept_facts(resolve(id, "id").entity, relation, direction, offset,
+                                                  limit).to_json())
+
+    @app.get("/v1/concept/children", response_model=ConceptPage, summary="A page of a concept's subclasses")
+    async def concept_children(id: str = Query(..., max_length=2000), offset: int = Query(0, ge=0),
+                               limit: int = Query(20, ge=1, le=500)) -> Any:
+        return await run(lambda: kg.concept_children(resolve(id, "id").entity, offset, limit).to_json())
+
+    @app.get("/v1/concept/annotations", response_model=ConceptPage,
+             summary="A page of the annotations on a concept's edges (frequency, evidence, references)")
+    async def concept_annotations(id: str = Query(..., max_length=2000), offset: int = Query(0, ge=0),
+                                  limit: int = Query(20, ge=1, le=500)) -> Any:
+        return await run(lambda: kg.concept_annotations(resolve(id, "id").entity, offset, limit).to_json())
 
     @app.get("/v1/search", response_model=SearchResponse, summary="Label search for autocomplete")
     async def search(q: str = Query(..., min_length=1, max_length=200),

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "AnchorResponse", "AskRequest", "AskResponse", "BridgeResponse", "DifferentialResponse", "EntityResponse",
+    "AnchorResponse", "AskRequest", "ConceptFactsResponse", "ConceptPage", "ConceptResponse", "AskResponse", "BridgeResponse", "DifferentialResponse", "EntityResponse",
     "ErrorResponse", "LabelsResponse", "LinkResponse", "RetrieveResponse", "SearchResponse", "SparqlRequest",
     "SparqlResponse",
 ]
@@ -39,6 +39,45 @@ class AnchorResponse(_Open):
     """``mirage-kg query anchor --json``."""
 
     entity: EntityRef
+    neighbours: list[Neighbour]
+
+
+class ConceptPage(_Open):
+    """A page of a concept's children or annotations: ``items`` from ``offset`` of ``total``."""
+
+    total: int
+    offset: int
+    items: list[dict[str, Any]]
+
+
+class ConceptResponse(_Open):
+    """``mirage_kg``'s ``Graph.concept(...).to_json()``: what the concept page shows."""
+
+    entity: EntityRef
+    iri: str
+    same_as: list[EntityRef] = Field(description="members of the same merged concept (exact matches)")
+    types: list[EntityRef]
+    definitions: list[dict[str, Any]] = Field(description="text, lang, source (the member it came from)")
+    synonyms: list[dict[str, Any]]
+    xrefs: list[dict[str, Any]] = Field(description="id, kind (exact, close, db), label and in_kg when the KG holds it")
+    parents: list[EntityRef]
+    children: ConceptPage
+    facts: int = Field(description="the concept's facts, a merged concept's counted once: the one fact count")
+    relations: list[dict[str, Any]] = Field(description="that count split by relation and direction")
+    annotations: ConceptPage = Field(description="annotated edges: frequency, evidence, onset, references")
+    sources: list[str] = Field(description="the named graphs (source releases) that hold the concept")
+    lacks: list[str] = Field(description="sections the sources give nothing for")
+
+
+class ConceptFactsResponse(_Open):
+    """A page of a concept's facts, each as an anchor neighbour."""
+
+    entity: EntityRef
+    total: int = Field(description="all the concept's facts")
+    matching: int = Field(description="those of the relation and direction asked for")
+    offset: int
+    relation: str | None
+    direction: str
     neighbours: list[Neighbour]
 
 

@@ -190,47 +190,57 @@ function edge(x1, y1, x2, y2, c, text, fact) {
   return [line, caption];
 }
 
-// An entity in the middle, each distinct neighbour once on a circle, one arrow per fact (subject -> object of the
-// stored triple); several facts with one neighbour run side by side, their relation labels stacked near it.
-function drawNeighbourhood(center, neighbours) {
-  const byId = new Map();
-  for (const nb of neighbours) {
-    if (!byId.has(nb.id)) byId.set(nb.id, []);
-    byId.get(nb.id).push(nb);
-  }
-  const groups = [...byId.values()];
-  const n = Math.max(groups.length, 1);
-  const radius = Math.max(230, 17 * n);
-  const size = 2 * radius + 260;
-  const cx = size / 2, cy = size / 2;
-  const colours = new Set(), parts = [], nodes = [];
-  groups.forEach((facts, i) => {
-    const angle = 2 * Math.PI * i / n - Math.PI / 2;
-    const x = cx + radius * Math.cos(angle), y = cy + radius * Math.sin(angle);
-    const ux = Math.cos(angle), uy = Math.sin(angle), px = -uy, py = ux;
-    facts.forEach((nb, j) => {
-      const offset = (j - (facts.length - 1) / 2) * 7;
-      const c = colour(nb.relation);
+// The concept in the middle; its facts grouped by relation and direction, one box per group: facts into the
+// concept on the left, facts out of it on the right, boxes stacked so that no label meets another. A group shows
+// its neighbours while they are a handful (SHOWN_PER_GROUP), else the best-ranked few and "+N more", which
+// filters the facts table to that group. One arrow per group, in the stored direction.
+const SHOWN_PER_GROUP = 4;
+const GROUP_WIDTH = 250, ROW = 30, HEADER = 26, GAP = 14;
+
+function drawNeighbourhood(center, groups, onMore) {
+  const sides = { backward: [], forward: [] };
+  for (const g of groups) sides[g.direction === "forward" ? "forward" : "backward"].push(g);
+  const heightOf = (g) => HEADER + ROW * (g.shown.length + (g.count > g.shown.length ? 1 : 0)) + 8;
+  const stack = (list) => list.reduce((sum, g) => sum + heightOf(g) + GAP, 0);
+  const height = Math.max(stack(sides.backward), stack(sides.forward), 120) + 30;
+  const leftX = 20, centreX = 20 + GROUP_WIDTH + 130, rightX = centreX + 130 + 100;
+  const width = rightX + GROUP_WIDTH + 20, cy = height / 2;
+  const centreHalf = boxWidth(center.label) / 2;
+  const colours = new Set(), parts = [];
+  for (const [side, list] of Object.entries(sides)) {
+    let y = (height - stack(list) + GAP) / 2;
+    for (const g of list) {
+      const h = heightOf(g), x = side === "forward" ? rightX : leftX, c = colour(g.relation);
       colours.add(c);
-      const near = [cx + ux * 42 + px * offset, cy + uy * 20 + py * offset];
-      const far = [x - ux * 60 + px * offset, y - uy * 18 + py * offset];
-      const [a, b] = nb.direction === "forward" ? [near, far] : [far, near];
+      const gy = y + h / 2;
+      const [a, b] = side === "forward"
+        ? [[centreX + centreHalf + 4, cy], [x - 4, gy]] : [[x + GROUP_WIDTH + 4, gy], [centreX - centreHalf - 4, cy]];
       const line = svg("line", { class: "edge", x1: a[0], y1: a[1], x2: b[0], y2: b[1], stroke: c,
         "marker-end": `url(#m${c.slice(1)})` });
       const title = svg("title");
-      title.textContent = nb.text;
+      title.textContent = `${g.count} fact(s): ${side === "forward" ? center.label + " " + g.label + " \u2026"
+        : "\u2026 " + g.label + " " + center.label}`;
       line.append(title);
-      parts.push(line);
-      const lx = cx + (x - cx) * 0.68, ly = cy + (y - cy) * 0.68 + (j - (facts.length - 1) / 2) * 13;
-      const caption = svg("text", { class: "rel", x: lx, y: ly - 3, "text-anchor": "middle", fill: c });
-      caption.textContent = short(nb.relation_label, 24) + (nb.direction === "forward" ? " \u2192" : " \u2190");
-      parts.push(caption);
-    });
-    nodes.push(nodeBox(x, y, facts[0].id, facts[0].label));
-  });
-  nodes.push(nodeBox(cx, cy, center.id, center.label, { center: true, link: false }));
-  return svg("svg", { width: size, height: size, viewBox: `0 0 ${size} ${size}`, role: "img",
-    "aria-label": `Neighbourhood of ${center.label}` }, arrowDefs(colours), ...parts, ...nodes);
+      const caption = svg("text", { class: "rel", x: x + 10, y: y + 17, fill: c });
+      caption.textContent = `${short(g.label, 28)} ${side === "forward" ? "\u2192" : "\u2190"} (${g.count})`;
+      const box = svg("rect", { class: "group", x, y, width: GROUP_WIDTH, height: h, rx: 6, stroke: c });
+      const members = g.shown.map((nb, i) => nodeBox(x + GROUP_WIDTH / 2, y + HEADER + ROW * i + 15, nb.id, nb.label));
+      const more = [];
+      if (g.count > g.shown.length) {
+        const t = svg("text", { class: "more", x: x + GROUP_WIDTH / 2, y: y + HEADER + ROW * g.shown.length + 17,
+          "text-anchor": "middle", tabindex: "0", role: "button",
+          onclick: () => onMore(g), onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); onMore(g); } } });
+        t.textContent = `+${g.count - g.shown.length} more: list them`;
+        more.push(t);
+      }
+      parts.push(svg("g", { class: "rel-group", "data-relation": g.relation, "data-direction": g.direction },
+        line, box, caption, ...members, ...more));
+      y += h + GAP;
+    }
+  }
+  parts.push(nodeBox(centreX, cy, center.id, center.label, { center: true, link: false }));
+  return svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": `Neighbourhood of ${center.label}: ${groups.length} relation group(s)` }, arrowDefs(colours), ...parts);
 }
 
 // One row per path, left to right; arrows follow each fact's stored direction. rowAttrs(i) tags row i.
@@ -298,28 +308,172 @@ async function homeView() {
   } catch (error) { stats.replaceChildren(errorBox(error)); }
 }
 
+const FACTS_PER_PAGE = 50, LIST_PAGE = 20;
+
+function pager(id, { total, offset, size }, onPage) {
+  const last = Math.min(offset + size, total);
+  return el("div", { class: "pager", id },
+    el("button", { type: "button", class: "secondary prev", disabled: offset <= 0,
+      onclick: () => onPage(Math.max(0, offset - size)) }, "\u2190 Previous"),
+    el("span", { class: "range" }, total ? `${offset + 1}\u2013${last} of ${total.toLocaleString()}` : "none"),
+    el("button", { type: "button", class: "secondary next", disabled: last >= total,
+      onclick: () => onPage(offset + size) }, "Next \u2192"));
+}
+
+function entityLinks(list) {
+  return list.flatMap((e, i) => [i ? ", " : "", el("a", { href: entityHref(e.id) }, e.label), " ",
+    el("span", { class: "id" }, e.id)]);
+}
+
+function section(id, title, ...body) {
+  return el("section", { id, class: "concept-section" }, el("h2", {}, title), ...body);
+}
+
+// The children, LIST_PAGE at a time ("Show more" appends the next page).
+function childrenSection(id, children) {
+  const list = el("ul", { class: "plain", id: "concept-children-list" });
+  const more = el("button", { type: "button", class: "secondary", id: "concept-children-more" }, "Show more");
+  let shown = 0;
+  const add = (page) => {
+    list.append(...page.items.map((c) => el("li", {}, el("a", { href: entityHref(c.id) }, c.label), " ",
+      el("span", { class: "id" }, c.id))));
+    shown += page.items.length;
+    more.hidden = shown >= page.total;
+    more.textContent = `Show more (${(page.total - shown).toLocaleString()} left)`;
+  };
+  more.addEventListener("click", async () => {
+    try { add(await api("/v1/concept/children", { id, offset: shown, limit: LIST_PAGE })); } catch (e) { list.after(errorBox(e)); }
+  });
+  add(children);
+  return [list, more];
+}
+
+// Each annotated edge seen from the concept: the other end, and the relation read from here ("(of)" when the
+// concept is the edge's object, e.g. a feature annotated to a disease).
+function annotationRows(page, members) {
+  return page.items.map((a) => {
+    const here = members.has(a.subject.id);
+    const other = here ? a.object : a.subject;
+    return el("tr", { class: a.negated ? "negated" : null },
+      el("td", {}, el("a", { href: entityHref(other.id) }, other.label), " ", el("span", { class: "id" }, other.id)),
+      el("td", {}, (a.negated ? "NOT " : "") + (here ? a.relation_label : `${a.relation_label} (of)`)),
+      el("td", { class: "frequency" }, a.frequency_label || "not given"),
+      el("td", {}, [a.evidence, a.onset && `onset ${a.onset}`, a.sex && `sex ${a.sex}`, ...a.modifiers]
+        .filter(Boolean).join("; ")),
+      el("td", { class: "refs" }, a.references.join(", ")));
+  });
+}
+
+function annotationsSection(record) {
+  const id = record.entity.id;
+  const members = new Set([id, ...record.same_as.map((e) => e.id)]);
+  const body = el("tbody", {});
+  const table = el("table", { id: "concept-annotations-table", "aria-label": "Annotations" },
+    el("thead", {}, el("tr", {}, ["annotated with", "relation", "frequency", "evidence and qualifiers", "references"]
+      .map((h) => el("th", {}, h)))), body);
+  const holder = el("div", {});
+  const show = (page) => {
+    body.replaceChildren(...annotationRows(page, members));
+    holder.replaceChildren(pager("concept-annotations-pager", { total: page.total, offset: page.offset, size: LIST_PAGE },
+      async (offset) => { try { show(await api("/v1/concept/annotations", { id, offset, limit: LIST_PAGE })); } catch (e) { holder.append(errorBox(e)); } }));
+  };
+  show(record.annotations);
+  return section("concept-annotations", `Annotations (${record.annotations.total.toLocaleString()})`,
+    el("p", { class: "muted" }, "What the source says of each annotated edge: how often the feature occurs in the ",
+      "disease, the evidence code, onset and the publications or records it rests on."), table, holder);
+}
+
+// The facts, FACTS_PER_PAGE at a time, of one relation group or all; the count is the record's one fact count.
+function factsSection(record) {
+  const id = record.entity.id;
+  const choose = el("select", { id: "facts-relation", "aria-label": "Relation" },
+    el("option", { value: "" }, `all relations (${record.facts.toLocaleString()})`),
+    record.relations.map((r) => el("option", { value: `${r.relation}|${r.direction}` },
+      `${r.label} ${r.direction === "forward" ? "\u2192" : "\u2190"} (${r.count.toLocaleString()})`)));
+  const body = el("tbody", {});
+  const table = el("table", { "aria-label": "Facts", id: "facts-table" },
+    el("thead", {}, el("tr", {}, ["relation", "direction", "neighbour", "fact"].map((h) => el("th", {}, h)))), body);
+  const holder = el("div", {});
+  const load = async (offset) => {
+    const [relation, direction] = choose.value ? choose.value.split("|") : [null, "both"];
+    try {
+      const page = await api("/v1/concept/facts", { id, relation, direction, offset, limit: FACTS_PER_PAGE });
+      body.replaceChildren(...page.neighbours.map((nb) => el("tr", {},
+        el("td", {}, nb.relation_label), el("td", {}, nb.direction === "forward" ? "\u2192 out" : "\u2190 in"),
+        el("td", {}, el("a", { href: entityHref(nb.id) }, nb.label)), el("td", {}, nb.text))));
+      holder.replaceChildren(pager("facts-pager", { total: page.matching, offset: page.offset, size: FACTS_PER_PAGE }, load));
+    } catch (error) { holder.replaceChildren(errorBox(error)); }
+  };
+  choose.addEventListener("change", () => load(0));
+  const node = section("concept-facts", "Facts", el("div", { class: "row" },
+    el("label", { for: "facts-relation" }, "Show", choose)), table, holder);
+  node.show = (relation, direction) => { choose.value = relation ? `${relation}|${direction}` : ""; load(0); };
+  load(0);
+  return node;
+}
+
 async function entityView(id) {
   setView("home", el("p", { class: "muted" }, `Loading ${id}…`));
   try {
-    const [info, hood] = await Promise.all([api("/v1/entity", { id }), api("/v1/anchor", { entity: id, k: 6 })]);
-    const shown = hood.neighbours.slice(0, 48);
-    LABELS.entities[info.entity.id] = info.entity.label;
+    const [record, hood] = await Promise.all([api("/v1/concept", { id, limit: LIST_PAGE }),
+      api("/v1/anchor", { entity: id, k: SHOWN_PER_GROUP })]);
+    const centre = record.entity;
+    LABELS.entities[centre.id] = centre.label;
     for (const nb of hood.neighbours) LABELS.entities[nb.id] = nb.label;
-    document.title = `${info.entity.label} \u2013 MIRAGE-KG`;
-    const table = el("table", { "aria-label": "Facts" },
-      el("tr", {}, el("th", {}, "relation"), el("th", {}, "direction"), el("th", {}, "neighbour"), el("th", {}, "fact")),
-      hood.neighbours.map((nb) => el("tr", {},
-        el("td", {}, nb.relation_label), el("td", {}, nb.direction === "forward" ? "\u2192 out" : "\u2190 in"),
-        el("td", {}, el("a", { href: entityHref(nb.id) }, nb.label)), el("td", {}, nb.text))));
-    setView("home",
-      el("h1", { id: "entity-title" }, info.entity.label),
-      el("p", { class: "muted" }, `${info.entity.id} \u00b7 ${info.degree} facts \u00b7 `,
-        el("a", { href: `#/paths?from=${encodeURIComponent(info.entity.id)}` }, "find paths from here")),
-      el("div", { class: "graph", id: "entity-graph" }, drawNeighbourhood(info.entity, shown)),
-      el("p", { class: "muted" }, shown.length < hood.neighbours.length
-        ? `Drawing ${shown.length} of ${hood.neighbours.length} neighbours; all are listed below. `
-        : "", "Arrows follow each fact's stored direction. Click a concept, or Tab to it and press Enter, to move there."),
-      el("h2", {}, `${hood.neighbours.length} facts`), table);
+    document.title = `${centre.label} \u2013 MIRAGE-KG`;
+    const facts = factsSection(record);
+    const groups = record.relations.map((r) => {
+      const mine = hood.neighbours.filter((nb) => nb.relation === r.relation && nb.direction === r.direction);
+      return { ...r, shown: r.count <= SHOWN_PER_GROUP ? mine : mine.slice(0, SHOWN_PER_GROUP - 1) };
+    });
+    const more = (g) => { facts.show(g.relation, g.direction); facts.scrollIntoView(); };
+    const parts = [
+      el("h1", { id: "entity-title" }, centre.label),
+      el("p", { class: "muted", id: "entity-meta" }, `${centre.id}`,
+        record.types.length ? ` \u00b7 ${record.types.map((t) => t.label).join(", ")}` : "", " \u00b7 ",
+        el("strong", { id: "fact-count", "data-count": record.facts }, `${record.facts.toLocaleString()} facts`),
+        " \u00b7 ", el("a", { href: `#/paths?from=${encodeURIComponent(centre.id)}` }, "find paths from here")),
+    ];
+    if (record.same_as.length) {
+      parts.push(el("p", { id: "concept-same-as" }, "The same concept in other sources: ", ...entityLinks(record.same_as)));
+    }
+    if (record.definitions.length) {
+      parts.push(section("concept-definition", "Definition", record.definitions.map((d) =>
+        el("p", { class: "definition", lang: d.lang || null }, d.text,
+          record.same_as.length ? el("span", { class: "id" }, ` (${d.source})`) : null))));
+    }
+    if (record.synonyms.length) {
+      parts.push(section("concept-synonyms", `Synonyms (${record.synonyms.length})`,
+        el("ul", { class: "chips" }, record.synonyms.map((s) => el("li", { lang: s.lang || null }, s.text)))));
+    }
+    if (record.xrefs.length) {
+      parts.push(section("concept-xrefs", `Cross-references (${record.xrefs.length})`,
+        el("ul", { class: "chips" }, record.xrefs.map((x) => el("li", { "data-kind": x.kind },
+          x.in_kg ? el("a", { href: entityHref(x.id) }, x.id) : x.id,
+          x.label ? el("span", { class: "muted" }, ` ${x.label}`) : null,
+          x.kind !== "exact" ? el("span", { class: "muted" }, ` (${x.kind === "db" ? "xref" : x.kind + " match"})`) : null)))));
+    }
+    if (record.parents.length || record.children.total) {
+      parts.push(section("concept-hierarchy", "Is a",
+        el("p", { id: "concept-parents" }, el("strong", {}, "Parents: "),
+          record.parents.length ? entityLinks(record.parents) : "none (a top concept)"),
+        el("p", {}, el("strong", {}, `Children (${record.children.total.toLocaleString()}):`),
+          record.children.total ? "" : " none"),
+        ...(record.children.total ? childrenSection(centre.id, record.children) : [])));
+    }
+    if (record.annotations.total) parts.push(annotationsSection(record));
+    if (record.lacks.length) {
+      parts.push(el("p", { class: "lacks", id: "concept-lacks" }, "Not given by the sources of this graph for ",
+        `${centre.label}: ${record.lacks.join(", ")}.`));
+    }
+    parts.push(section("concept-neighbourhood", "Neighbourhood",
+      record.facts ? el("div", { class: "graph", id: "entity-graph" }, drawNeighbourhood(centre, groups, more))
+        : el("p", {}, "No facts."),
+      el("p", { class: "muted" }, `Facts grouped by relation: into ${centre.label} on the left, out of it on the right; `,
+        `a group of more than ${SHOWN_PER_GROUP} shows its most specific neighbours. Click a concept, or Tab to it `,
+        "and press Enter, to move there."),
+      el("p", { class: "muted", id: "concept-sources" }, `Sources: ${record.sources.join(", ")}`)), facts);
+    setView("home", ...parts);
     main().focus();
   } catch (error) { setView("home", el("h1", {}, id), errorBox(error)); }
 }
