@@ -143,8 +143,9 @@ def score_output(example: Example, output: PipelineOutput, *, pipeline: str, fin
         citations_valid, citations_total = citation_counts(kg, output.cited)
     diagnosis: dict[int, bool | None] = {1: None, 3: None}
     conditions = output.conditions
+    gold: set[str] = set()
     if kg is not None and example.gold_answer_entities:
-        gold = gold_conditions(kg, example.gold_answer_entities)
+        gold = gold_conditions(kg, example.gold_answer_entities, example.reference)
         if gold:
             if conditions is None:
                 conditions = tuple(answer_conditions(kg, output.answer))
@@ -170,6 +171,7 @@ def score_output(example: Example, output: PipelineOutput, *, pipeline: str, fin
         "evidence_size": len(output.evidence_entities) if output.evidence_entities is not None else None,
         "evidence_facts": output.evidence_facts,
         "conditions": list(conditions) if conditions is not None else None,
+        "gold_conditions": sorted(gold),
         "diagnosis_at_1": diagnosis[1],
         "diagnosis_at_3": diagnosis[3],
         "citations_valid": citations_valid,
