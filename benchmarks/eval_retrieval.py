@@ -16,6 +16,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("MIRAGE_KG_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -32,6 +33,32 @@ def recall(gold: set[str], found: set[str]) -> float | None:
     return len(gold & found) / len(gold) if gold else None
 
 
+def emckg_questions(embedding_model: str | None, threads: int = 1, limit: int = 0) -> tuple[Any, list[dict[str, Any]]]:
+    """The EMCKG graph loaded in memory (a ``KnowledgeGraph``) and GenMedGPT-5k's linked rows (the first ``limit``;
+    0: all); exits when the public data is absent."""
+    triples = DATA / "emckg" / "triples.tsv"
+    questions = DATA / "genmedgpt5k" / "linked_248.jsonl"
+    if not triples.is_file() or not questions.is_file():
+        raise SystemExit(f"public data not found under {DATA} (set MIRAGE_KG_SHARED_DATA)")
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except ImportError:
+        pass
+
+    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
+    from mirage_kg.store import OxigraphStore, ensure_schema
+
+    store = OxigraphStore()
+    ensure_schema(store)
+    get_loader("triples").load(store, triples, LoadOptions(), LoadReport())
+    kg = KnowledgeGraph(store, embedding_model=embedding_model)
+    rows = [json.loads(line) for line in questions.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return kg, rows[:limit] if limit else rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=100, help="Entity budget of retrieve().")
@@ -41,29 +68,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
     args = parser.parse_args()
 
-    triples = DATA / "emckg" / "triples.tsv"
-    questions = DATA / "genmedgpt5k" / "linked_248.jsonl"
-    if not triples.is_file() or not questions.is_file():
-        raise SystemExit(f"public data not found under {DATA} (set MIRAGE_KG_SHARED_DATA)")
-    try:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    except ImportError:
-        pass
-
-    from mirage_kg.knowledge import KnowledgeGraph
-    from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
+    kg, rows = emckg_questions(args.embedding_model, args.threads, args.limit)
     from mirage_kg.retrieval import Retriever
-    from mirage_kg.store import OxigraphStore, ensure_schema
-
-    store = OxigraphStore()
-    ensure_schema(store)
-    get_loader("triples").load(store, triples, LoadOptions(), LoadReport())
-    kg = KnowledgeGraph(store, embedding_model=args.embedding_model)
-    rows = [json.loads(line) for line in questions.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if args.limit:
-        rows = rows[: args.limit]
 
     start = time.perf_counter()
     kg.linker.index  # noqa: B018 - build the indexes before timing questions

@@ -108,12 +108,16 @@ CONDITION_KINDS = ("disease",)
 _DIAGNOSIS_LINK_SCORE = 0.7  # the paper's soft-match cut-off, as the retriever and the synthesizer use
 
 
+#: the linking methods by which a text names an entity (its label, a synonym, its id), not a soft likeness
+_NAMING_METHODS = frozenset({"id", "exact", "normalised", "synonym"})
+
+
 def gold_conditions(kg: KnowledgeGraph, gold_answer_entities: Iterable[str], reference: str | None = None) -> set[str]:
     """The comparable ids (``entity_key``) of the gold answer's entities that are conditions in the KG and, when a
-    ``reference`` answer is given, that the reference names (``answer_conditions`` of it): a gold entity list can
-    hold conditions the doctor's answer never names (GenMedGPT-5k-linked lists Cornea infection for an answer about
-    primary insomnia), and an answer is not wrong for leaving those out. Empty when none is left (diagnosis@k does
-    not apply)."""
+    ``reference`` answer is given, that the reference names (by label, synonym or id: a soft likeness such as
+    "cornea" for Cornea infection is no naming). A gold entity list can hold conditions the doctor's answer never
+    names (GenMedGPT-5k-linked lists Cornea infection for an answer about primary insomnia), and an answer is not
+    wrong for leaving those out. Empty when none is left (diagnosis@k does not apply)."""
     from mirage_kg import clinical_vocabulary
 
     iris = [expand(i) for i in gold_answer_entities]
@@ -122,7 +126,9 @@ def gold_conditions(kg: KnowledgeGraph, gold_answer_entities: Iterable[str], ref
     kinds = clinical_vocabulary(kg).kinds(iris)
     found = {entity_key(iri) for iri in iris if kinds[iri] in CONDITION_KINDS}
     if found and reference is not None and reference.strip():
-        found &= {entity_key(c) for c in answer_conditions(kg, reference)}
+        named = {entity_key(c.entity.id) for m in kg.link(reference, top=5) for c in m.candidates
+                 if c.method in _NAMING_METHODS and c.score >= _DIAGNOSIS_LINK_SCORE}
+        found &= named
     return found
 
 

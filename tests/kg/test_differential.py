@@ -194,3 +194,39 @@ def test_a_name_shared_by_a_phenotype_and_a_disease_reads_as_the_finding() -> No
     result = differential(kg, "scoliosis and arachnodactyly", top=3)
     assert {f.entity.id: f.role for f in result.findings} == {"HP:0002650": "finding", "HP:0001166": "finding"}
     assert result.candidates[0].entity.label == "Marfan syndrome"
+
+
+def _triples_kg(tmp_path: Path, lines: list[str]) -> KnowledgeGraph:
+    source = tmp_path / "triples.tsv"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    store = OxigraphStore()
+    ensure_schema(store)
+    get_loader("triples").load(store, source, LoadOptions(), LoadReport())
+    return KnowledgeGraph(store, embedding_model="none")
+
+
+def test_a_tie_goes_to_the_better_fit_not_the_longer_list(tmp_path: Path) -> None:
+    """Two conditions explain the same findings equally (EMCKG's short symptom lists tie often): the one whose own
+    profile the findings make up more of comes first (three of its four symptoms named, against three of its ten),
+    whatever the names or the longer list; the candidates carry their fit."""
+    long_list = [f"Alpha_disease\thas_symptom\tSymptom_{i}" for i in range(1, 11)]
+    short_list = [f"Zeta_disease\thas_symptom\tSymptom_{i}" for i in (1, 2, 3, 11)]
+    others = ["Omega_disease\thas_symptom\tSymptom_1", "Omega_disease\thas_symptom\tSymptom_12"]
+    kg = _triples_kg(tmp_path, long_list + short_list + others)
+    result = differential(kg, ["KG:Symptom_1", "KG:Symptom_2", "KG:Symptom_3"], top=3)
+    assert _labels(result) == ["Zeta disease", "Alpha disease", "Omega disease"]
+    zeta, alpha = result.candidates[:2]
+    assert zeta.coverage == pytest.approx(alpha.coverage) == pytest.approx(1.0)
+    assert (zeta.profile, alpha.profile) == (4, 10)
+    assert zeta.fit == pytest.approx(0.75) and alpha.fit == pytest.approx(0.3)
+    assert result.to_json()["candidates"][0]["fit"] == 0.75
+
+
+def test_conditions_tied_past_the_pool_are_ranked_by_fit_too(tmp_path: Path) -> None:
+    """A finding forty conditions share ties them all: the best fit among every one of them comes first, not the
+    best among the first thirty by id."""
+    lines = [f"Disease_{i:02d}\thas_symptom\tFatigue" for i in range(40)]
+    lines += [f"Disease_{i:02d}\thas_symptom\tOther_{i}_{j}" for i in range(39) for j in range(3)]
+    kg = _triples_kg(tmp_path, lines)
+    result = differential(kg, ["KG:Fatigue"], top=3)
+    assert result.candidates[0].entity.label == "Disease 39" and result.candidates[0].fit == pytest.approx(1.0)

@@ -142,3 +142,37 @@ def test_diagnosis_at_k_reads_the_answers_conditions_in_order() -> None:
     assert ranked == ["KG:Pneumonia", "KG:Influenza"]
     assert diagnosis_at(gold, ranked, 1) is False and diagnosis_at(gold, ranked, 3) is True
     assert diagnosis_at(set(), ranked, 1) is None  # the metric does not apply
+
+
+def test_gold_conditions_are_those_the_reference_names() -> None:
+    """A gold entity list can hold a condition the doctor's answer never names (GenMedGPT-5k-linked lists Cornea
+    infection for an answer about primary insomnia): with the reference, only the conditions it names are gold, and
+    a row whose reference names none of them is no diagnosis row."""
+    from mirage_kg import KnowledgeGraph, demo_store
+    from mirage_reason.evaluation.metrics import diagnosis_at, gold_conditions
+
+    kg = KnowledgeGraph(demo_store(), embedding_model="none")
+    listed = ["KG:Influenza", "KG:Pneumonia", "KG:Oseltamivir"]
+    assert gold_conditions(kg, listed) == {"KG:Influenza", "KG:Pneumonia"}
+    reference = "It sounds like influenza; oseltamivir within two days shortens it."
+    gold = gold_conditions(kg, listed, reference)
+    assert gold == {"KG:Influenza"}
+    assert diagnosis_at(gold, ["KG:Pneumonia", "KG:Influenza"], 1) is False
+    assert gold_conditions(kg, listed, "Rest and drink fluids.") == set()
+    assert gold_conditions(kg, listed, "  ") == {"KG:Influenza", "KG:Pneumonia"}  # no reference: the list
+
+
+def test_a_scored_record_reads_gold_conditions_off_the_reference() -> None:
+    from mirage_kg import KnowledgeGraph, demo_store
+    from mirage_reason.evaluation.datasets import Example
+    from mirage_reason.evaluation.pipelines import PipelineOutput
+    from mirage_reason.evaluation.runner import score_output
+
+    kg = KnowledgeGraph(demo_store(), embedding_model="none")
+    example = Example("x-1", "Fever and cough for three days, what is it?", reference="This is pneumonia.",
+                      gold_answer_entities=("KG:Influenza", "KG:Pneumonia"))
+    record = score_output(example, PipelineOutput(answer="Probably influenza, maybe pneumonia."),
+                          pipeline="llm", fingerprint="f", kg=kg, seconds_total=0.0)
+    assert record["gold_conditions"] == ["KG:Pneumonia"]
+    assert record["conditions"] == ["KG:Influenza", "KG:Pneumonia"]
+    assert record["diagnosis_at_1"] is False and record["diagnosis_at_3"] is True
