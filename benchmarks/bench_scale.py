@@ -57,7 +57,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_load import CHILD_BULK  # noqa: E402
 from bench_query import pct, run_with_deadline, typo  # noqa: E402
-from bench_sources import _phrase  # noqa: E402
+from bench_sources import phrase  # noqa: E402
 
 FULL_CONCEPTS = 3_400_000
 STAGES = ("load", "query", "link", "validate", "retrieve")
@@ -108,13 +108,13 @@ def write_release(folder: Path, concepts: int, seed: int, progress: bool = True)
         for n in range(1, concepts + 1):
             cui = f"C{n:07d}"
             sab = SABS[n % 20]
-            rows = [("ENG", "P", "PF", "Y", sab, "PT", _phrase(rng), "N")]
+            rows = [("ENG", "P", "PF", "Y", sab, "PT", phrase(rng), "N")]
             # synonyms: 0-4, mean 1.3; a few suppressed (O obsolete, E editor) and a French name now and then
             for _ in range(rng.choice((0, 0, 1, 1, 1, 2, 2, 2, 3, 1))):
-                rows.append(("ENG", "S", "VO", rng.choice("YN"), rng.choice(SABS[:24]), "SY", _phrase(rng),
+                rows.append(("ENG", "S", "VO", rng.choice("YN"), rng.choice(SABS[:24]), "SY", phrase(rng),
                              "O" if rng.random() < 0.05 else "E" if rng.random() < 0.01 else "N"))
             if n % 20 == 0:
-                rows.append(("FRE", "P", "PF", "Y", "MSHFRE", "MH", _phrase(rng), "N"))
+                rows.append(("FRE", "P", "PF", "Y", "MSHFRE", "MH", phrase(rng), "N"))
             for lat, ts, stt, ispref, row_sab, tty, text, suppress in rows:
                 aui += 1
                 conso_buf.append(f"{cui}|{lat}|{ts}|L{aui:08d}|{stt}|S{aui:08d}|{ispref}|A{aui:08d}||||{row_sab}|"

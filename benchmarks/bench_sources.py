@@ -36,7 +36,8 @@ def _word(rng: random.Random) -> str:
     return "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
 
 
-def _phrase(rng: random.Random) -> str:
+def phrase(rng: random.Random) -> str:
+    """A made-up name of one to four words, for a generated release's labels."""
     return " ".join(_word(rng) for _ in range(rng.randint(1, 4)))
 
 
@@ -54,15 +55,15 @@ def write_umls(folder: Path, concepts: int, seed: int) -> None:
     with open(meta / "MRCONSO.RRF", "w", encoding="utf-8") as conso, open(meta / "MRSTY.RRF", "w") as sty:
         for n in range(1, concepts + 1):
             cui = f"C{n:07d}"
-            name = _phrase(rng)
+            name = phrase(rng)
             rows = [("ENG", "P", "PF", "Y", "MSH", "MH", f"D{n:06d}", name, "N"),
-                    ("ENG", "S", "PF", "Y", "SNOMEDCT_US", "PT", str(100000000 + n), _phrase(rng), "N"),
-                    ("ENG", "S", "VO", "N", "MEDSYN", "SY", f"M{n}", _phrase(rng), "N"),
+                    ("ENG", "S", "PF", "Y", "SNOMEDCT_US", "PT", str(100000000 + n), phrase(rng), "N"),
+                    ("ENG", "S", "VO", "N", "MEDSYN", "SY", f"M{n}", phrase(rng), "N"),
                     ("ENG", "P", "PF", "N", "MTH", "PN", "NOCODE", name, "N")]
             if n % 5 == 0:
-                rows.append(("ENG", "S", "PF", "N", "MEDSYN", "SY", f"O{n}", _phrase(rng), "O"))
+                rows.append(("ENG", "S", "PF", "N", "MEDSYN", "SY", f"O{n}", phrase(rng), "O"))
             if n % 4 == 0:
-                rows.append(("FRE", "P", "PF", "Y", "MSHFRE", "MH", f"D{n:06d}", _phrase(rng), "N"))
+                rows.append(("FRE", "P", "PF", "Y", "MSHFRE", "MH", f"D{n:06d}", phrase(rng), "N"))
             rng.shuffle(rows)
             for lat, ts, stt, ispref, sab, tty, code, text, suppress in rows:
                 aui += 1
@@ -118,10 +119,10 @@ def write_snomed(folder: Path, concepts: int, seed: int) -> None:
         desc.write("id\teffectiveTime\tactive\tmoduleId\tconceptId\tlanguageCode\ttypeId\tterm\tcaseSignificanceId\r\n")
         refset.write("id\teffectiveTime\tactive\tmoduleId\trefsetId\treferencedComponentId\tacceptabilityId\r\n")
         for ident in ["116680003"] + attributes + ids:
-            name = _phrase(rng)
+            name = phrase(rng)
             rows = [("900000000000003001", f"{name} (disorder)", "900000000000548007"),
                     ("900000000000013009", name, "900000000000548007")]
-            rows += [("900000000000013009", _phrase(rng), "900000000000549004") for _ in range(rng.randint(1, 2))]
+            rows += [("900000000000013009", phrase(rng), "900000000000549004") for _ in range(rng.randint(1, 2))]
             for kind, text, acceptability in rows:
                 did += 1
                 desc.write(f"{did}11\t{t}\t1\t{mod}\t{ident}\ten\t{kind}\t{text}\t900000000000448009\r\n")

@@ -34,7 +34,7 @@ from bench_load import timed  # noqa: E402  (wall seconds, peak RSS in MiB and s
 from bench_sources import (  # noqa: E402
     SNOMED_TRIPLES_PER_CONCEPT,
     UMLS_TRIPLES_PER_CONCEPT,
-    _phrase,
+    phrase,
     write_snomed,
     write_umls,
 )
@@ -124,7 +124,7 @@ def snomed_pair(work: Path, triples: int, changed: float, seed: int) -> tuple[Pa
     for line in rng.sample(descs, max(1, int(len(descs) * changed / 2))):
         fields = line.split("\t")
         if fields[6] == "900000000000013009":
-            fields[1], fields[7] = "20990228", _phrase(rng)
+            fields[1], fields[7] = "20990228", phrase(rng)
             delta_descs[fields[0]] = "\t".join(fields)
     delta, later = work / "snomed_20990228_delta" / "Delta", work / "snomed_20990228" / "Snapshot"
     for folder, kind in ((delta, "Delta"), (later, "Snapshot")):
@@ -179,7 +179,7 @@ def umls_pair(work: Path, triples: int, changed: float, seed: int) -> tuple[Path
             if name == "MRREL.RRF":
                 fields[4] = f"C{rng.randint(1, concepts):07d}"  # re-pointed to another concept
             else:
-                fields[14] = _phrase(rng)  # reworded
+                fields[14] = phrase(rng)  # reworded
             rows[index] = "|".join(fields)
         (new / "META" / name).write_text("".join(rows), encoding="utf-8")
     return old, new, new

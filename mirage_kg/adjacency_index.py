@@ -37,13 +37,13 @@ class AdjacencyFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        from mirage_kg.degree_index import _ReadAhead, connect_read_only
+        from mirage_kg.degree_index import ReadAhead, connect_read_only
 
         self._db = connect_read_only(path)  # through a memory map, as the degree index's file
         # each anchor and bridge reads rows at random places in it: read the whole file ahead once, in order, as
         # the degree index's file is, before the first lookup (a cold row would cost the random read the file
         # exists to avoid)
-        self._read_ahead = _ReadAhead(path)
+        self._read_ahead = ReadAhead(path)
         meta = dict(self._db.execute("SELECT key, value FROM meta"))
         self.fingerprint = meta.get("fingerprint")
         self.format = meta.get("format")

@@ -69,7 +69,7 @@ class DiskDegrees(Mapping[str, int]):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db = connect_read_only(path)
-        self._read_ahead = _ReadAhead(path)
+        self._read_ahead = ReadAhead(path)
         self._count = int(self._meta("count") or 0)
         #: the fact predicates the index counted (a hub's relations are probed among these)
         self.predicates: list[str] = json.loads(self._meta("predicates") or "[]")
@@ -274,13 +274,13 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     through a memory map: a lookup costs no read() call (``pread`` instead cost ~25% more CPU an anchor or a bridge
     at S = 1.0), and the pages are the OS's file cache (shared, dropped under pressure), not this process's memory.
     A fault on a page not in that cache makes the kernel read around it (``read_ahead_kb``: 8 MiB a fault on the
-    benchmark machine), which is why the whole file is read ahead before its first lookup (``_ReadAhead``)."""
+    benchmark machine), which is why the whole file is read ahead before its first lookup (``ReadAhead``)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     db.execute("PRAGMA mmap_size = 1073741824")
     return db
 
 
-class _ReadAhead:
+class ReadAhead:
     """Reads an index file whole into the OS's page cache, in order, from a daemon thread; the file's lookups
     ``wait`` for it (at most ``_WARM_WAIT_S``; a no-op once done), ``stop`` ends it early (the file closed unused,
     e.g. built for another store state). Each anchor reads rows of ~15 nodes at random places in the file: read

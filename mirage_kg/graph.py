@@ -390,7 +390,7 @@ class Graph:
         """Whether this process builds an adjacency file beside ``degree_file``: a store opened read-only builds
         nothing beside it (a profiling or serving process must not write there), nor where the folder is not
         writable."""
-        return not getattr(self.store, "read_only", False) and os.access(degree_file.parent, os.W_OK)
+        return not self.store.read_only and os.access(degree_file.parent, os.W_OK)
 
     def _adjacency_file(self) -> AdjacencyFile | None:
         """The adjacency file while it is current: built for this store state beside a degree index file that

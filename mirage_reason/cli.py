@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from mirage_reason.backends.base import Backend
     from mirage_reason.coordinator import Answer
 
-__all__ = ["ask", "build_backend"]
+__all__ = ["ask", "ask_config", "build_backend", "serve_backend"]
 
 def valid_unicode(text: str) -> str:
     """``text`` with any lone surrogate (a model's broken byte pair) as U+FFFD, so the output is valid UTF-8."""
@@ -71,15 +71,17 @@ def build_backend(kind: str, model: str | None, base_url: str | None = None, *, 
     return get_backend(engine, model=chosen, **steady), is_small_model(chosen)
 
 
-def _backend(kind: str, model: str | None, base_url: str | None, script: str | None) -> tuple[Backend, bool]:
+def serve_backend(kind: str, model: str | None, base_url: str | None, script: str | None) -> tuple[Backend, bool]:
     """``build_backend`` with its defaults, or the scripted model of ``--script`` (what ``mirage-kg serve`` uses)."""
     if script is not None:
         return _scripted(script), False
     return build_backend(kind, model, base_url, announce=True)
 
 
-def _config(pipeline: str, small: bool, max_new_tokens: int | None, overrides: dict[str, Any] | None = None,
-            **settings: Any) -> MirageConfig:
+def ask_config(pipeline: str, small: bool, max_new_tokens: int | None, overrides: dict[str, Any] | None = None,
+               **settings: Any) -> MirageConfig:
+    """The pipeline's configuration as `ask` and `serve` build it: the small model's budgets when ``small``,
+    ``max_new_tokens`` spread over every stage, then ``overrides`` (``--set``) and ``settings``."""
     budgets: dict[str, int] = dict(SMALL_MODEL_BUDGETS) if small else {}
     if max_new_tokens is not None:
         budgets.update(max_new_tokens=max_new_tokens, max_chain_tokens=(2 if small else 4) * max_new_tokens,
@@ -205,7 +207,7 @@ def ask(question: str, store: str | None, endpoint: str | None, backend_kind: st
         else:
             backend, small = build_backend(backend_kind, model, base_url, max_in_flight=max_in_flight,
                                                announce=True, seeded=seed is not None)
-        config = _config(pipeline, small, max_new_tokens, settings, n_q=n_q, n_r=n_r, k=k, max_hops=max_hops,
+        config = ask_config(pipeline, small, max_new_tokens, settings, n_q=n_q, n_r=n_r, k=k, max_hops=max_hops,
                          samples=samples, seed=seed, kinds=kinds_files, no_support=no_support)
         answer = Mirage(kg, backend, config).answer(question)
     except MirageError as exc:

@@ -349,9 +349,9 @@ def glob_escape(name: str) -> str:
 
 
 def _alive(pid: int) -> bool:
-    from mirage_kg.store.sparql import _process_alive  # the one liveness test (os.kill with signal 0)
+    from mirage_kg.store.sparql import process_alive  # the one liveness test (os.kill with signal 0)
 
-    return _process_alive(pid)
+    return process_alive(pid)
 
 
 @click.command()

@@ -23,7 +23,7 @@ UTF8_BOM = b"\xef\xbb\xbf"
 _BOMS = ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
          (b"\xfe\xff", "UTF-16BE"))
 # C0 controls other than TAB, LF and CR, and DEL: no source format carries them in a field.
-_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 #: the same bytes, and CR, for a whole block's check (``bytes.translate`` deletes them 5x faster than the search)
 _BLOCK_UNCLEAN = bytes([*range(0x09), 0x0b, 0x0c, 0x0d, *range(0x0e, 0x20), 0x7f])
 
@@ -109,7 +109,7 @@ def read_lines(path: Path, problem: RowProblem, *, keep_ends: bool = False, fina
         head = handle.peek(4096)[:4096] if hasattr(handle, "peek") else b""
         check_encoding(path, head)
         readline = handle.readline
-        control = _CONTROL.search
+        control = CONTROL_BYTES.search
         number = 0
         while True:
             try:
@@ -253,7 +253,7 @@ def decoded_row(raw: bytes, number: int, path: str | Path, problem: RowProblem,
                 repair_utf8: bool = False) -> str | None:
     """One line's text, checked as ``read_lines`` checks it: a control byte or bad UTF-8 is a row problem (None
     when the lenient problem lets the load go on without the row)."""
-    bad = _CONTROL.search(raw)
+    bad = CONTROL_BYTES.search(raw)
     if bad is not None:
         problem("control character", path, number,
                 f"byte {raw[bad.start()]:#04x} at column {bad.start() + 1} (NUL and other control bytes are not text)")

@@ -13,7 +13,7 @@ from typing import Any
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, RowsNeedWholeRelease, default_graph_name
-from mirage_kg.loaders.hygiene import _CONTROL, UTF8_BOM, check_encoding, check_xml_entities, open_input
+from mirage_kg.loaders.hygiene import CONTROL_BYTES, UTF8_BOM, check_encoding, check_xml_entities, open_input
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import RDF_FORMATS, LoadReceipt, Store
 
@@ -40,7 +40,7 @@ class _CountingReader:
 
     def read(self, size: int = -1) -> bytes:
         data = self._handle.read(size)
-        bad = _CONTROL.search(data)
+        bad = CONTROL_BYTES.search(data)
         if bad is not None:
             line = self._lines + data.count(b"\n", 0, bad.start()) + 1
             column = bad.start() - (data.rfind(b"\n", 0, bad.start()) + 1) + 1

@@ -115,9 +115,9 @@ class CapturingStore(Store):
             raise StoreError(f"this release fills several graphs ({self.graph}, {graph}); compare them one by one")
         self.graph, self.source = graph, source
         if isinstance(data, (bytes, bytearray)) or hasattr(data, "read"):
-            from mirage_kg.store.oxigraph import _FORMATS
+            from mirage_kg.store.oxigraph import OXIGRAPH_FORMATS
 
-            for triple in ox.parse(data, format=_FORMATS[media_type], base_iri=base_iri):  # type: ignore[arg-type]
+            for triple in ox.parse(data, format=OXIGRAPH_FORMATS[media_type], base_iri=base_iri):  # type: ignore[arg-type]
                 inner = triple.triple if isinstance(triple, ox.Quad) else triple
                 self.lines.add(f"{inner} .\n")
         else:
@@ -383,24 +383,6 @@ def _term(node: object) -> Term:
     if isinstance(node, ox.Literal):
         return Term("literal", node.value, node.language, None if node.language else node.datatype.value)
     return Term("bnode", getattr(node, "value", str(node)))
-
-
-def pattern_lines(store: Store, graph: str, subject: str | None = None, predicate: str | None = None,
-                  obj: str | None = None) -> Iterator[str]:
-    """The triples of ``graph`` matching IRIs (None: any) as N-Triples lines without the newline: straight from
-    the embedded store's index when there is one (no term conversion: an update reads thousands of subjects),
-    else through the pattern primitive."""
-    raw = getattr(store, "raw", None)
-    if isinstance(raw, ox.Store):
-        try:
-            nodes = [None if iri is None else ox.NamedNode(iri) for iri in (subject, predicate, obj)]
-        except ValueError:
-            return  # no quad holds an invalid IRI
-        for quad in raw.quads_for_pattern(nodes[0], nodes[1], nodes[2], ox.NamedNode(graph)):
-            yield f"{quad.triple} ."
-        return
-    for quad in store.quads(subject, predicate, obj, graph):
-        yield f"{quad.subject.sparql()} {quad.predicate.sparql()} {quad.object.sparql()} ."
 
 
 def graph_contains(store: Store, graph: str) -> Callable[[ox.Triple], bool]:

@@ -17,7 +17,6 @@ most rows changed) sends the update to the whole-release compare, and says why."
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from itertools import chain
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem, RowsNeedWho
 from mirage_kg.loaders.nt_terms import ALT, PREF, TYPE
 from mirage_kg.loaders.umls import UmlsRows, locate_release, read_inverses
 from mirage_kg.namespaces import MKG, OWL, RDF, SKOS, SKOS_NOTATION, prefixes
-from mirage_kg.releases.diff import TripleDifference, parse_lines, pattern_lines, triple_difference
+from mirage_kg.releases.diff import TripleDifference, parse_lines, triple_difference
 from mirage_kg.releases.line_scope import (
     MAX_CHANGED_IN_MEMORY,
     MAX_CHANGED_SHARE,
@@ -44,7 +43,6 @@ from mirage_kg.terms import iri_ref
 #: the RRF files whose rows name CUIs, and the columns that do (MRREL: CUI1 and CUI2)
 CUI_COLUMNS = {"MRCONSO.RRF": (0,), "MRSTY.RRF": (0,), "MRREL.RRF": (0, 4)}
 _TYPE, _CONCEPT, _RELATION, _CLASS = RDF + "type", MKG + "Concept", MKG + "Relation", OWL + "Class"
-_CUI = re.compile(r"C\d{7}")  #: a CUI as the loader mints it (anything else: never a concept of the graph)
 #: the predicates of a concept's own triples (MRCONSO and MRSTY make them); any other one is an MRREL edge
 _OWN_PREDICATES = frozenset({TYPE, PREF, ALT, iri_ref(SKOS + "exactMatch"), iri_ref(SKOS_NOTATION)})
 
@@ -114,10 +112,6 @@ class _Graph:
         self.store, self.graph = store, graph
         self.namespace = prefixes()["UMLS"]
         self._held: dict[str, bool] = {}
-        raw = getattr(store, "raw", None)
-        # the embedded store's index straight (tens of thousands of lookups), else the pattern primitive
-        self._raw = raw if isinstance(raw, ox.Store) else None
-        self._type_concept_graph = ox.NamedNode(_TYPE), ox.NamedNode(_CONCEPT), ox.NamedNode(graph)
 
     def holds_concept(self, cui: str) -> bool:
         held = self._held.get(cui)
@@ -127,36 +121,25 @@ class _Graph:
         return held
 
     def resolve(self, cuis: Iterable[str]) -> None:
-        """Look up, once each and in one sorted batch, whether the graph holds these concepts (a point lookup of
-        the quad in the embedded store: no iterator a CUI)."""
-        kind, concept, graph = self._type_concept_graph
-        raw, named, quad, namespace, held = self._raw, ox.NamedNode, ox.Quad, self.namespace, self._held
+        """Look up, once each and in one sorted batch, whether the graph holds these concepts (``Store.holds``: a
+        point lookup of the quad on the embedded store)."""
+        holds, namespace, graph, held = self.store.holds, self.namespace, self.graph, self._held
         for cui in sorted(set(cuis).difference(held)):
-            if raw is not None and _CUI.fullmatch(cui):
-                held[cui] = quad(named(namespace + cui), kind, concept, graph) in raw
-            else:  # another store, or a name the loader never mints (not always a valid IRI): the pattern primitive
-                held[cui] = _has(self.store, self.graph, namespace + cui, _TYPE, _CONCEPT)
+            held[cui] = holds(namespace + cui, _TYPE, _CONCEPT, graph)
 
     def holds_edge(self, line: str) -> bool:
         subject, predicate, obj = line[1:-3].split("> <")  # ``<s> <p> <o> .``: an edge names three IRIs
-        if self._raw is None:
-            return _has(self.store, self.graph, subject, predicate, obj)
-        try:  # a point lookup of the quad, no iterator: thousands of added edges
-            quad = ox.Quad(ox.NamedNode(subject), ox.NamedNode(predicate), ox.NamedNode(obj),
-                           self._type_concept_graph[2])
-        except ValueError:
-            return False  # no quad holds an invalid IRI
-        return quad in self._raw
+        return self.store.holds(subject, predicate, obj, self.graph)
 
     def lines(self, cui: str, *, own_only: bool) -> Iterator[str]:
         """The concept's triples as subject (``own_only``: its labels, codes and types, no edge) and, without
         ``own_only``, the edges into it as well."""
         iri = self.namespace + cui
-        for line in pattern_lines(self.store, self.graph, iri):
+        for line in self.store.triple_lines(self.graph, iri):
             if not own_only or line.split(" ", 2)[1] in _OWN_PREDICATES:  # ``<s> <p> ...``: IRIs hold no space
                 yield line
         if not own_only:
-            yield from pattern_lines(self.store, self.graph, obj=iri)
+            yield from self.store.triple_lines(self.graph, obj=iri)
 
 
 def umls_difference(store: Store, graph: str, loader: object, path: Path, options: LoadOptions, report: LoadReport,
@@ -232,7 +215,7 @@ def umls_difference(store: Store, graph: str, loader: object, path: Path, option
             compared.take(rows.edge_lines(theirs))
         still = _edges(rows.edge_lines(mine, quiet=True)) & gone
 
-    old_lines = set(pattern_lines(store, graph, graph))
+    old_lines = set(store.triple_lines(graph, graph))
     for cui in concepts:
         old_lines.update(held.lines(cui, own_only=cui not in restated))
     facts = triple_difference(sorted(old_lines), sorted(compared.lines))
@@ -296,7 +279,7 @@ def _declarations(store: Store, graph: str, facts: TripleDifference, declared: d
     added_lines: list[str] = []
     removed_lines: list[str] = []
     for thing in sorted(used | set(declared)):
-        old = set(pattern_lines(store, graph, thing))
+        old = set(store.triple_lines(graph, thing))
         new = declared.get(thing)
         if new is not None and old and new != old:
             removed_lines.extend(old - new)
@@ -304,12 +287,12 @@ def _declarations(store: Store, graph: str, facts: TripleDifference, declared: d
         elif new is not None and not old:
             added_lines.extend(new)
     for thing in sorted(unused - used):
-        if not _has(store, graph, thing, _TYPE, _RELATION) and not _has(store, graph, thing, _TYPE, _CLASS):
+        if not store.holds(thing, _TYPE, _RELATION, graph) and not store.holds(thing, _TYPE, _CLASS, graph):
             continue
-        uses = pattern_lines(store, graph, obj=thing) if _has(store, graph, thing, _TYPE, _CLASS) else \
-            pattern_lines(store, graph, predicate=thing)
+        uses = store.triple_lines(graph, obj=thing) if store.holds(thing, _TYPE, _CLASS, graph) else \
+            store.triple_lines(graph, predicate=thing)
         if all(_triple(line) in removed_facts for line in uses):
-            removed_lines.extend(pattern_lines(store, graph, thing))
+            removed_lines.extend(store.triple_lines(graph, thing))
     return TripleDifference(removed=parse_lines(sorted(set(removed_lines))), added=parse_lines(sorted(set(added_lines))))
 
 
@@ -318,10 +301,6 @@ def _declaring(triple: ox.Triple) -> str:
     if triple.predicate.value == _TYPE and isinstance(triple.object, ox.NamedNode):
         return triple.object.value
     return triple.predicate.value
-
-
-def _has(store: Store, graph: str, subject: str, predicate: str, obj: str) -> bool:
-    return next(pattern_lines(store, graph, subject, predicate, obj), None) is not None
 
 
 def _triple(line: str) -> ox.Triple:

@@ -26,7 +26,6 @@ from mirage_kg.releases.diff import (
     ReleaseDiff,
     graph_contains,
     graph_lines,
-    pattern_lines,
     triple_difference,
 )
 from mirage_kg.releases.line_scope import previous_file, row_difference, supports_rows
@@ -141,7 +140,7 @@ def subject_lines(store: Store, graph: str, subjects: list[str], workdir: str | 
     """The triples of ``graph`` about ``subjects`` (index lookups), as sorted lines."""
     lines = SortedLines(workdir)
     for subject in subjects:
-        for line in pattern_lines(store, graph, subject):
+        for line in store.triple_lines(graph, subject):
             lines.add_line(line)
     return lines
 

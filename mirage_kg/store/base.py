@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NamedTuple, TypeVar
 
+from mirage_kg.errors import QueryError
 from mirage_kg.namespaces import GRAPH, MKG
 from mirage_kg.store.content_key import ContentKey
 from mirage_kg.store.sparql_text import query_form
@@ -144,6 +145,9 @@ class Store(abc.ABC):
     knows_commit_on_interrupt: bool = False
     #: where a long load says how far it got, a line now and then (an endpoint's INSERT chunks); None: quiet
     report: Callable[[str], None] | None = None
+    #: whether this handle refuses every write (a reader opened beside a writer, or by ``open_store`` for the
+    #: query commands): no cache is written beside such a store's files, and a write raises ``StoreError``
+    read_only: bool = False
 
     @property
     def nested_optional_paths(self) -> bool:
@@ -200,6 +204,24 @@ class Store(abc.ABC):
         lookup on an indexed store), which the path search uses instead of reading a hub's edges."""
         for quad in self.quads(subject, None, obj):
             yield quad.predicate.value
+
+    def triple_lines(self, graph: str, subject: str | None = None, predicate: str | None = None,
+                     obj: str | None = None) -> Iterator[str]:
+        """The triples of ``graph`` matching IRIs (None: any) as N-Triples lines without the newline, streamed. A
+        store with an index writes them from it with no ``Term`` per value (a release update reads the triples of
+        thousands of subjects); this default formats the pattern primitive's quads."""
+        if not _valid_iris(graph, subject, predicate, obj):
+            return  # no quad holds an invalid IRI
+        for quad in self.quads(subject, predicate, obj, graph):
+            yield f"{quad.subject.sparql()} {quad.predicate.sparql()} {quad.object.sparql()} ."
+
+    def holds(self, subject: str, predicate: str, obj: str, graph: str) -> bool:
+        """Whether ``graph`` holds the triple of three IRIs (an invalid IRI: False). An indexed store answers with
+        one point lookup, no iterator (a release update asks tens of thousands); this default asks the pattern
+        primitive for a first match."""
+        if not _valid_iris(subject, predicate, obj, graph):
+            return False
+        return next(iter(self.quads(subject, predicate, obj, graph)), None) is not None
 
     def select_all(self, query: str, *, timeout: float | None = None) -> Iterator[dict[str, Term]]:
         """Every row of a SELECT that may be large (no LIMIT/OFFSET of its own), streamed. A store with a
@@ -457,6 +479,17 @@ def forget_record(graph: str) -> str:
     """The update that removes a graph's load record (source and time) from the manifest."""
     return (f"DELETE WHERE {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(graph)} {iri_ref(LOADED_FROM)} ?source ; "
             f"{iri_ref(LOADED_AT)} ?at }} }}")
+
+
+def _valid_iris(*iris: str | None) -> bool:
+    """Whether every IRI given (None: a wildcard) can be written in a query."""
+    try:
+        for iri in iris:
+            if iri is not None:
+                iri_ref(iri)
+    except QueryError:
+        return False
+    return True
 
 
 def _pattern_term(term: str | Term | None) -> str | None:

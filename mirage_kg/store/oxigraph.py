@@ -30,7 +30,9 @@ from mirage_kg.store.content_key import ContentKey, files_key, key_of, record, s
 from mirage_kg.store.base import MANIFEST_GRAPH, PENDING, LineBlocks, LineReader, LoadReceipt, Quad, Store
 from mirage_kg.terms import Term, iri_ref, literal
 
-_FORMATS = {
+#: media type -> pyoxigraph's parser and serializer format (what ``RDF_FORMATS`` names), for every store that
+#: parses or writes RDF with pyoxigraph
+OXIGRAPH_FORMATS = {
     "application/n-triples": ox.RdfFormat.N_TRIPLES,
     "application/n-quads": ox.RdfFormat.N_QUADS,
     "text/turtle": ox.RdfFormat.TURTLE,
@@ -47,7 +49,8 @@ STAGING = "/staging/"
 CLEAR_CHUNK = 100_000
 #: a replace rebuilds the store from its other graphs when they hold at most this many quads per quad replaced
 REBUILD_SHARE = 1.5
-_QUAD_FORMATS = {"application/n-quads", "application/trig"}
+#: the media types whose statements carry their own graph name
+QUAD_FORMATS = {"application/n-quads", "application/trig"}
 _XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 T = TypeVar("T")
 #: on-disk writers not yet closed. At a normal interpreter exit each is closed (``_close_writers_left_open``): a
@@ -569,6 +572,23 @@ class OxigraphStore(Store):
             if type(value) is literal and type(quad.graph_name) is named:
                 yield value.value, value.language
 
+    def triple_lines(self, graph: str, subject: str | None = None, predicate: str | None = None,
+                     obj: str | None = None) -> Iterator[str]:
+        try:
+            nodes = [None if iri is None else ox.NamedNode(iri) for iri in (subject, predicate, obj)]
+            where = ox.NamedNode(graph)
+        except ValueError:
+            return  # no quad holds an invalid IRI
+        for quad in self.raw.quads_for_pattern(nodes[0], nodes[1], nodes[2], where):
+            yield f"{quad.triple} ."
+
+    def holds(self, subject: str, predicate: str, obj: str, graph: str) -> bool:
+        try:
+            quad = ox.Quad(ox.NamedNode(subject), ox.NamedNode(predicate), ox.NamedNode(obj), ox.NamedNode(graph))
+        except ValueError:
+            return False  # no quad holds an invalid IRI
+        return quad in self.raw
+
     def predicates_between(self, subject: str, obj: str) -> Iterator[str]:
         try:
             found = self.raw.quads_for_pattern(ox.NamedNode(subject), None, ox.NamedNode(obj))
@@ -785,9 +805,9 @@ class OxigraphStore(Store):
             raise StoreError(f"store {self.location}: {exc.strerror or exc}{hint} (nothing was committed)") from exc
 
     def _bulk_load_into(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
-        fmt = _FORMATS[media_type]
+        fmt = OXIGRAPH_FORMATS[media_type]
         with self._lock:
-            if media_type in _QUAD_FORMATS:
+            if media_type in QUAD_FORMATS:
                 # Quad formats name their own graphs; we re-home every quad into the load's graph so the
                 # journal covers it (provenance is the load's graph).
                 scratch = ox.Store()
@@ -955,8 +975,8 @@ class OxigraphStore(Store):
         return dropped
 
     def export(self, out: IO[bytes], media_type: str) -> None:
-        fmt = _FORMATS[media_type]
-        if media_type in _QUAD_FORMATS:
+        fmt = OXIGRAPH_FORMATS[media_type]
+        if media_type in QUAD_FORMATS:
             self.raw.dump(output=out, format=fmt)
         else:
             self._dump_union(out, fmt)

@@ -471,10 +471,10 @@ class SparqlStore(Store):
     def _bulk_load(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
         import pyoxigraph as ox
 
-        from mirage_kg.store.oxigraph import _FORMATS
+        from mirage_kg.store.oxigraph import OXIGRAPH_FORMATS
 
         # Parse locally (streaming) and send INSERT DATA chunks: every SPARQL 1.1 endpoint accepts them.
-        quads = ox.parse(data, format=_FORMATS[media_type], base_iri=base_iri)
+        quads = ox.parse(data, format=OXIGRAPH_FORMATS[media_type], base_iri=base_iri)
         batch: list[str] = []
         started = beat = told = time.monotonic()
         sent = 0
@@ -583,13 +583,13 @@ class SparqlStore(Store):
         """The dataset (paged under the result cap) rebuilt in memory and written as the embedded store would."""
         import pyoxigraph as ox
 
-        from mirage_kg.store.oxigraph import _FORMATS, _QUAD_FORMATS, to_node
+        from mirage_kg.store.oxigraph import OXIGRAPH_FORMATS, QUAD_FORMATS, to_node
 
         dataset = ox.Store()
         dataset.bulk_extend(ox.Quad(to_node(q.subject), to_node(q.predicate), to_node(q.object),
                                     ox.NamedNode(q.graph)) for q in self.quads())
-        fmt = _FORMATS[media_type]
-        if media_type in _QUAD_FORMATS:
+        fmt = OXIGRAPH_FORMATS[media_type]
+        if media_type in QUAD_FORMATS:
             dataset.dump(output=out, format=fmt)
             return
         triples = ox.Store()
@@ -630,13 +630,14 @@ def _abandoned(token: str, alive: str, update_timeout: float) -> bool:
         return True
     if parts[1] != socket.gethostname():
         return False  # another host's process: only its heartbeat tells
-    if _process_alive(int(parts[2])):
+    if process_alive(int(parts[2])):
         return False
     committing = len(beat) > 1 and beat[1] == "committing"
     return not (committing and age is not None and age < 2 * update_timeout)
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process of this machine with this id is running (``os.kill`` with signal 0)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

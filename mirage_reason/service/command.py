@@ -148,7 +148,7 @@ def _open(store: str | None, endpoint: str | None, embedding_model: str | None,
     (backend kind, model id, base URL, script) as ``mirage-kg ask`` takes them."""
     from mirage_kg import KnowledgeGraph
 
-    from mirage_reason.cli import _backend, _config
+    from mirage_reason.cli import ask_config, serve_backend
     from mirage_reason.service.asks import AskService
 
     if store is not None and endpoint is not None:
@@ -158,8 +158,8 @@ def _open(store: str | None, endpoint: str | None, embedding_model: str | None,
         kg = KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model)
         asks = None
         if model is not None:
-            backend, small = _backend(*model)
-            asks = AskService(kg, backend, _config(pipeline, small, max_new_tokens), **queue)
+            backend, small = serve_backend(*model)
+            asks = AskService(kg, backend, ask_config(pipeline, small, max_new_tokens), **queue)
     except MirageError as exc:
         raise click.ClickException(str(exc)) from None
     return kg, asks

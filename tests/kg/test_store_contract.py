@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from mirage_kg.errors import EndpointError, InputError, MirageError, QueryError
+from mirage_kg.errors import EndpointError, InputError, MirageError, QueryError, StoreError
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
 from mirage_kg.namespaces import ENTITY, SKOS_ALT, SKOS_PREF
 from mirage_kg.stats import compute_stats
-from mirage_kg.store import SparqlStore, Store
+from mirage_kg.releases.diff import parse_lines
+from mirage_kg.store import OxigraphStore, SparqlStore, Store
+from mirage_kg.store.oxigraph import to_term
 from mirage_kg.terms import Term
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "core"
@@ -73,6 +75,40 @@ def test_links_and_predicates_between_read_the_index_as_quads_do(store: Store) -
     assert labels and sorted(store.literals(asthma, SKOS_ALT)) == sorted(labels)  # the label lookup's primitive
     assert list(store.literals(asthma, has_symptom)) == []  # IRIs are not literals
     assert list(store.literals(f"{ENTITY}Nothing", SKOS_PREF)) == []
+
+
+def test_triple_lines_and_holds_say_what_the_pattern_primitive_says(store: Store) -> None:
+    """The capabilities a release update reads the graph through: ``triple_lines`` (a graph's triples as N-Triples
+    lines) and ``holds`` (a point lookup of a triple of IRIs) give what ``quads`` gives, whether the store answers
+    them from its own index or by the contract's default; an IRI no store can hold matches nothing."""
+    load_file(store, "tiny.ttl", "rdf")
+    asthma, wheezing = f"{ENTITY}Asthma", f"{ENTITY}Wheezing"
+    has_symptom = "https://w3id.org/mirage-kg/schema#has_symptom"
+    graph = next(iter(store.quads(asthma))).graph
+    for pattern in ({"subject": asthma}, {"obj": wheezing}, {"predicate": has_symptom}, {"subject": wheezing}):
+        lines = sorted(store.triple_lines(graph, **pattern))
+        assert lines and lines == sorted(Store.triple_lines(store, graph, **pattern)), pattern  # own == default
+        assert {(to_term(t.subject), to_term(t.predicate), to_term(t.object)) for t in parse_lines(lines)} == \
+            {(q.subject, q.predicate, q.object) for q in store.quads(graph=graph, **pattern)}, pattern
+    assert list(store.triple_lines(graph + "-none", asthma)) == []
+    assert list(store.triple_lines(graph, "not an IRI")) == []
+    for holds in (store.holds, lambda *t: Store.holds(store, *t)):
+        assert holds(asthma, has_symptom, wheezing, graph) is True
+        assert holds(wheezing, has_symptom, asthma, graph) is False
+        assert holds(asthma, has_symptom, wheezing, graph + "-none") is False
+        assert holds("not an IRI", has_symptom, wheezing, graph) is False
+
+
+def test_read_only_is_part_of_the_contract(store: Store, tmp_path: Path) -> None:
+    """Every store says whether it refuses writes (the graph layer builds no file beside a read-only store); a
+    store opened for writing does not, a reader of an on-disk store does, and refuses a write naming the store."""
+    assert store.read_only is False
+    folder = tmp_path / "read-only-check"
+    OxigraphStore(folder).close()
+    with OxigraphStore(folder, read_only=True) as reader:
+        assert reader.read_only is True
+        with pytest.raises(StoreError, match="read-only"):
+            reader.update(f"INSERT DATA {{ GRAPH <{ENTITY}g> {{ <{ENTITY}a> <{ENTITY}b> <{ENTITY}c> }} }}")
 
 
 def test_hostile_literal_round_trips(store: Store) -> None:
