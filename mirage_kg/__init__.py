@@ -19,6 +19,8 @@ __version__ = "0.1.0"
 # Public names that live in modules with heavier imports, resolved on first use.
 _LAZY = {
     "KnowledgeGraph": "mirage_kg.knowledge",
+    "KnowledgeGraphLike": "mirage_kg.protocols",
+    "LinkerLike": "mirage_kg.protocols",
     "Graph": "mirage_kg.graph",
     "Neighbour": "mirage_kg.graph",
     "Linker": "mirage_kg.linking",
@@ -62,7 +64,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AmbiguousNameError", "Resolution", "resolve_name",
     "Candidate", "ClinicalVocabulary", "DiagnosisCandidate", "Differential", "EndpointError", "Entity", "Evidence", "Graph", "InputError",
-    "KnowledgeGraph", "Linker", "Mention", "MirageError", "MissingExtraError", "Neighbour", "OxigraphStore", "Path",
+    "KnowledgeGraph", "KnowledgeGraphLike", "Linker", "LinkerLike", "Mention", "MirageError", "MissingExtraError", "Neighbour", "OxigraphStore", "Path",
     "QueryError", "Relation", "RetrievalResult", "Retriever", "SparqlStore", "Step", "Store", "StoreError",
     "UnknownEntityError", "UpdateRefusedError", "anchor_json", "bridge_json", "check_read_only",
     "clinical_vocabulary", "compress", "compute_stats", "differential_diagnosis", "demo_store", "expand", "link_json", "open_store",

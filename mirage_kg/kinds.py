@@ -25,6 +25,7 @@ from mirage_kg.terms import iri_ref
 
 if TYPE_CHECKING:
     from mirage_kg.graph import Graph
+    from mirage_kg.protocols import KnowledgeGraphLike
 
 __all__ = ["CONCEPT", "KINDS", "ROLES", "ClinicalVocabulary", "RoleEnds", "clinical_vocabulary", "vocabulary"]
 
@@ -337,7 +338,7 @@ def _chunks(items: Sequence[str], size: int = _VALUES_CHUNK) -> Iterable[Sequenc
 _CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, ClinicalVocabulary]] = weakref.WeakKeyDictionary()
 
 
-def vocabulary(kg: Graph | Store, extra: Sequence[str | FsPath] = ()) -> ClinicalVocabulary:
+def vocabulary(kg: Graph | KnowledgeGraphLike | Store, extra: Sequence[str | FsPath] = ()) -> ClinicalVocabulary:
     """The vocabulary of a knowledge graph (or store), cached until a load commits to the store or ``extra``
     changes."""
     from mirage_kg.caching import load_records

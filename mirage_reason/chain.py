@@ -46,7 +46,7 @@ from mirage_reason.errors import ReasonerError
 from mirage_reason.prompts import QUERY_BEGIN, QUERY_END, RESULT_BEGIN, RESULT_END
 
 if TYPE_CHECKING:
-    from mirage_kg import KnowledgeGraph
+    from mirage_kg import KnowledgeGraphLike
 
 __all__ = [
     "Chain",
@@ -188,7 +188,7 @@ class _Found:
 class GraphSearcher:
     """Links search terms to KG entities and answers anchor and bridge queries, with caches shared by all chains."""
 
-    def __init__(self, kg: KnowledgeGraph, config: MirageConfig) -> None:
+    def __init__(self, kg: KnowledgeGraphLike, config: MirageConfig) -> None:
         self.kg = kg
         self.config = config
         self._links: dict[str, Entity | None] = {}
@@ -645,7 +645,7 @@ class ChainRunner:
     """Starts chains and runs them, each turn its own request, each chain's next turn submitted as soon as its
     search returns (searches run here while the engine decodes the other chains)."""
 
-    kg: KnowledgeGraph
+    kg: KnowledgeGraphLike
     backend: Backend
     config: MirageConfig = field(default_factory=MirageConfig)
     searcher: GraphSearcher | None = None

@@ -32,7 +32,7 @@ from mirage_reason.support import Flag, SentenceCheck, Support, flag_json, unsup
 from mirage_reason.synthesizer import Claim, Conflict, Synthesis, Synthesizer, normalise_units, whole_sentences
 
 if TYPE_CHECKING:
-    from mirage_kg import KnowledgeGraph
+    from mirage_kg import KnowledgeGraphLike
 
 __all__ = ["STAGES", "Answer", "AskCancelled", "Mirage", "ProgressHook", "Workspace", "split_evidence"]
 
@@ -237,7 +237,7 @@ class Workspace:
 class Mirage:
     """The MIRAGE pipeline (or one of its ablations, by ``config``) over a knowledge graph and a backend."""
 
-    def __init__(self, kg: KnowledgeGraph, backend: Backend, config: MirageConfig | None = None) -> None:
+    def __init__(self, kg: KnowledgeGraphLike, backend: Backend, config: MirageConfig | None = None) -> None:
         self.kg = kg
         self.backend = backend
         self.config = config or MirageConfig()

@@ -35,7 +35,7 @@ from mirage_reason.backends.base import (
 from mirage_reason.config import MirageConfig
 
 if TYPE_CHECKING:
-    from mirage_kg import KnowledgeGraph
+    from mirage_kg import KnowledgeGraphLike
 
 __all__ = ["INTENTS", "Decomposer", "Decomposition", "SubQuestion", "link_entities", "parse_sub_questions",
            "question_intents"]
@@ -85,7 +85,7 @@ class Decomposition:
                 "origins": [s.origin for s in self.sub_questions]}
 
 
-def link_entities(kg: KnowledgeGraph, text: str, config: MirageConfig) -> tuple[Entity, ...]:
+def link_entities(kg: KnowledgeGraphLike, text: str, config: MirageConfig) -> tuple[Entity, ...]:
     """Distinct KG entities mentioned in ``text``: each mention's best candidate among the top ``match_top``, kept
     when it scores at least ``match_threshold``; in order of first mention."""
     try:
@@ -151,7 +151,7 @@ def parse_sub_questions(raw: str, limit: int) -> list[str]:
 class Decomposer:
     """Splits questions into entity-anchored sub-questions; ``decompose_many`` asks the model in one batched call."""
 
-    def __init__(self, kg: KnowledgeGraph, backend: Backend, config: MirageConfig | None = None) -> None:
+    def __init__(self, kg: KnowledgeGraphLike, backend: Backend, config: MirageConfig | None = None) -> None:
         self.kg = kg
         self.backend = backend
         self.config = config or MirageConfig()

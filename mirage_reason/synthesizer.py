@@ -37,7 +37,7 @@ from mirage_reason.support import DOSE, Flag, SentenceCheck, Support, flag_json,
 from mirage_reason.wording import render, wording_constraint, wording_form
 
 if TYPE_CHECKING:
-    from mirage_kg import Differential, KnowledgeGraph
+    from mirage_kg import Differential, KnowledgeGraphLike
 
 __all__ = ["Claim", "Conflict", "Synthesis", "Synthesizer", "entity_kind", "normalise_units", "whole_sentences"]
 
@@ -240,7 +240,7 @@ class _Unavailable(ClinicalVocabulary):
 class Synthesizer:
     """Claims, conflicts and votes from the chains of one question; the wording prompt; the finished text."""
 
-    def __init__(self, kg: KnowledgeGraph, backend: Backend, config: MirageConfig | None = None) -> None:
+    def __init__(self, kg: KnowledgeGraphLike, backend: Backend, config: MirageConfig | None = None) -> None:
         self.kg = kg
         self.backend = backend
         self.config = config or MirageConfig()

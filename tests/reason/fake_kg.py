@@ -1,17 +1,40 @@
-"""A small in-memory stand-in for ``mirage_kg.KnowledgeGraph`` with the same public surface the reasoner uses
-(entity, anchor, bridge, link, linker.link_one, retrieve), built from mirage_kg's own records. Linking is exact
-label/synonym matching (score 1.0) plus a difflib ratio for near misses, so tests control every score; it counts
-the graph queries it answers so cache tests can check them."""
+"""A small in-memory stand-in for ``mirage_kg.KnowledgeGraph``: the surface the reasoner asks for
+(``mirage_kg.KnowledgeGraphLike``: entity, anchor, bridge, link, linker.link_one, retrieve, path_exists, store),
+built from mirage_kg's own records, with every answer computed in a few lines the tests can read. It counts the
+graph queries it answers so cache tests can check them.
+
+It answers as the real graph does over the same triples (``real_kg`` builds that graph;
+``tests/reason/test_kg_conformance.py`` holds the two to each other): linking scores a label as written 1.0
+(exact), a synonym as written 0.98, a normalised label 0.96, a normalised synonym 0.94, and when none matches,
+0.9 x rapidfuzz's token-sort ratio of at least ``FUZZY_CUTOFF`` (fuzzy); anchor orders by relation id, direction
+(forward first), the neighbour's degree (the more specific first) and id. Retrieval is simpler than the real
+retriever's: each mention's best candidate in the order of the text (the real one ranks them by weight and adds
+look-alikes), with every fact of each."""
 
 from __future__ import annotations
 
-import difflib
 import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mirage_kg import Candidate, Entity, Evidence, Mention, Path, Relation, RetrievalResult, Step, UnknownEntityError
+from rapidfuzz import fuzz
+
+from mirage_kg import (
+    Candidate,
+    Entity,
+    Evidence,
+    KnowledgeGraph,
+    Mention,
+    Path,
+    Relation,
+    RetrievalResult,
+    Step,
+    UnknownEntityError,
+)
+from mirage_kg.graph import DIRECTIONS
+from mirage_kg.linking import FUZZY_CUTOFF, METHODS, fold, normalise, tokens
+from mirage_kg.namespaces import SKOS_ALT, SKOS_PREF, compress, is_identifier
 from mirage_kg.store import OxigraphStore, ensure_schema
 
 KG = "https://w3id.org/mirage-kg/entity/"
@@ -79,32 +102,81 @@ def ent(label: str) -> Entity:
         return "\n".join(e.path.text for e in self.evidence)
 
 
+#: a CURIE or an IRI written in a text (``<...>`` or ``prefix:local``)
+IDENTIFIER = re.compile(r"<[^<>\s]+>|\b[A-Za-z][\w.\-]*:[\w.\-]*\w")
+#: the real linker's score and method of each dictionary match, best first (``mirage_kg.linking``)
+LABEL, SYNONYM, NORMALISED_LABEL, NORMALISED_SYNONYM = (1.0, "exact"), (0.98, "synonym"), (0.96, "normalised"), \
+    (0.94, "synonym")
+
+
 class FakeLinker:
     def __init__(self, kg: FakeKG) -> None:
         self.kg = kg
-        self.names: dict[str, Entity] = {}
+        self.names: dict[str, Entity] = {}  # every label and synonym, folded -> its entity (for ``link``'s spans)
+        self.written: list[tuple[str, bool, Entity]] = []  # (name as written, a synonym?, entity)
         for label, synonyms in kg.entities.items():
             for name in (label, *synonyms):
                 self.names[name.casefold()] = ent(label)
+                self.written.append((name, name != label, ent(label)))
 
     def link_one(self, name: str, top: int = 5) -> list[Candidate]:
         self.kg.counts["link_one"] += 1
-        key = name.strip().casefold()
-        if key in self.names:
-            return [Candidate(self.names[key], 1.0, "exact")]
-        scored = sorted(((difflib.SequenceMatcher(None, key, n).ratio(), n) for n in self.names), reverse=True)
-        return [Candidate(self.names[n], round(s, 3), "fuzzy") for s, n in scored[:top]]
+        return self._candidates(name, top)
+
+    def _candidates(self, name: str, top: int) -> list[Candidate]:
+        text = name.strip()
+        if not text:
+            return []
+        if ":" in text and is_identifier(text):  # a CURIE or an IRI passes straight through
+            try:
+                return [Candidate(self.kg.entity(text), 1.0, "id")]
+            except UnknownEntityError:
+                return []
+        key, folded = normalise(text), fold(text)
+        best: dict[str, tuple[float, str, Entity]] = {}
+
+        def offer(entity: Entity, score: float, method: str) -> None:
+            if entity.iri not in best or score > best[entity.iri][0]:
+                best[entity.iri] = (score, method, entity)
+
+        for written, synonym, entity in self.written:
+            if written == text:
+                offer(entity, *(SYNONYM if synonym else LABEL))
+            elif normalise(written) == key:
+                offer(entity, *(NORMALISED_SYNONYM if synonym else NORMALISED_LABEL))
+        if not best and len(folded) >= 4:  # look-alikes only for a name found nowhere as it is
+            query = " ".join(sorted(folded.split()))
+            for written, _, entity in self.written:
+                ratio = fuzz.token_sort_ratio(query, " ".join(sorted(fold(written).split())))
+                if ratio >= FUZZY_CUTOFF:
+                    offer(entity, 0.9 * ratio / 100.0, "fuzzy")
+        ranked = sorted(best.values(), key=lambda b: (-b[0], METHODS.index(b[1]), b[2].iri))
+        return [Candidate(entity, round(score, 6), method) for score, method, entity in ranked[:top]]
 
     def link(self, text: str, top: int = 5) -> list[Mention]:
+        """CURIEs and IRIs written in the text, then the longest runs of words whose normalised form is a name,
+        left to right. A span's candidates are its dictionary matches (the real linker may add look-alikes
+        below them)."""
         self.kg.counts["link"] += 1
-        taken: list[tuple[int, int]] = []
-        out = []
-        for name in sorted(self.names, key=len, reverse=True):
-            for m in re.finditer(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE):
-                if any(m.start() < e and s < m.end() for s, e in taken):
-                    continue
-                taken.append((m.start(), m.end()))
-                out.append(Mention(m.group(0), m.start(), m.end(), (Candidate(self.names[name], 1.0, "exact"),)))
+        out: list[Mention] = []
+        for m in IDENTIFIER.finditer(text):
+            found = self._candidates(m.group(0).strip("<>"), top)
+            if found:
+                out.append(Mention(m.group(0), m.start(), m.end(), tuple(found)))
+        taken = [(m.start, m.end) for m in out]
+        names = {normalise(name) for name in self.names}
+        longest = max(len(name.split()) for name in names)
+        words = tokens(text)
+        i = 0
+        while i < len(words):
+            for n in range(min(longest, len(words) - i), 0, -1):
+                start, end = words[i][1], words[i + n - 1][2]
+                if normalise(text[start:end]) in names and not any(start < e and s < end for s, e in taken):
+                    out.append(Mention(text[start:end], start, end, tuple(self._candidates(text[start:end], top))))
+                    i += n
+                    break
+            else:
+                i += 1
         return sorted(out, key=lambda m: m.start)
 
 
@@ -133,10 +205,15 @@ class FakeKG:
         return self._store
 
     def entity(self, ref: str | Entity) -> Entity:
+        """An IRI, a CURIE, or a label or synonym as written (labels first) -> the entity, as the real graph."""
         if isinstance(ref, Entity):
             return ref
+        text = ref.strip()
         for label in self.entities:
-            if ref.casefold() == label.casefold() or ref == ent(label).iri:
+            if text in (ent(label).iri, compress(ent(label).iri), label):
+                return ent(label)
+        for label, synonyms in self.entities.items():
+            if text in synonyms:
                 return ent(label)
         raise UnknownEntityError(ref)
 
@@ -153,13 +230,16 @@ class FakeKG:
                direction: str = "both", rank_by: str | None = None) -> list[Step]:
         self.counts["anchor"] += 1
         center = self.entity(entity)
-        steps = self._steps(center)
+        want = DIRECTIONS[direction]
+        steps = [s for s in self._steps(center) if want in ("both", s.direction)]
         if relations is not None:
             steps = [s for s in steps if s.relation.iri in set(relations)]
-        if direction == "out":
-            steps = [s for s in steps if s.direction == "forward"]
-        elif direction == "in":
-            steps = [s for s in steps if s.direction == "backward"]
+        degree: dict[str, int] = {}
+        for subject, _, obj in self.triples:
+            for node in (ent(subject).iri, ent(obj).iri):
+                degree[node] = degree.get(node, 0) + 1
+        steps.sort(key=lambda s: (compress(s.relation.iri), s.direction != "forward", degree[s.end.iri],
+                                  compress(s.end.iri)))
         groups: dict[tuple[str, str], list[Step]] = {}
         for s in steps:
             groups.setdefault((s.relation.iri, s.direction), []).append(s)
@@ -200,5 +280,24 @@ class FakeKG:
         return RetrievalResult(question, mentions, entities, tuple(evidence[:budget]))
 
     def path_exists(self, path: Path) -> bool:
+        if not path.steps:
+            return False
         keys = {(ent(s).iri, RELATIONS[r].iri, ent(o).iri) for s, r, o in self.triples}
         return all((s.subject.iri, s.relation.iri, s.object.iri) in keys for s in path.steps)
+
+
+def real_kg(entities: dict[str, tuple[str, ...]] | None = None, triples: Sequence[tuple[str, str, str]] | None = None
+            ) -> KnowledgeGraph:
+    """The real ``KnowledgeGraph`` over the fake's entities (their labels and synonyms) and triples, embeddings
+    off: what the fake stands in for."""
+    entities = ENTITIES if entities is None else entities
+    triples = TRIPLES if triples is None else triples
+    store = OxigraphStore()
+    ensure_schema(store)
+    lines = [f"<{ent(s).iri}> <{RELATIONS[r].iri}> <{ent(o).iri}> .\n" for s, r, o in triples]
+    for label, synonyms in entities.items():
+        lines.append(f'<{ent(label).iri}> <{SKOS_PREF}> "{label}"@en .\n')
+        lines.extend(f'<{ent(label).iri}> <{SKOS_ALT}> "{synonym}"@en .\n' for synonym in synonyms)
+    store.load(io.BytesIO("".join(lines).encode()), media_type="application/n-triples", graph="urn:fake-kg",
+               source="fake KG")
+    return KnowledgeGraph(store, embedding_model="none")

@@ -137,7 +137,7 @@ def test_max_tokens_holds_when_a_character_spans_tokens(subject: Subject) -> Non
 
 def test_no_chain_exceeds_max_chain_tokens(subject: Subject) -> None:
     config = MirageConfig(max_new_tokens=8, max_chain_tokens=20, max_turns=10, rank_by_question=False, seed=1)
-    runner = ChainRunner(FakeKG(), subject.backend, config)  # type: ignore[arg-type]
+    runner = ChainRunner(FakeKG(), subject.backend, config)
     results = runner.run([ChainSpec("What are the symptoms of the flu?", tag=(0, 0, s)) for s in range(2)])
     for result in results:
         assert 0 < result.completion_tokens <= config.max_chain_tokens

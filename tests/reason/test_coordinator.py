@@ -59,7 +59,7 @@ def other_calls(backend: ScriptedBackend) -> list[int]:
 
 def test_answer_many_runs_every_chain_of_every_question_as_its_own_requests() -> None:
     kg, backend = FakeKG(), ScriptedBackend(model)
-    mirage = Mirage(kg, backend, MirageConfig(samples=2, rank_by_question=False))  # type: ignore[arg-type]
+    mirage = Mirage(kg, backend, MirageConfig(samples=2, rank_by_question=False))
     finished: list[int] = []
     answers = mirage.answer_many([FLU, FEVER_WHEEZE], on_answer=lambda i, a: finished.append(i))
     # 2 flu chains answer at once; 2 sub-questions x 2 samples search once, then answer: 2 + 4 x 2 turns
@@ -81,7 +81,7 @@ def test_slow_work_on_one_question_does_not_hold_up_another() -> None:
     """Question 2's decomposition is slow; question 1 is answered meanwhile, and its chains never wait for it."""
     backend = ScriptedBackend(model, delay=lambda p: 0.5 if "Write at most" in p else 0.0)
     finished: list[int] = []
-    Mirage(FakeKG(), backend, MirageConfig(rank_by_question=False)).answer_many(  # type: ignore[arg-type]
+    Mirage(FakeKG(), backend, MirageConfig(rank_by_question=False)).answer_many(
         [FEVER_WHEEZE, FLU], on_answer=lambda i, a: finished.append(i))
     assert finished == [1, 0]
     kinds = ["decompose" if "Write at most" in c.prompts[0] else "chain" if c.stop == (QE,) else "word"
@@ -91,7 +91,7 @@ def test_slow_work_on_one_question_does_not_hold_up_another() -> None:
 
 def test_progress_events_tell_each_step_as_it_happens() -> None:
     events: list[tuple[int, dict[str, object]]] = []
-    answer = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False)).answer(  # type: ignore[arg-type]
+    answer = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False)).answer(
         FEVER_WHEEZE, on_progress=lambda i, e: events.append((i, e)))
     kinds = [e["type"] for _, e in events]
     assert kinds[:2] == ["entities", "sub_questions"] and kinds[-2:] == ["claims", "answer"]
@@ -114,7 +114,7 @@ def test_no_chain_exceeds_max_chain_tokens() -> None:
     """Each turn asks for at most what is left of the chain's budget, so the limit holds exactly."""
     endless = ScriptedBackend(lambda p: "word " * 40 if QB in p.rsplit("assistant", 1)[-1] else f"x {QB}Flu{QE}")
     cfg = MirageConfig(samples=3, max_new_tokens=7, max_chain_tokens=17, max_turns=50, n_r=50, rank_by_question=False)
-    answer = Mirage(FakeKG(), endless, cfg).answer(FEVER_WHEEZE)  # type: ignore[arg-type]
+    answer = Mirage(FakeKG(), endless, cfg).answer(FEVER_WHEEZE)
     assert answer.chains and all(c.completion_tokens <= 17 for c in answer.chains)
     assert any(c.completion_tokens == 17 and c.finish_reason == "max_tokens" for c in answer.chains)
 
@@ -122,7 +122,7 @@ def test_no_chain_exceeds_max_chain_tokens() -> None:
 def test_samples_get_distinct_seeds_from_the_run_seed() -> None:
     def chain_seeds(seed: int | None) -> list[int | None]:
         backend = ScriptedBackend(model)
-        Mirage(FakeKG(), backend, MirageConfig(samples=3, seed=seed, rank_by_question=False)).answer(FLU)  # type: ignore[arg-type]
+        Mirage(FakeKG(), backend, MirageConfig(samples=3, seed=seed, rank_by_question=False)).answer(FLU)
         return [c.params.seed for c in backend.calls if c.stop == (QE,)]
 
     seeds = chain_seeds(11)
@@ -131,7 +131,7 @@ def test_samples_get_distinct_seeds_from_the_run_seed() -> None:
 
 
 def test_answer_record_and_json_shape() -> None:
-    mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))  # type: ignore[arg-type]
+    mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))
     answer = mirage.answer(FEVER_WHEEZE)
     data = json.loads(json.dumps(answer.to_json()))
     assert list(data)[:11] == ["question", "answer", "abstained", "support", "flags", "unsupported_text", "sentences",
@@ -158,7 +158,7 @@ def test_answer_record_and_json_shape() -> None:
 
 
 def test_conflicting_chains_are_resolved_in_the_answer() -> None:
-    mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))  # type: ignore[arg-type]
+    mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))
     answer = mirage.answer(FEVER_WHEEZE)
     # the fever chain says influenza, the wheezing chain asthma: one diagnosis wins the vote
     assert [c.kind for c in answer.conflicts] == ["diagnosis"]
@@ -168,7 +168,7 @@ def test_conflicting_chains_are_resolved_in_the_answer() -> None:
 
 def test_llm_only_never_touches_the_kg() -> None:
     kg, backend = FakeKG(), ScriptedBackend(model)
-    answer = Mirage(kg, backend, MirageConfig.pipeline("llm")).answer(FEVER_WHEEZE)  # type: ignore[arg-type]
+    answer = Mirage(kg, backend, MirageConfig.pipeline("llm")).answer(FEVER_WHEEZE)
     assert answer.text == "Probably a virus." and answer.chains == () and answer.claims == ()
     assert set(kg.counts.values()) == {0}
     assert len(backend.calls) == 1 and answer.tokens["llm"] > 0 and answer.pipeline == "llm"
@@ -177,7 +177,7 @@ def test_llm_only_never_touches_the_kg() -> None:
 def test_single_chain_is_one_chain_on_the_whole_question_with_no_seed() -> None:
     kg, backend = FakeKG(), ScriptedBackend(model)
     cfg = MirageConfig.pipeline("single-chain", rank_by_question=False)
-    answer = Mirage(kg, backend, cfg).answer(FEVER_WHEEZE)  # type: ignore[arg-type]
+    answer = Mirage(kg, backend, cfg).answer(FEVER_WHEEZE)
     assert answer.sub_questions == (FEVER_WHEEZE,) and len(answer.chains) == 1
     assert answer.text == "It is influenza." and kg.counts["retrieve"] == 0
     assert "Facts from the knowledge graph" not in backend.calls[0].prompts[0]
@@ -187,14 +187,14 @@ def test_single_chain_is_one_chain_on_the_whole_question_with_no_seed() -> None:
 def test_no_decomposer_keeps_the_question_whole() -> None:
     backend = ScriptedBackend(model)
     cfg = MirageConfig.pipeline("mirage-no-decomposer", rank_by_question=False)
-    answer = Mirage(FakeKG(), backend, cfg).answer(FEVER_WHEEZE)  # type: ignore[arg-type]
+    answer = Mirage(FakeKG(), backend, cfg).answer(FEVER_WHEEZE)
     assert answer.sub_questions == (FEVER_WHEEZE,) and not any("Write at most" in p for p in backend.prompts)
 
 
 def test_no_synthesizer_merges_the_chain_answers_with_one_prompt() -> None:
     backend = ScriptedBackend(model)
     cfg = MirageConfig.pipeline("mirage-no-synthesizer", rank_by_question=False)
-    answer = Mirage(FakeKG(), backend, cfg).answer(FEVER_WHEEZE)  # type: ignore[arg-type]
+    answer = Mirage(FakeKG(), backend, cfg).answer(FEVER_WHEEZE)
     merge = next(p for p in backend.prompts if "Answers to its sub-questions" in p)
     assert "Answer 1: It is influenza." in merge and "Answer 2: It is asthma." in merge
     assert answer.text == "Merged: influenza or asthma." and answer.conflicts == () and not answer.abstained
@@ -203,11 +203,11 @@ def test_no_synthesizer_merges_the_chain_answers_with_one_prompt() -> None:
 def test_nothing_relevant_in_the_kg_means_abstention_or_a_flagged_answer_by_policy() -> None:
     backend = ScriptedBackend(lambda p: "You should drink some water.")
     config = MirageConfig(no_support="abstain")
-    answer = Mirage(FakeKG(), backend, config).answer("How do I fix my car?")  # type: ignore[arg-type]
+    answer = Mirage(FakeKG(), backend, config).answer("How do I fix my car?")
     assert answer.abstained and answer.text.startswith("Nothing in the question links to the knowledge graph.")
     assert "will not guess" in answer.text and answer.verdict == "unsupported" and answer.unsupported_text == ""
     assert other_calls(backend) == []  # nothing to word: no synthesis call
-    answer = Mirage(FakeKG(), backend, MirageConfig()).answer("How do I fix my car?")  # type: ignore[arg-type]
+    answer = Mirage(FakeKG(), backend, MirageConfig()).answer("How do I fix my car?")
     # the model's text is never the graph's answer: it comes apart, under its label
     assert not answer.abstained and answer.text.startswith("No claim of the knowledge graph supports an answer")
     assert answer.unsupported_text == "You should drink some water." and answer.verdict == "unsupported"
@@ -220,18 +220,18 @@ def test_nothing_relevant_in_the_kg_means_abstention_or_a_flagged_answer_by_poli
 
 def test_every_pipeline_runs() -> None:
     for name in PIPELINES:
-        answer = Mirage(FakeKG(), ScriptedBackend(model),  # type: ignore[arg-type]
+        answer = Mirage(FakeKG(), ScriptedBackend(model),
                         MirageConfig.pipeline(name, rank_by_question=False)).answer(FEVER_WHEEZE)
         assert answer.pipeline == name and answer.text
 
 
 def test_empty_batch() -> None:
     backend = ScriptedBackend(model)
-    assert Mirage(FakeKG(), backend).answer_many([]) == [] and backend.calls == []  # type: ignore[arg-type]
+    assert Mirage(FakeKG(), backend).answer_many([]) == [] and backend.calls == []
 
 
 def test_html_view_is_self_contained_and_escaped() -> None:
-    mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))  # type: ignore[arg-type]
+    mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))
     answer = mirage.answer(FEVER_WHEEZE + " <script>alert(1)</script>")
     page = answer.to_html()
     assert page.startswith("<!DOCTYPE html>") and "<script>" not in page and "&lt;script&gt;" in page
@@ -264,7 +264,7 @@ def test_demo_kg_with_a_scripted_model(demo_kg: object) -> None:
         return "It could be panic disorder."
 
     backend = ScriptedBackend(demo_model)
-    answer = Mirage(demo_kg, backend, MirageConfig(n_r=2)).answer(DEMO_Q)  # type: ignore[arg-type]
+    answer = Mirage(demo_kg, backend, MirageConfig(n_r=2)).answer(DEMO_Q)
     assert [e.label for e in answer.question_entities][:2] == ["Palpitations", "Dizziness"]
     assert answer.chains[0].searches[0].mode == "bridge" and answer.chains[0].searches[0].paths
     assert answer.chains[0].seed_paths  # retrieve() seeded it
@@ -277,7 +277,7 @@ def test_demo_kg_with_a_scripted_model(demo_kg: object) -> None:
 def test_whole_loop_with_smollm2(demo_kg: object, smollm2_backend: object) -> None:
     cfg = MirageConfig(n_q=2, n_r=2, max_new_tokens=48, max_chain_tokens=64, max_turns=3,
                        decomposer_max_new_tokens=48, synthesizer_max_new_tokens=48, seed_facts=8, seed=0)
-    mirage = Mirage(demo_kg, smollm2_backend, cfg)  # type: ignore[arg-type]
+    mirage = Mirage(demo_kg, smollm2_backend, cfg)  # type: ignore[arg-type]  # the fixture is typed object
     answers = mirage.answer_many([DEMO_Q, "What medication treats asthma?"])
     for answer in answers:
         assert isinstance(answer, Answer) and answer.text.strip()
@@ -291,7 +291,7 @@ def test_whole_loop_with_smollm2(demo_kg: object, smollm2_backend: object) -> No
 
 def test_chains_start_from_all_of_the_retrievers_evidence_split_between_them() -> None:
     kg, backend = FakeKG(), ScriptedBackend(model)
-    mirage = Mirage(kg, backend, MirageConfig(seed_facts=1, rank_by_question=False))  # type: ignore[arg-type]
+    mirage = Mirage(kg, backend, MirageConfig(seed_facts=1, rank_by_question=False))
     answer = mirage.answer(FEVER_WHEEZE)
     whole = kg.retrieve(FEVER_WHEEZE).evidence
     seeds = [set(c.seed_paths) for c in answer.chains]
@@ -323,7 +323,7 @@ def test_the_readme_question_gets_the_drugs_the_kg_links_to_the_diagnosis(demo_k
             return "You may have panic disorder."  # names no medication: the claims are listed instead
         return "It could be panic disorder."
 
-    answer = Mirage(demo_kg, ScriptedBackend(demo_model), MirageConfig(n_r=0)).answer(question)  # type: ignore[arg-type]
+    answer = Mirage(demo_kg, ScriptedBackend(demo_model), MirageConfig(n_r=0)).answer(question)
     drugs = {c.entity.label for c in answer.claims if c.kind == "drug"}
     assert {"Sertraline", "Fluoxetine"} <= drugs and all(d in answer.text for d in drugs)
     assert all(demo_kg.path_exists(p) for p in answer.cited_paths())  # type: ignore[attr-defined]
@@ -346,9 +346,9 @@ def test_a_multiple_choice_question_votes_over_choice_samples_chains() -> None:
         return next(picks)  # the chains
 
     config = MirageConfig(rank_by_question=False, n_r=0, seed=0, choice_samples=5)
-    answer = Mirage(FakeKG(), ScriptedBackend(voter), config).answer(question)  # type: ignore[arg-type]
+    answer = Mirage(FakeKG(), ScriptedBackend(voter), config).answer(question)
     assert len(answer.chains) == 5 * len(answer.sub_questions)
     assert answer.text.startswith("Answer: B. Oseltamivir")  # 3 of every 5 chains pick B; the writer's A loses
-    free = Mirage(FakeKG(), ScriptedBackend(model), config).answer(FLU)  # type: ignore[arg-type]
+    free = Mirage(FakeKG(), ScriptedBackend(model), config).answer(FLU)
     assert len(free.chains) == 1
     assert MirageConfig(choice_samples=5).pipeline("single-chain").samples_for(question) == 1

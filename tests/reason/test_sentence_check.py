@@ -42,7 +42,7 @@ def writer(template: str):  # type: ignore[no-untyped-def]
 
 def ask(template: str):  # type: ignore[no-untyped-def]
     kg = heart_kg()
-    synth = Synthesizer(kg, ScriptedBackend(writer(template)), MirageConfig())  # type: ignore[arg-type]
+    synth = Synthesizer(kg, ScriptedBackend(writer(template)), MirageConfig())
     paths = tuple(Path((s,)) for s in kg._steps(ent("Atrial fibrillation")))
     result = ChainResult(sub_question="q", question="q", answer="Atrial fibrillation; warfarin or apixaban.",
                          text="", searches=(), seed_paths=paths, trace=(), finish_reason="answered", turns=1,

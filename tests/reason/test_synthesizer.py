@@ -27,7 +27,7 @@ def chain(answer: str, paths: tuple[Path, ...], sub: str = "q") -> ChainResult:
 def make(script: list[str] | None = None, **cfg: object) -> tuple[Synthesizer, FakeKG, ScriptedBackend]:
     kg = FakeKG()
     backend = ScriptedBackend(script or [], cycle=bool(script))
-    return Synthesizer(kg, backend, MirageConfig(**cfg)), kg, backend  # type: ignore[arg-type]
+    return Synthesizer(kg, backend, MirageConfig(**cfg)), kg, backend  # type: ignore[arg-type]  # **cfg: mixed values
 
 
 FEVER_COUGH = "I have a fever and a cough. What is it?"
