@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path as FsPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mirage_kg.errors import InputError
 from mirage_kg.model import Step
@@ -25,7 +25,6 @@ from mirage_kg.terms import iri_ref
 
 if TYPE_CHECKING:
     from mirage_kg.graph import Graph
-    from mirage_kg.protocols import KnowledgeGraphLike
 
 __all__ = ["CONCEPT", "KINDS", "ROLES", "ClinicalVocabulary", "RoleEnds", "clinical_vocabulary", "vocabulary"]
 
@@ -335,10 +334,17 @@ def _chunks(items: Sequence[str], size: int = _VALUES_CHUNK) -> Iterable[Sequenc
         yield items[start:start + size]
 
 
+class HoldsStore(Protocol):
+    """A graph as the vocabulary needs it (any ``KnowledgeGraphLike``): its store."""
+
+    @property
+    def store(self) -> Store: ...
+
+
 _CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, ClinicalVocabulary]] = weakref.WeakKeyDictionary()
 
 
-def vocabulary(kg: Graph | KnowledgeGraphLike | Store, extra: Sequence[str | FsPath] = ()) -> ClinicalVocabulary:
+def vocabulary(kg: Graph | HoldsStore | Store, extra: Sequence[str | FsPath] = ()) -> ClinicalVocabulary:
     """The vocabulary of a knowledge graph (or store), cached until a load commits to the store or ``extra``
     changes."""
     from mirage_kg.caching import load_records
