@@ -80,16 +80,6 @@ def _prune(root: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` in one rename; a cache that cannot be written is simply not kept."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-
-
 def write_sqlite_in_place(path: Path, fill: Callable[[sqlite3.Connection], None]) -> bool:
     """Build the SQLite file ``path`` under a temporary name beside it (``fill`` creates and fills its tables,
     with a one-shot build's settings: no journal, no syncs, one writer, a large page cache) and move it into place

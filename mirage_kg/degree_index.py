@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from mirage_kg.caching import write_sqlite_in_place
 from mirage_kg.progress import progress_bar
-from mirage_kg.store.base import Store, chunked
+from mirage_kg.store.base import Store
 from mirage_kg.terms import iri_ref
 
 if TYPE_CHECKING:

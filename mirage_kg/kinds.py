@@ -166,11 +166,6 @@ class ClinicalVocabulary:
             out.append((s.value if s.kind == "uri" else f"_:store:{s.value}", row["p"].value, row["o"].value))
         return out
 
-    @property
-    def class_kinds(self) -> dict[str, str]:
-        """Class IRI -> kind, as declared."""
-        return dict(self._mapping.class_kind)
-
     # --- roles -----------------------------------------------------------------------------------------------
     def role(self, relation: str) -> str | None:
         """The clinical role of a relation read subject -> object, if it has one."""

@@ -139,18 +139,8 @@ def read_lines(path: Path, problem: RowProblem, *, keep_ends: bool = False, fina
                 yield number, (text if keep_ends else text.rstrip("\r\n"))
 
 
-#: bytes read at a time by ``read_line_blocks`` (its lines are checked and decoded a block at once)
+#: bytes read at a time by ``read_byte_blocks`` (its lines are checked a block at once)
 BLOCK_BYTES = 1 << 20
-
-
-def read_line_blocks(path: Path, problem: RowProblem, *, block_bytes: int = BLOCK_BYTES,
-                     max_line: int | None = None) -> Iterator[tuple[int, list[str], int]]:
-    """``read_lines`` (line breaks removed, a cut-off last line a row problem) a block at a time: (number of the
-    block's first line, its lines' texts, its size in bytes), from ``read_byte_blocks``."""
-    for first, data, size in read_byte_blocks(path, problem, block_bytes=block_bytes, max_line=max_line):
-        lines = data.decode("utf-8").split("\n")
-        lines.pop()  # the empty text after the last line break
-        yield first, lines, size
 
 
 def read_byte_blocks(path: Path, problem: RowProblem, *, block_bytes: int = BLOCK_BYTES,

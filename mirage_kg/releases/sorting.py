@@ -38,10 +38,6 @@ class SortedLines:
         if len(self._buffer) >= self._run_lines:
             self._spill()
 
-    def add_all(self, texts: Iterable[str]) -> None:
-        for text in texts:
-            self.add(text)
-
     def _spill(self) -> None:
         self._buffer.sort()
         fd, name = tempfile.mkstemp(prefix="mirage-kg-run-", suffix=".nt", dir=self._workdir)

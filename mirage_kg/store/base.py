@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NamedTuple, TypeVar
+from typing import IO, NamedTuple
 
 from mirage_kg.errors import QueryError
 from mirage_kg.namespaces import GRAPH, MKG
@@ -496,21 +496,6 @@ def _pattern_term(term: str | Term | None) -> str | None:
     if term is None:
         return None
     return term.sparql() if isinstance(term, Term) else iri_ref(term)
-
-
-_Item = TypeVar("_Item")
-
-
-def chunked(lines: Iterable[_Item], size: int) -> Iterator[list[_Item]]:
-    """``lines`` in lists of ``size`` (the last one shorter, none empty)."""
-    batch: list[_Item] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 #: bytes per block ``tsv_blocks`` hands on: a few hundred thousand rows, split and numbered at once

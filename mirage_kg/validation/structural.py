@@ -556,58 +556,6 @@ def ambiguous_label(ctx: Context) -> tuple[int, list[Example]]:
     return len(flagged), out
 
 
-def strongly_connected(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
-    """Tarjan's strongly connected components (iterative, so deep hierarchies do not hit the recursion limit)."""
-    graph: dict[str, list[str]] = defaultdict(list)
-    for a, b in edges:
-        graph[a].append(b)
-        graph.setdefault(b, [])
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    components: list[list[str]] = []
-    counter = 0
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, i = work.pop()
-            if i == 0:
-                index[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-                on_stack.add(node)
-            recurse = False
-            successors = graph[node]
-            while i < len(successors):
-                nxt = successors[i]
-                i += 1
-                if nxt not in index:
-                    work.append((node, i))
-                    work.append((nxt, 0))
-                    recurse = True
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            if recurse:
-                continue
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                components.append(component)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-    return components
-
-
 def _cycle_path(members: list[str], edges: dict[str, set[str]]) -> list[str]:
     """One cycle through the component, as the nodes in walking order, for the example's detail."""
     inside = set(members)

@@ -258,7 +258,7 @@ def test_dev_zero_is_refused_at_once(tmp_path: Path) -> None:
 @pytest.mark.parametrize("block", [5, 64, 4096])
 @pytest.mark.parametrize("lenient", [False, True])
 def test_line_blocks_read_what_read_lines_reads(tmp_path: Path, block: int, lenient: bool) -> None:
-    """``read_line_blocks`` (the UMLS loader's reader) gives the lines, numbers and problems ``read_lines`` gives,
+    """``read_byte_blocks`` (the UMLS loader's reader) gives the lines, numbers and problems ``read_lines`` gives,
     whatever the block size and wherever the damage falls: BOM, CRLF, control bytes, bad UTF-8, empty lines, a
     line too long, a cut-off last line."""
     rows = ["C1|a|", "", "C2|b\r", "C3|\x01|", "C4|\xe9|", "C5|x" * 30, "C6|\r\r", "C7|é|"]
@@ -282,7 +282,7 @@ def test_line_blocks_read_what_read_lines_reads(tmp_path: Path, block: int, leni
         path = tmp_path / f"{name}.txt"
         path.write_bytes(data)
         expected = outcome(lambda problem: list(hygiene.read_lines(path, problem, max_line=200)))
-        blocks = outcome(lambda problem: [(first + i, text) for first, lines, _ in
-                                          hygiene.read_line_blocks(path, problem, block_bytes=block, max_line=200)
-                                          for i, text in enumerate(lines)])
+        blocks = outcome(lambda problem: [(first + i, text) for first, data, _ in
+                                          hygiene.read_byte_blocks(path, problem, block_bytes=block, max_line=200)
+                                          for i, text in enumerate(data.decode("utf-8").split("\n")[:-1])])
         assert blocks == expected, name

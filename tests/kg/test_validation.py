@@ -18,7 +18,6 @@ from mirage_kg.cli import main
 from mirage_kg.namespaces import ENTITY, GRAPH
 from mirage_kg.store import OxigraphStore, Store, ensure_schema
 from mirage_kg.validation import CHECK_IDS, Report, validate
-from mirage_kg.validation.structural import strongly_connected
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "validation"
 CHECK_FILE = FIX / "checks" / "drug-without-indication.rq"
@@ -166,14 +165,6 @@ def test_a_mapping_joins_two_concepts_of_the_kg_but_not_an_outside_iri() -> None
     report = validate(store, shipped_shapes=False)
     assert [(f.check, f.count) for f in report.findings] == [("isolated-node", 1)]
     assert report.findings[0].examples[0].id == "KG:Orphan"
-
-
-def test_tarjan_finds_cycles_without_recursion_limits() -> None:
-    chain = [(f"n{i}", f"n{i + 1}") for i in range(50_000)] + [("n50000", "n0")]
-    components = strongly_connected(chain)
-    assert len(components) == 1 and len(components[0]) == 50_001
-    parts = strongly_connected([("a", "b"), ("b", "a"), ("b", "c"), ("c", "d"), ("d", "c"), ("e", "e")])
-    assert sorted(sorted(c) for c in parts) == [["a", "b"], ["c", "d"], ["e"]]
 
 
 # --- OWL reasoning ----------------------------------------------------------------------------------------------
