@@ -11,9 +11,9 @@ from __future__ import annotations
 import html
 import io
 import tempfile
-import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -25,6 +25,7 @@ from mirage_kg.namespaces import MKG, MKG_CONCEPT, MKG_RELATION, OWL, RDF, RDF_T
 from mirage_kg.releases.sorting import SortedLines, merge_difference
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import Term, iri_ref
+from mirage_kg.threads import in_daemon_thread
 
 _SOURCE_VERSION = MKG + "sourceVersion"
 _ACTIVE = MKG + "active"
@@ -38,20 +39,15 @@ class GraphDump:
 
     def __init__(self, store: Store, graph: str, workdir: str | Path | None = None) -> None:
         self.spool = tempfile.TemporaryFile(dir=workdir)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(store, graph), name="mirage-kg-dump", daemon=True)
-        self.thread.start()
+        self.future = in_daemon_thread(store.export_graph, self.spool, graph, name="mirage-kg-dump")
 
-    def _run(self, store: Store, graph: str) -> None:
-        try:
-            store.export_graph(self.spool, graph)
-        except BaseException as exc:  # re-raised in the caller's thread by ``result``
-            self.error = exc
+    def wait(self) -> None:
+        """Until the dump ends, whether it failed or not (``result`` says which)."""
+        wait([self.future])
 
     def result(self) -> IO[bytes]:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
+        """The dump, read from its start; what the export raised, raised here."""
+        self.future.result()
         self.spool.seek(0)
         return self.spool
 

@@ -13,6 +13,7 @@ import json
 import re
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from contextvars import ContextVar, copy_context
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 from mirage_kg.namespaces import MKG
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
 from mirage_kg.terms import iri_ref, literal
+from mirage_kg.threads import in_daemon_thread
 
 RELEASE = MKG + "release"
 
@@ -205,35 +207,31 @@ class HashesAhead:
     stops a hash not asked for (the load failed first)."""
 
     def __init__(self, path: Path) -> None:
+        self._path = path
         self._stop = threading.Event()
-        self._hashes: dict[str, str] | None = None
-        self._error: BaseException | None = None
-        context = copy_context()  # the thread sees the caller's ``hashes_remembered``
-        self._thread = threading.Thread(target=context.run, args=(self._run, path), name="mirage-kg-hash",
-                                        daemon=True)
+        self._future: Future[dict[str, str] | None] | None = None
 
-    def _run(self, path: Path) -> None:
+    def _run(self, path: Path) -> dict[str, str] | None:
         try:
-            self._hashes = file_hashes(path, self._stop)
+            return file_hashes(path, self._stop)
         except _HashingStopped:
-            pass
-        except BaseException as exc:  # re-raised by ``result`` in the caller's thread
-            self._error = exc
+            return None
 
     def __enter__(self) -> HashesAhead:
-        self._thread.start()
+        context = copy_context()  # the thread sees the caller's ``hashes_remembered``
+        self._future = in_daemon_thread(context.run, self._run, self._path, name="mirage-kg-hash")
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._future is not None:
+            wait([self._future])
 
     def result(self) -> dict[str, str]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._hashes is not None
-        return dict(self._hashes)
+        assert self._future is not None, "HashesAhead.result outside its with block"
+        hashes = self._future.result()  # what hashing raised (an unreadable file), raised here
+        assert hashes is not None
+        return dict(hashes)
 
 
 def record_release(store: Store, info: ReleaseInfo) -> None:

@@ -125,7 +125,7 @@ def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: 
             new = release_lines(loader, path, options, report, graph, store, workdir)
         finally:
             if dump is not None:
-                dump.thread.join()
+                dump.wait()
         old_lines = graph_lines(store, graph, workdir=workdir, dump=dump) if dump is not None else \
             subject_lines(store, graph, sorted(subjects | {graph}), workdir)
         triples = triple_difference(old_lines, new.lines, graph_contains(store, graph))

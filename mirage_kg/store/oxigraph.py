@@ -13,6 +13,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import wait
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -29,6 +30,7 @@ from mirage_kg.store import checkpoints
 from mirage_kg.store.content_key import ContentKey, files_key, key_of, record, settled_files_key, steady_open
 from mirage_kg.store.base import MANIFEST_GRAPH, PENDING, LineBlocks, LineReader, LoadReceipt, Quad, Store
 from mirage_kg.terms import Term, iri_ref, literal
+from mirage_kg.threads import in_daemon_thread
 
 #: media type -> pyoxigraph's parser and serializer format (what ``RDF_FORMATS`` names), for every store that
 #: parses or writes RDF with pyoxigraph
@@ -423,24 +425,12 @@ class OxigraphStore(Store):
 
         if not timeout:
             return work(cancelled)
-        outcome: list[Any] = []
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                outcome.append((True, work(cancelled)))
-            except BaseException as exc:  # handed to the caller's thread
-                outcome.append((False, exc))
-            done.set()
-
-        threading.Thread(target=run, name="mirage-kg-query", daemon=True).start()
-        if not done.wait(timeout):
+        future = in_daemon_thread(work, cancelled, name="mirage-kg-query")
+        done, _ = wait([future], timeout)
+        if not done:
             cancelled.set()
             raise QueryError(f"query exceeded its timeout of {timeout} s; narrow it or raise --timeout")
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value  # type: ignore[no-any-return]
+        return future.result()  # the query's rows, or what it raised
 
     def select(self, query: str, *, timeout: float | None = None) -> list[dict[str, Term]]:
         def work(cancelled: threading.Event) -> list[dict[str, Term]]:
@@ -637,23 +627,12 @@ class OxigraphStore(Store):
             return
         self._writable()
         self._take_checkpoint("")  # no graph: a process killed midway keeps what RocksDB recovered (old or new)
-        done = threading.Event()
         stop = threading.Event()
-        failure: list[BaseException] = []
-
-        def work() -> None:
-            try:
-                self.update(update)
-            except BaseException as exc:  # handed to the main thread
-                failure.append(exc)
-            finally:
-                done.set()
-
         previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
         try:
-            threading.Thread(target=work, name="mirage-kg-update", daemon=True).start()
-            while not done.wait(0.05):
-                if stop.is_set() and not done.is_set():
+            future = in_daemon_thread(self.update, update, name="mirage-kg-update")
+            while not wait([future], 0.05)[0]:
+                if stop.is_set() and not future.done():
                     checkpoint, self._checkpoint = self._checkpoint, None
                     assert checkpoint is not None
                     checkpoints.mark_for_restore(checkpoint)
@@ -663,8 +642,7 @@ class OxigraphStore(Store):
         finally:
             signal.signal(signal.SIGINT, previous)
         self._settle_checkpoint()
-        if failure:
-            raise failure[0]
+        future.result()  # what the update raised, in this thread
         if stop.is_set():
             raise KeyboardInterrupt  # after the commit
 
@@ -829,7 +807,6 @@ class OxigraphStore(Store):
         is acted on within one chunk of lines (the parser is cut off, see ``_pump``)."""
         read_fd, write_fd = os.pipe()
         _widen_pipe(write_fd)
-        failure: list[BaseException] = []
 
         def produce() -> None:
             try:
@@ -837,19 +814,15 @@ class OxigraphStore(Store):
                     _pump(reader, self._interrupted, sink)
             except BrokenPipeError:
                 pass  # the parser stopped first; its own error is raised below
-            except BaseException as exc:  # the loader's error (bad row): re-raised in the caller's thread
-                failure.append(exc)
 
-        producer = threading.Thread(target=produce, name="mirage-kg-load", daemon=True)
-        producer.start()
+        producer = in_daemon_thread(produce, name="mirage-kg-load")
         try:
             self._destination(graph).bulk_load(path=f"/dev/fd/{read_fd}", format=fmt, to_graph=ox.NamedNode(graph),
                                                base_iri=base_iri)
         finally:
             os.close(read_fd)
-            producer.join()
-        if failure:
-            raise failure[0]
+            wait([producer])
+        producer.result()  # the loader's error (a bad row), in the caller's thread
 
     # --- staging, committing, rolling back and recovering in bounded memory ---------------------------------
     # A pyoxigraph transaction holds all its changes in memory, and deleting is slow (each quad from every
@@ -915,7 +888,6 @@ class OxigraphStore(Store):
         Python objects."""
         read_fd, write_fd = os.pipe()
         _widen_pipe(write_fd)
-        failure: list[BaseException] = []
 
         def produce() -> None:
             try:
@@ -923,19 +895,15 @@ class OxigraphStore(Store):
                     source.dump(output=sink, format=ox.RdfFormat.N_TRIPLES, from_graph=ox.NamedNode(name))
             except BrokenPipeError:
                 pass
-            except BaseException as exc:
-                failure.append(exc)
 
-        producer = threading.Thread(target=produce, name="mirage-kg-copy", daemon=True)
-        producer.start()
+        producer = in_daemon_thread(produce, name="mirage-kg-copy")
         try:
             (self.raw if into is None else into).bulk_load(path=f"/dev/fd/{read_fd}", format=ox.RdfFormat.N_TRIPLES,
                                          to_graph=ox.NamedNode(graph))
         finally:
             os.close(read_fd)
-            producer.join()
-        if failure:
-            raise failure[0]
+            wait([producer])
+        producer.result()
 
     def _clear_graph(self, graph: str, chunk: int = CLEAR_CHUNK) -> None:
         """Empty a graph in transactions of ``chunk`` quads each, so memory stays bounded whatever its size."""

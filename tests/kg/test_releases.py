@@ -952,8 +952,8 @@ def test_a_release_that_cannot_be_hashed_fails_the_load_and_a_failed_load_stops_
                 raise RuntimeError("the load failed")
             finally:
                 threading.Timer(0.2, go.set).start()  # the block's read ends while __exit__ waits
-    assert not ahead._thread.is_alive()  # stopped and joined on the way out
-    assert ahead._hashes is None and len(blocks) == 1  # gave up after the first block, no hash kept
+    assert ahead._future is not None and ahead._future.done()  # stopped and waited for on the way out
+    assert ahead._future.result() is None and len(blocks) == 1  # gave up after the first block, no hash kept
 
 
 def test_update_carries_the_label_index_over_for_the_changed_concepts(
