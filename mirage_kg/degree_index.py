@@ -273,8 +273,8 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     """A read-only connection to an index file beside the store (this degree index, the adjacency index), read
     through a memory map: a lookup costs no read() call (``pread`` instead cost ~25% more CPU an anchor or a bridge
     at S = 1.0), and the pages are the OS's file cache (shared, dropped under pressure), not this process's memory.
-    A fault on a page not in that cache makes the kernel read around it (``read_ahead_kb``: 8 MiB a fault on a
-    typical cloud VM's disk), which is why the whole file is read ahead before its first lookup (``ReadAhead``)."""
+    A fault on a page not in that cache makes the kernel read around it (``read_ahead_kb``: 8 MiB a fault on the
+    2-core development VM), which is why the whole file is read ahead before its first lookup (``ReadAhead``)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     db.execute("PRAGMA mmap_size = 1073741824")
     return db
@@ -285,7 +285,7 @@ class ReadAhead:
     ``wait`` for it (at most ``_WARM_WAIT_S``; a no-op once done), ``stop`` ends it early (the file closed unused,
     e.g. built for another store state). Each anchor reads rows of ~15 nodes at random places in the file: read
     cold (at full size a few hundred MB, evicted by a 15 GB store's pages), each row is a random read (0.5 ms at
-    the median, 12 ms at p95 on a 2-core cloud VM's disk) and, the file being memory-mapped, one of 8 MiB
+    the median, 12 ms at p95 on the 2-core development VM's disk) and, the file being memory-mapped, one of 8 MiB
     around it; read in order the file costs its size at the disk's sequential speed once (seconds when cold,
     ~0.1 s when its pages are in memory already). A lookup made while it runs would queue behind it."""
 
