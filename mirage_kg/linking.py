@@ -1531,7 +1531,7 @@ _PAGE = 4096  # the size of a memory page
 def _in_memory(size: int, parts: Iterable[bytes]) -> bytes | mmap.mmap:
     """One packed array of ``size`` bytes from its parts, in memory; a large one in anonymous memory filled part
     by part (the whole array is never held twice, as joining the parts held it). Ordinary pages: transparent huge
-    pages (session 7) made a steady lookup 1.06x faster, but in the virtual machine measured the first read of
+    pages made a steady lookup 1.06x faster, but in the virtual machine measured the first read of
     each huge page after other memory work (the bench reads 3 GB of labels between the open and the first
     mention) stalled ~0.15 ms, 20-25 ms over the first hundred exact mentions at UMLS size: the first pass of
     2,000 ran at 0.6x the speed it has with ordinary pages."""

@@ -100,7 +100,7 @@ def _new_index(width: int) -> Any:
 
 
 #: at most this many shards (and add threads): a search asks every shard, so each one more costs a search per
-#: query, and past the cores there is nothing to gain (200k label vectors, one session: build 299 -> 149 s, q/s
+#: query, and past the cores there is nothing to gain (200k label vectors, one run each: build 299 -> 149 s, q/s
 #: 462 -> 217, recall@5 0.976 -> 0.986; docs/benchmarks.md)
 MAX_SHARDS = 2
 #: each shard is added to on one thread: usearch 2.26's concurrent ``add`` leaves vectors unreachable (issue #735;
