@@ -46,13 +46,19 @@ _LAZY = {
     "REMOTE_SERVER_ENV": "mirage_kg.cli.remote",
     "remote_fetch": "mirage_kg.cli.remote",
     "remote_server_url": "mirage_kg.cli.remote",
+    "WARM_ENV": "mirage_kg.cli.warm_server",
+    "WarmServer": "mirage_kg.cli.warm_server",
+    "ensure_warm_server": "mirage_kg.cli.warm_server",
+    "warm_idle": "mirage_kg.cli.warm_server",
+    "warm_store_argument": "mirage_kg.cli.warm_server",
 }
 
 
 # exported under another name than the module's own
 _RENAMED = {"release_citations": "citations", "DiagnosisCandidate": "Candidate",
             "differential_diagnosis": "differential", "REMOTE_SERVER_ENV": "SERVER_ENV", "remote_fetch": "fetch",
-            "remote_server_url": "server_url"}
+            "remote_server_url": "server_url", "ensure_warm_server": "ensure_server",
+            "warm_store_argument": "store_argument"}
 
 
 def __getattr__(name: str) -> Any:
@@ -69,5 +75,6 @@ __all__ = [
     "UnknownEntityError", "UpdateRefusedError", "anchor_json", "bridge_json", "check_read_only",
     "clinical_vocabulary", "compress", "compute_stats", "differential_diagnosis", "demo_store", "expand", "link_json", "open_store",
     "release_citations", "REMOTE_SERVER_ENV", "remote_fetch", "remote_server_url", "Term", "ontologies_dir",
+    "WARM_ENV", "WarmServer", "ensure_warm_server", "warm_idle", "warm_store_argument",
     "sparql_json", "validate",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mirage_kg.errors import InputError
 from mirage_kg.model import Entity, Step
@@ -19,7 +19,23 @@ from mirage_kg.namespaces import (MKG, MKG_CONCEPT, RDF, RDF_TYPE, RDFS_LABEL, R
 from mirage_kg.terms import iri_ref
 
 if TYPE_CHECKING:
-    from mirage_kg.graph import Graph
+    from mirage_kg.concepts import ConceptGroups
+    from mirage_kg.model import Relation
+    from mirage_kg.store.base import Store
+
+
+class Graph(Protocol):
+    """What a concept's record is read through: ``mirage_kg.graph.Graph`` (which offers it as ``Graph.concept``;
+    named here structurally so that this module and the graph do not import each other)."""
+
+    store: Store
+
+    @property
+    def groups(self) -> ConceptGroups: ...
+    def labels(self, iris: Iterable[str]) -> dict[str, str]: ...
+    def relations(self, iris: Iterable[str]) -> dict[str, Relation]: ...
+    def walk(self, iri: str) -> list[tuple[str, str, str, str, str]]: ...
+    def resolve_relations(self, relations: Sequence[str] | None) -> frozenset[str] | None: ...
 
 __all__ = ["AnnotationRow", "ConceptRecord", "FactPage", "Page", "Xref", "annotations_page", "children_page",
            "describe", "facts_page"]
@@ -69,6 +85,7 @@ class AnnotationRow:
     subject: Entity
     relation: str
     relation_label: str
+    inverse_label: str  # the relation read from its object ("is a phenotype of")
     object: Entity
     frequency: str | None
     frequency_label: str | None
@@ -82,7 +99,7 @@ class AnnotationRow:
 
     def to_json(self) -> dict[str, Any]:
         return {"subject": self.subject.to_json(), "relation": self.relation, "relation_label": self.relation_label,
-                "object": self.object.to_json(), "frequency": self.frequency, "frequency_label": self.frequency_label,
+                "inverse_label": self.inverse_label, "object": self.object.to_json(), "frequency": self.frequency, "frequency_label": self.frequency_label,
                 "evidence": self.evidence, "onset": self.onset, "sex": self.sex, "modifiers": list(self.modifiers),
                 "references": list(self.references), "negated": self.negated, "source": self.source}
 
@@ -101,11 +118,11 @@ class FactPage:
     steps: tuple[Step, ...]
 
     def to_json(self) -> dict[str, Any]:
-        from mirage_kg.json_output import neighbour_json
-
         return {"entity": self.entity.to_json(), "total": self.total, "matching": self.matching,
                 "offset": self.offset, "relation": self.relation, "direction": self.direction,
-                "neighbours": [neighbour_json(s) for s in self.steps]}
+                "neighbours": [{"relation": s.relation.id, "relation_label": s.relation.label,
+                                "direction": s.direction, "id": s.end.id, "label": s.end.label, "text": s.text}
+                               for s in self.steps]}  # each as an anchor neighbour (json_output.neighbour_json)
 
 
 @dataclass(frozen=True)
@@ -221,11 +238,17 @@ def annotations_page(graph: Graph, entity: Entity, offset: int = 0, limit: int =
     page = nodes[offset:offset + limit]
     details: dict[str, dict[str, list[str]]] = {n[0]: {} for n in page}
     source: dict[str, str] = {}
-    if page:
+    if page and graph.store.indexed:  # an index lookup per node (a query with both VALUES took seconds)
+        for node, *_ in page:
+            for q in graph.store.quads(node, None, None):
+                if q.predicate.value in ANNOTATION_FIELDS:
+                    details[node].setdefault(ANNOTATION_FIELDS[q.predicate.value], []).append(q.object.value)
+                    source[node] = compress(q.graph)
+    elif page:
         keys = " ".join(iri_ref(k) for k in ANNOTATION_FIELDS)
         rows = graph.store.select(
             f"SELECT ?a ?k ?v ?g WHERE {{ VALUES ?a {{ {' '.join(iri_ref(n[0]) for n in page)} }} "
-            f"VALUES ?k {{ {keys} }} GRAPH ?g {{ ?a ?k ?v }} }}")
+            f"GRAPH ?g {{ ?a ?k ?v }} VALUES ?k {{ {keys} }} }}")
         for r in rows:
             details[r["a"].value].setdefault(ANNOTATION_FIELDS[r["k"].value], []).append(r["v"].value)
             source[r["a"].value] = compress(r["g"].value)
@@ -234,7 +257,8 @@ def annotations_page(graph: Graph, entity: Entity, offset: int = 0, limit: int =
     for node, s, p, o, frequency, negated in page:
         got = details[node]
         items.append(AnnotationRow(
-            Entity(s, names[s]), compress(p), relations[p].label, Entity(o, names[o]), frequency,
+            Entity(s, names[s]), compress(p), relations[p].label,
+            relations[p].inverse_label or f"is the {relations[p].label} target of", Entity(o, names[o]), frequency,
             _frequency_label(frequency), _first(got.get("evidence")), _first(got.get("onset")),
             _first(got.get("sex")), tuple(sorted(got.get("modifiers", []))), tuple(sorted(got.get("references", []))),
             negated, source.get(node, "")))
@@ -274,14 +298,12 @@ def facts_page(graph: Graph, entity: Entity, relation: str | None = None, direct
     """The concept's facts, ``limit`` from ``offset``, of ``relation`` (an id, IRI or label; None: all) and
     ``direction`` (forward, backward or both), ordered by relation, direction (forward first) and neighbour label;
     ``total`` counts all its facts, ``matching`` those of the relation and direction asked for."""
-    from mirage_kg.graph import DIRECTIONS
-
     _check_page(offset, limit)
-    want = DIRECTIONS.get(direction)
-    if want is None:
+    want = {"out": "forward", "in": "backward"}.get(direction, direction)
+    if want not in ("forward", "backward", "both"):
         raise InputError(f"direction must be forward (out), backward (in) or both, not {direction!r}")
     edges = _walk_steps(graph, entity)
-    rels = graph._resolve_relations([relation]) if relation else None
+    rels = graph.resolve_relations([relation]) if relation else None
     chosen = [e for e in edges if (rels is None or e[0] in rels) and (want == "both" or e[1] == want)]
     names = graph.labels({e[2] for e in chosen})
     chosen.sort(key=lambda e: (compress(e[0]), 0 if e[1] == "forward" else 1, names[e[2]].lower(), compress(e[2])))

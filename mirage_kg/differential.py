@@ -163,20 +163,27 @@ def condition_count(kg: Graph, relations: dict[str, str]) -> int:
 
 #: a mention's candidates this close to its best are read as the same match (an exact label and an exact synonym)
 SAME_MATCH = 0.04
+#: the linking methods that match by likeness rather than by a name
+SOFT_METHODS = frozenset({"fuzzy", "embedding"})
 
 _Linked = tuple[tuple[tuple[Entity, float], ...], "str | None"]  # (candidates, best first), mention text
 
 
 def linked_findings(mentions: Iterable[Mention], min_score: float = MIN_LINK_SCORE) -> list[_Linked]:
     """For each mention whose best candidate scores at least ``min_score``: its candidates within ``SAME_MATCH`` of
-    the best (a phenotype and a disease of the same name), best first, and the mention's text."""
+    the best (a phenotype and a disease of the same name), best first, and the mention's text. A soft match (by
+    embedding or fuzzy likeness) names nothing alike: its best candidate alone ("really bad sinus problems" is
+    chronic sinusitis at 0.79, not the painful sinuses it resembles at 0.77)."""
     out = []
     for mention in mentions:
         best = mention.best
         if best is None or best.score < min_score:
             continue
-        same = tuple((c.entity, c.score) for c in mention.candidates
-                     if c.score >= max(min_score, best.score - SAME_MATCH))
+        if best.method in SOFT_METHODS:  # a likeness, not a name: its best reading stands alone
+            same: tuple[tuple[Entity, float], ...] = ((best.entity, best.score),)
+        else:
+            same = tuple((c.entity, c.score) for c in mention.candidates
+                         if c.score >= max(min_score, best.score - SAME_MATCH))
         out.append((same, mention.text))
     return out
 

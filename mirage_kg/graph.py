@@ -462,6 +462,11 @@ class Graph:
                 )
         return {i: state.relations[i] for i in wanted}
 
+    def resolve_relations(self, relations: Sequence[str] | None) -> frozenset[str] | None:
+        """Relation CURIEs, IRIs, labels ("has symptom") or local names ("has_symptom") -> their IRIs (None: all);
+        ``InputError`` naming one the graph lacks."""
+        return self._resolve_relations(relations)
+
     def _resolve_relations(self, relations: Sequence[str] | None) -> frozenset[str] | None:
         """CURIEs, IRIs, labels ("has symptom") or local names ("has_symptom") -> relation IRIs."""
         if relations is None:

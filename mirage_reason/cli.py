@@ -171,25 +171,37 @@ def _print_text(answer: Answer) -> None:
               help="Also write a readable HTML page of the answer and its trace.")
 @click.option("--script", hidden=True, type=click.Path(exists=True, dir_okay=False),
               help="Replay a scripted model from a JSON file (tests).")
+@click.option("--no-cache", is_flag=True, help="Ask the model again even when the server's answer cache holds this "
+              "question with the same store, model, settings and seed (a server's asks: $MIRAGE_KG_SERVER or "
+              "$MIRAGE_KG_WARM; a local ask keeps no cache).")
 def ask(question: str, store: str | None, endpoint: str | None, backend_kind: str, model: str | None,
         base_url: str | None, n_q: int, n_r: int, k: int, max_hops: int, samples: int, max_new_tokens: int | None,
         seed: int | None, overrides: tuple[str, ...], max_in_flight: int, pipeline: str, embedding_model: str | None,
         kinds_files: tuple[str, ...], no_support: str,
-        as_json: bool, html_file: str | None, script: str | None) -> None:
+        as_json: bool, html_file: str | None, script: str | None, no_cache: bool) -> None:
     """Answer QUESTION with MIRAGE over a knowledge graph: decompose it, reason in parallel chains that search the
     graph, and synthesise an answer whose every claim cites the graph paths it rests on.
 
     With no GPU and no --model it runs SmolLM2-135M on the CPU (llama.cpp) over the built-in demo KG, offline. With
     $MIRAGE_KG_SERVER set to a running `mirage-kg serve` (e.g. http://127.0.0.1:8000; token: $MIRAGE_KG_TOKEN) the
-    question goes there: no start-up, the server's model and settings. Not medical advice."""
+    question goes there: no start-up, the server's model and settings. With $MIRAGE_KG_WARM=1 (or the idle seconds)
+    a background server for this store and model is reused, or started for later calls, and exits when idle; the
+    same question asked again is answered from its cache, saying so (--no-cache asks again). Not medical advice."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if not question.strip():
         raise click.UsageError("QUESTION is empty")
-    from mirage_reason.service.remote import ask_remote, server_url
+    from mirage_reason.service.remote import ask_remote, server_url, warm_server_for
 
     if server_url() is not None:  # a running `mirage-kg serve` ($MIRAGE_KG_SERVER) answers: no start-up here
         ask_remote(click.get_current_context(), question, as_json)
+        return
+    try:
+        warm = warm_server_for(click.get_current_context())  # $MIRAGE_KG_WARM: a background server answers
+    except MirageError as exc:
+        raise click.ClickException(str(exc)) from None
+    if warm is not None:
+        ask_remote(click.get_current_context(), question, as_json, warm)
         return
     try:
         settings = parse_settings(overrides)

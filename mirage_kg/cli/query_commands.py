@@ -271,17 +271,24 @@ def differential(findings: str, store: str | None, endpoint: str | None, top: in
 def link(text: str, store: str | None, endpoint: str | None, top: int, whole: bool, embedding_model: str | None,
          as_json: bool) -> None:
     """Find mentions of KG entities in TEXT and rank candidates for each (id, exact, normalised, synonym, fuzzy,
-    embedding). With $MIRAGE_KG_SERVER set to a running `mirage-kg serve`, the server links (warm: no start-up)."""
+    embedding). With $MIRAGE_KG_SERVER set to a running `mirage-kg serve`, the server links (warm: no start-up); with
+    $MIRAGE_KG_WARM=1, a background server for this store is reused or started (see `ask`)."""
     from mirage_kg.cli.remote import SERVER_ENV, fetch, server_url
+    from mirage_kg.cli.warm_server import warm_link_server
     from mirage_kg.json_output import link_json
     from mirage_kg.linking import Mention
 
+    warm = warm_link_server(store, endpoint, embedding_model, say=lambda line: click.echo(line, err=True)) \
+        if server_url() is None else None
     if server_url() is not None:
         given = click.get_current_context().get_parameter_source("embedding_model")
         if given is click.core.ParameterSource.COMMANDLINE:
             raise click.UsageError(f"--embedding-model: the server ({SERVER_ENV}) links with its own model; unset "
                                    f"{SERVER_ENV} to link locally with another")
         found = fetch("/v1/link", params={"text": text, "top": top, "whole": whole}, store=store, endpoint=endpoint)
+    elif warm is not None:
+        found = fetch("/v1/link", params={"text": text, "top": top, "whole": whole}, store=store, endpoint=endpoint,
+                      url=warm.url, token=warm.token)
     else:
         kg = _open_graph(store, endpoint, embedding_model)
         try:

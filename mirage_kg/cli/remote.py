@@ -30,22 +30,25 @@ def server_url() -> str | None:
     return url.rstrip("/") or None
 
 
-def headers() -> dict[str, str]:
-    token = os.environ.get(TOKEN_ENV, "").strip()
+def headers(token: str | None = None) -> dict[str, str]:
+    token = token if token is not None else os.environ.get(TOKEN_ENV, "").strip()
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def fetch(path: str, *, params: dict[str, Any] | None = None, body: dict[str, Any] | None = None,
-          store: str | None = None, endpoint: str | None = None, needs_model: bool = False) -> Any:
+          store: str | None = None, endpoint: str | None = None, needs_model: bool = False,
+          url: str | None = None, token: str | None = None) -> Any:
     """The server's JSON for ``path`` (GET with ``params``, or POST of ``body``), after checking it serves the store
-    asked for (and, with ``needs_model``, that it has a model). ``RemoteError`` says what went wrong."""
+    asked for (and, with ``needs_model``, that it has a model). The server is ``url`` with ``token`` (a background
+    server of ``mirage_kg.cli.warm_server``), else ``$MIRAGE_KG_SERVER`` with ``$MIRAGE_KG_TOKEN``.
+    ``RemoteError`` says what went wrong."""
     import httpx
 
-    url = server_url()
+    url = url or server_url()
     if url is None:
         raise InputError(f"{SERVER_ENV} is not set")
     try:
-        with httpx.Client(base_url=url, headers=headers(), timeout=httpx.Timeout(10.0, read=None)) as client:
+        with httpx.Client(base_url=url, headers=headers(token), timeout=httpx.Timeout(10.0, read=None)) as client:
             info = _answer(client.get("/v1/health"), url)
             _same_store(url, str(info.get("store", "")), store, endpoint)
             if needs_model and not info.get("asks"):

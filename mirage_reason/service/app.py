@@ -282,8 +282,11 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
             raise StarletteHTTPException(503, "this server was started without a model; asks are off")
         return asks
 
-    async def ask_json(question: str, overrides: dict[str, Any]) -> JSONResponse:
+    async def ask_json(question: str, overrides: dict[str, Any], cache: bool = True) -> JSONResponse:
         service = need_asks()
+        key = service.cache_key(question, overrides)
+        if cache and (kept := service.answers.get(key)) is not None:
+            return JSONResponse(kept)  # said in the record: "cache": {"served_from", "key"}
         future, _ = service.submit(question, overrides)
         try:
             answer = await asyncio.wait_for(asyncio.wrap_future(future), settings.ask_timeout)
@@ -291,7 +294,9 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
             service.cancel(future)
             raise RequestTimeout(f"the answer took longer than {settings.ask_timeout:g} s") from None
         # the record exactly as `ask --json` prints it, key order included (AskResponse documents it)
-        return JSONResponse(answer.to_json())
+        record = answer.to_json()
+        service.answers.put(key, record)
+        return JSONResponse(record)
 
     def ask_stream(request: Request, question: str, overrides: dict[str, Any]) -> StreamingResponse:
         service = need_asks()
@@ -318,7 +323,7 @@ def create_app(kg: KnowledgeGraph, asks: AskService | None = None,
     async def ask_post(request: Request, body: AskRequest) -> Any:
         if body.stream or "text/event-stream" in request.headers.get("accept", ""):
             return ask_stream(request, body.question, body.overrides())
-        return await ask_json(body.question, body.overrides())
+        return await ask_json(body.question, body.overrides(), body.cache)
 
     @app.get("/v1/ask/stream", summary="Answer a question as server-sent events (for EventSource)",
              response_class=StreamingResponse, responses={429: {"model": ErrorResponse}})

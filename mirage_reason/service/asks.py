@@ -1,13 +1,17 @@
 """Asks behind a bounded queue: at most ``workers`` MIRAGE runs at once, at most ``queue`` more waiting; past that a
-new ask is refused at once (the API answers 429 with Retry-After) instead of piling up behind the model."""
+new ask is refused at once (the API answers 429 with Retry-After) instead of piling up behind the model. Answer
+records are kept in a small cache keyed on everything that decides them (:class:`AnswerCache`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from datetime import datetime, timezone
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -21,7 +25,7 @@ if TYPE_CHECKING:
 
     from mirage_reason.backends.base import Backend
 
-__all__ = ["AskQueueFull", "AskService"]
+__all__ = ["AnswerCache", "AskQueueFull", "AskService"]
 
 
 class AskQueueFull(ReasonerError):
@@ -30,6 +34,43 @@ class AskQueueFull(ReasonerError):
     def __init__(self, waiting: int, retry_after: int) -> None:
         self.retry_after = retry_after
         super().__init__(f"{waiting} asks are already waiting for the model; retry in about {retry_after} s")
+
+
+class AnswerCache:
+    """The last ``size`` answer records, keyed on what decides an answer: the store (its location and load
+    records, which change with every committed load), the question, the model, and the whole configuration, seed
+    included. A record served from here carries ``cache``: when it was answered and its key; an unseeded ask is
+    kept too (one draw of the model, said so by the same field), and ``"cache": false`` on an ask draws again."""
+
+    def __init__(self, size: int = 128) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._records: OrderedDict[str, tuple[dict[str, Any], str]] = OrderedDict()
+
+    @staticmethod
+    def key(kg: KnowledgeGraph, backend: Backend, question: str, config: MirageConfig) -> str:
+        parts = {"store": kg.store.location, "loads": kg.token, "question": question,
+                 "model": [type(backend).__name__, getattr(backend, "name", "")],
+                 "config": dataclasses.asdict(config)}
+        return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The record kept under ``key``, marked as served from the cache, or None."""
+        with self._lock:
+            found = self._records.get(key)
+            if found is None:
+                return None
+            self._records.move_to_end(key)
+        record, answered_at = found
+        return {**record, "cache": {"served_from": answered_at, "key": key}}
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        answered_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        with self._lock:
+            self._records[key] = (record, answered_at)
+            self._records.move_to_end(key)
+            while len(self._records) > self.size:
+                self._records.popitem(last=False)
 
 
 class AskService:
@@ -52,6 +93,11 @@ class AskService:
         self._admitted = 0  # running plus waiting
         self._seconds: deque[float] = deque(maxlen=20)  # recent ask durations, for Retry-After
         self._cancels: dict[Future[Answer], threading.Event] = {}
+        self.answers = AnswerCache()
+
+    def cache_key(self, question: str, overrides: Mapping[str, Any] | None = None) -> str:
+        """The answer cache's key for this question asked with these per-ask settings."""
+        return AnswerCache.key(self.kg, self.backend, question, self.config_for(overrides or {}))
 
     @property
     def waiting(self) -> int:

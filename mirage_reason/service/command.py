@@ -55,11 +55,13 @@ TOKEN_ENV = "MIRAGE_KG_TOKEN"
                    "requests to any host a query names).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True)
+@click.option("--idle-exit", type=click.FloatRange(min=1), metavar="SECONDS",
+              help="Exit once no request has come for SECONDS (the background server of a warm `ask` runs so).")
 def serve(store: str | None, endpoint: str | None, host: str, port: int, token: str | None, cors: tuple[str, ...],
           backend_kind: str, model: str | None, base_url: str | None, no_ask: bool, pipeline: str,
           max_new_tokens: int | None, ask_workers: int, ask_queue: int, request_timeout: float,
           ask_timeout: float, embedding_model: str | None, script: str | None, allow_service: tuple[str, ...],
-          log_level: str) -> None:
+          log_level: str, idle_exit: float | None) -> None:
     """Serve the KG and MIRAGE over HTTP: JSON under /v1/ (the same shapes as --json; OpenAPI at /openapi.json)
     and a web app at / to search concepts, draw neighbourhoods and paths, and watch answers being made.
 
@@ -89,8 +91,19 @@ def serve(store: str | None, endpoint: str | None, host: str, port: int, token: 
     click.echo(f"serving {kg.store.location} on http://{host}:{port}/ (API: /v1/, OpenAPI: /openapi.json; "
                "OpenAI-compatible chat: /v1/chat/completions; SPARQL 1.1 Protocol: /sparql; MCP: /mcp)"
                f"{'; token required' if token else ''}", err=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
-                limit_concurrency=256, h11_max_incomplete_event_size=16 * 1024)
+    served: Any = app
+    if idle_exit is not None:
+        from mirage_reason.service.idle import IdleExit
+
+        def stop() -> None:
+            click.echo(f"no request for {idle_exit:g} s: exiting (--idle-exit)", err=True)
+            server.should_exit = True
+
+        served = IdleExit(app, idle_exit, stop)
+    server = uvicorn.Server(uvicorn.Config(served, host=host, port=port, log_level=log_level,
+                                           timeout_graceful_shutdown=5, limit_concurrency=256,
+                                           h11_max_incomplete_event_size=16 * 1024))
+    server.run()
 
 
 @click.command("mcp")

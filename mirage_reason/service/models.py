@@ -198,9 +198,12 @@ class AskRequest(BaseModel):
     max_hops: int | None = Field(default=None, ge=1, le=4, description="bridge path length")
     samples: int | None = Field(default=None, ge=1, le=4, description="chains per sub-question")
     seed: int | None = None
+    cache: bool = Field(default=True, description="answer from the server's answer cache when it holds this "
+                                                  "question asked with the same store, model and settings (the "
+                                                  "record then says so under `cache`); false asks the model again")
 
     def overrides(self) -> dict[str, Any]:
-        return self.model_dump(exclude={"question", "stream"}, exclude_none=True)
+        return self.model_dump(exclude={"question", "stream", "cache"}, exclude_none=True)
 
 
 class SupportOut(_Open):

@@ -27,6 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mirage_kg import InputError, MirageError, UnknownEntityError
 
+from mirage_reason.service.remote import grounding
+
 if TYPE_CHECKING:
     from mirage_reason.service.asks import AskService
 
@@ -90,20 +92,6 @@ def render_text(record: Mapping[str, Any]) -> str:
         lines.append(f"Note: {flag.get('message', flag.get('code')) if isinstance(flag, Mapping) else flag}")
     lines += ["", "Not medical advice."]
     return "\n".join(lines)
-
-
-def grounding(record: Mapping[str, Any]) -> str:
-    support = record.get("support")
-    if isinstance(support, Mapping) and support.get("verdict"):
-        reason = f": {support['reason']}" if support.get("reason") else ""
-        return f"Grounding: {support['verdict']}{reason}"
-    claims = record.get("claims") or []
-    backed = sum(1 for c in claims if c.get("citations"))
-    if record.get("abstained"):
-        return "Grounding: none. The knowledge graph did not support an answer, so none is given."
-    if not backed:
-        return "Grounding: unsupported. No claim here is backed by a knowledge-graph path."
-    return f"Grounding: {backed} of {len(claims)} claim(s) rest on the knowledge-graph paths below."
 
 
 def _usage(record: Mapping[str, Any]) -> dict[str, int]:

@@ -230,3 +230,25 @@ def test_conditions_tied_past_the_pool_are_ranked_by_fit_too(tmp_path: Path) -> 
     kg = _triples_kg(tmp_path, lines)
     result = differential(kg, ["KG:Fatigue"], top=3)
     assert result.candidates[0].entity.label == "Disease 39" and result.candidates[0].fit == pytest.approx(1.0)
+
+
+def test_a_soft_match_of_a_named_condition_is_not_swapped_for_a_finding_it_resembles(tmp_path: Path) -> None:
+    """"Really bad sinus problems" links chronic sinusitis at 0.79 by likeness and painful sinuses at 0.77: the
+    condition the patient names stands (a likeness names nothing alike), so it leads before the sick sinus syndrome
+    that the bare word "sinus" resembles less; an exact name shared by a finding and a condition still reads as the
+    finding (test_a_name_shared_by_a_phenotype_and_a_disease_reads_as_the_finding)."""
+    from mirage_kg.linking import Candidate, Mention
+
+    kg = _triples_kg(tmp_path, ["Chronic_sinusitis\thas_symptom\tPainful_sinuses",
+                                "Acute_sinusitis\thas_symptom\tPainful_sinuses",
+                                "Sick_sinus_syndrome\thas_symptom\tFainting"])
+
+    def soft(text: str, *scored: tuple[str, float]) -> Mention:
+        return Mention(text, 0, len(text), tuple(Candidate(kg.entity(i), s, "embedding") for i, s in scored))
+
+    mentions = [soft("really bad sinus problems", ("KG:Chronic_sinusitis", 0.786), ("KG:Painful_sinuses", 0.766)),
+                soft("sinus", ("KG:Sick_sinus_syndrome", 0.744), ("KG:Painful_sinuses", 0.739))]
+    result = differential(kg, "really bad sinus problems", mentions=mentions, top=3)
+    assert {f.entity.label: f.role for f in result.findings} == {"Chronic sinusitis": "condition",
+                                                                "Sick sinus syndrome": "condition"}
+    assert _labels(result) == ["Chronic sinusitis", "Sick sinus syndrome"]

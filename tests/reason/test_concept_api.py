@@ -6,7 +6,6 @@ one fact count that the fact pages add up to, and what the sources lack said pla
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 

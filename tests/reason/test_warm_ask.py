@@ -4,7 +4,10 @@ different store, a server without a model and a server that is down are each ref
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,3 +95,118 @@ def test_warm_link_is_the_servers_linking_in_the_local_shapes(served: ServeProce
     assert refused.exit_code == 2 and "unset MIRAGE_KG_SERVER" in refused.output
     down = CliRunner().invoke(main, ["link", "asthma"], env={**env, "MIRAGE_KG_SERVER": f"http://127.0.0.1:{free_port()}"})
     assert down.exit_code == 1 and "did not answer" in down.output
+
+
+# -- MIRAGE_KG_WARM: a background server started by the first call, reused, answering repeats from its cache ------
+
+def _warm_env(tmp_path: Path, idle: str = "60") -> dict[str, str | None]:
+    return {"MIRAGE_KG_WARM": idle, "MIRAGE_KG_CACHE": str(tmp_path / "cache"), "MIRAGE_KG_SERVER": None,
+            "MIRAGE_KG_TOKEN": None, "MIRAGE_KG_STORE": None}
+
+
+def _servers(tmp_path: Path) -> list[dict]:  # type: ignore[type-arg]
+    folder = tmp_path / "cache" / "servers"
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+def _stop_servers(tmp_path: Path) -> None:
+    import signal
+
+    for server in _servers(tmp_path):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server["pid"], signal.SIGTERM)
+
+
+def test_warm_start_reuses_one_background_server_and_says_a_cache_hit(tmp_path: Path) -> None:
+    script = str(write_script(tmp_path))
+    env = _warm_env(tmp_path)
+    args = [QUESTION, "--json", "--seed", "3", "--script", script, "--embedding-model", "none"]
+    try:
+        first = CliRunner().invoke(main, ["ask", *args], env=env)
+        assert first.exit_code == 0, first.output
+        assert "starting a background mirage-kg serve" in first.stderr and "(started now)" in first.stderr
+        fresh = json.loads(first.stdout)
+        assert "cache" not in fresh and fresh["claims"]
+        [server] = _servers(tmp_path)
+        assert (tmp_path / "cache" / "servers").stat().st_mode & 0o077 == 0  # the token stays its owner's
+
+        again = CliRunner().invoke(main, ["ask", *args], env=env)
+        assert again.exit_code == 0, again.output
+        assert "starting" not in again.stderr and "(warm)" in again.stderr
+        hit = json.loads(again.stdout)
+        assert hit["cache"]["served_from"] and len(hit["cache"]["key"]) == 32
+        assert {k: v for k, v in hit.items() if k != "cache"} == fresh  # the same record, said to be a repeat
+        text = CliRunner().invoke(main, ["ask", *args[:1], *args[2:]], env=env)
+        assert text.exit_code == 0 and text.stdout.startswith(f"(served from cache of {hit['cache']['served_from']}")
+        assert "--no-cache asks the model again" in text.stdout
+
+        # what decides the answer is in the key: another seed, or --no-cache, asks the model again
+        other_seed = json.loads(CliRunner().invoke(main, ["ask", *args[:2], "--seed", "4", *args[4:]], env=env).stdout)
+        bypassed = json.loads(CliRunner().invoke(main, ["ask", *args, "--no-cache"], env=env).stdout)
+        assert "cache" not in other_seed and "cache" not in bypassed
+        assert bypassed["answer"] == fresh["answer"]
+        assert [s["pid"] for s in _servers(tmp_path)] == [server["pid"]]  # one server all along
+
+        # link reuses the same background server (it links too)
+        linked = CliRunner().invoke(main, ["link", "asthma and a cough", "--json", "--embedding-model", "none"],
+                                    env=env)
+        assert linked.exit_code == 0 and json.loads(linked.stdout)["mentions"], linked.output
+        assert [s["pid"] for s in _servers(tmp_path)] == [server["pid"]]
+    finally:
+        _stop_servers(tmp_path)
+
+
+def test_a_changed_store_misses_the_answer_cache() -> None:
+    from fastapi.testclient import TestClient
+
+    from mirage_kg import KnowledgeGraph, demo_store
+    from mirage_reason.backends.scripted import ScriptedBackend
+    from mirage_reason.config import MirageConfig
+    from mirage_reason.service import AskService, create_app
+
+    from tests.reason.service_support import script_reply
+
+    kg = KnowledgeGraph(demo_store(), embedding_model="none")
+    with TestClient(create_app(kg, AskService(kg, ScriptedBackend(script_reply), MirageConfig(n_r=2)))) as client:
+        ask = {"question": QUESTION, "seed": 1}
+        assert "cache" not in client.post("/v1/ask", json=ask).json()
+        assert "cache" in client.post("/v1/ask", json=ask).json()
+        assert "cache" not in client.post("/v1/ask", json={**ask, "cache": False}).json()
+        assert "cache" not in client.post("/v1/ask", json={**ask, "question": QUESTION + " "}).json()
+        kg.store.load(iter(["<https://w3id.org/mirage-kg/entity/Asthma> "
+                            "<http://www.w3.org/2004/02/skos/core#altLabel> \"asthma attack\"@en .\n"]),
+                      media_type="application/n-triples", graph="https://w3id.org/mirage-kg/graph/extra",
+                      source="test")
+        assert "cache" not in client.post("/v1/ask", json=ask).json()  # a load changed the store: asked again
+
+
+def test_a_background_server_exits_when_idle(tmp_path: Path) -> None:
+    env = _warm_env(tmp_path, idle="2")
+    linked = CliRunner().invoke(main, ["link", "asthma", "--json", "--embedding-model", "none"], env=env)
+    try:
+        assert linked.exit_code == 0, linked.output
+        [server] = _servers(tmp_path)
+        assert "--no-ask" in server["command"] and server["idle_exit"] == 2
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _running(server["pid"]):
+            time.sleep(0.5)
+        assert not _running(server["pid"]), "the background server outlived its idle limit"
+        assert "exiting (--idle-exit)" in next((tmp_path / "cache" / "servers").glob("*.log")).read_text()
+    finally:
+        _stop_servers(tmp_path)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):  # a zombie (exited, not yet reaped by its parent) counts as gone
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    return True
+
+
+def test_warm_start_setting_is_checked() -> None:
+    result = CliRunner().invoke(main, ["ask", QUESTION], env={"MIRAGE_KG_WARM": "soon", "MIRAGE_KG_SERVER": None})
+    assert result.exit_code == 1 and "MIRAGE_KG_WARM='soon'" in result.output

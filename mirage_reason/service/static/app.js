@@ -161,7 +161,7 @@ function arrowDefs(colours) {
 }
 
 function nodeBox(x, y, id, text, { center = false, link = true } = {}) {
-  const width = 12 + 6.8 * short(text).length;
+  const width = boxWidth(text);
   const title = svg("title");
   title.textContent = `${text} (${id})`;
   const caption = svg("text", { x, y: y + 4, "text-anchor": "middle" });
@@ -245,7 +245,7 @@ function drawNeighbourhood(center, groups, onMore) {
 
 // One row per path, left to right; arrows follow each fact's stored direction. rowAttrs(i) tags row i.
 function boxWidth(text) {
-  return 12 + 6.8 * short(text).length;
+  return 16 + 7.2 * short(text).length;  // 12px system-ui: digits and capitals run wider than 6.8px
 }
 
 function drawPaths(paths, rowAttrs = () => ({})) {
@@ -356,7 +356,7 @@ function annotationRows(page, members) {
     const other = here ? a.object : a.subject;
     return el("tr", { class: a.negated ? "negated" : null },
       el("td", {}, el("a", { href: entityHref(other.id) }, other.label), " ", el("span", { class: "id" }, other.id)),
-      el("td", {}, (a.negated ? "NOT " : "") + (here ? a.relation_label : `${a.relation_label} (of)`)),
+      el("td", {}, (a.negated ? "NOT " : "") + (here ? a.relation_label : a.inverse_label)),
       el("td", { class: "frequency" }, a.frequency_label || "not given"),
       el("td", {}, [a.evidence, a.onset && `onset ${a.onset}`, a.sex && `sex ${a.sex}`, ...a.modifiers]
         .filter(Boolean).join("; ")),
