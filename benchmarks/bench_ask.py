@@ -18,6 +18,8 @@ What the rates count (all over the answer's generated tokens, ``Answer.tokens["t
 - ``wall tok/s``: generated tokens over the model stages' wall time (decompose + chains + synthesize: prompt
   evaluation, searches and waiting included).
 Targets on a 2-core CPU: <= 20 s warm end to end, >= 100 generated tokens/s (``gen tok/s``). Never gates CI.
+The whole ``mirage-kg ask`` command, first and second call (``MIRAGE_KG_WARM``: a background server and its answer
+cache), is ``bench_warm_ask.py``.
 """
 
 from __future__ import annotations
