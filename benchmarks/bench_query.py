@@ -365,8 +365,8 @@ def main() -> None:
     nxg = NetworkxSame(facts, entities)
     small = max(20, n_bridge // 4)
     results["networkx (in memory)"] = {
-        "anchor": timings(lambda i: nxg.anchor(i), anchor_ids),
-        "bridge": timings(lambda p: nxg.bridge(*p), pair_ids[:small]),
+        "anchor": timings(nxg.anchor, anchor_ids),
+        "bridge": timings(lambda p, bridge=nxg.bridge: bridge(*p), pair_ids[:small]),
     }
     del nxg
     gc.collect()
@@ -392,8 +392,8 @@ def main() -> None:
         degrees[nodes[t]] = degrees.get(nodes[t], 0) + 1
     same = RdflibSame(graph, degrees)
     results["rdflib (same algorithm)"] = {
-        "anchor": timings(lambda i: same.anchor(nodes[i]), anchor_ids[: max(50, n_anchor // 2)]),
-        "bridge": timings(lambda p: same.bridge(nodes[p[0]], nodes[p[1]]), pair_ids[: max(20, n_bridge // 2)]),
+        "anchor": timings(lambda i, anchor=same.anchor: anchor(nodes[i]), anchor_ids[: max(50, n_anchor // 2)]),
+        "bridge": timings(lambda p, bridge=same.bridge: bridge(nodes[p[0]], nodes[p[1]]), pair_ids[: max(20, n_bridge // 2)]),
     }
     # rdflib's SPARQL engine on the SPARQL KnowledgeGraph sends an endpoint (default-graph form; a handful of
     # queries: it is slow): anchor's neighbourhood SELECT, and bridge's 1-, 2- and 3-hop SELECTs
@@ -403,14 +403,14 @@ def main() -> None:
     for i in anchor_ids[:5]:
         q = (f"SELECT DISTINCT ?p ?d ?n WHERE {{ {{ <{E}e{i}> ?p ?n BIND(\"out\" AS ?d) }} UNION "
              f"{{ ?n ?p <{E}e{i}> BIND(\"in\" AS ?d) }} FILTER(isIRI(?n) && ?p != <{RDF_TYPE}>) }}")
-        ms = run_with_deadline(lambda: list(graph.query(q)), 30)
+        ms = run_with_deadline(lambda q=q, query=graph.query: list(query(q)), 30)
         if ms is None:
             sparql["anchor"].append(float("inf"))
             break
         sparql["anchor"].append(ms)
     for a, b in pair_ids[:4]:
         queries = [hop_query(E + f"e{a}", E + f"e{b}", h, named_graphs=False) for h in (1, 2, 3)]
-        ms = run_with_deadline(lambda: [list(graph.query(q)) for q in queries], 60)
+        ms = run_with_deadline(lambda qs=queries, query=graph.query: [list(query(q)) for q in qs], 60)
         if ms is None:
             sparql["bridge"].append(float("inf"))
             break

@@ -646,7 +646,7 @@ def _fmt(value: float | None) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"| stage | measure | ours | baseline | ratio | target | baseline is |")
+    print("| stage | measure | ours | baseline | ratio | target | baseline is |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         unit = f" {r['unit']}" if r["unit"] else ""

@@ -146,9 +146,9 @@ def scan_facts(store: Store, predicates: list[str], label_predicates: Iterable[s
             counts.append(sum(len(p) for p in subject_parts) - rows_before)
     empty = np.zeros(0, dtype=np.uint32)
     subjects = np.concatenate(subject_parts) if subject_parts else empty
-    del subject_parts
+    subject_parts.clear()  # the parts' memory, before the next concatenation
     objects = np.concatenate(object_parts) if object_parts else empty
-    del object_parts
+    object_parts.clear()
     names = [t[1:-1].decode("utf-8") for t in ids]
     extra: dict[str, int] = {}
     extra_by_id: dict[int, int] = {}

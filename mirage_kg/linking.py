@@ -1967,8 +1967,6 @@ class Linker:
     def complete(self, prefix: str, limit: int = 10) -> list[LabelMatch]:
         """Concepts with a label that starts with ``prefix`` (case, accents and punctuation folded), then those with
         a later word that does; preferred labels before synonyms, shorter labels first, one row per concept."""
-        import bisect
-
         key = fold(prefix)
         if not key or limit < 1:
             return []

@@ -430,7 +430,6 @@ class _Run:
                 self.submit(ws, "chains", chain.next_request(), chain)
             self.advance(ws)
             return
-        t = time.perf_counter()
         if stage == "decompose":
             ws.decomposition = mirage.decomposer.parse(ws.question, ws.entities, completion)
             ws.stage = "seed"

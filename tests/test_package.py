@@ -124,3 +124,20 @@ def test_only_the_store_package_knows_store_classes() -> None:
     offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if "store" not in p.relative_to(root).parts[:1]
                  and re.search(r"isinstance\([^)]*(OxigraphStore|SparqlStore)", p.read_text(encoding="utf-8"))]
     assert offenders == []
+
+
+def test_ruff_finds_nothing() -> None:
+    """The tree passes ``ruff check`` with the rules of pyproject.toml (pyflakes' F and E9: undefined names, unused
+    imports and variables, syntax errors)."""
+    import shutil
+    from pathlib import Path
+
+    ruff = shutil.which("ruff") or shutil.which("ruff", path=str(Path(sys.executable).parent))
+    if ruff is None:
+        import pytest
+
+        pytest.skip("ruff is not installed (pip install -e '.[test]')")
+    root = Path(__file__).resolve().parent.parent
+    found = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", str(root)], cwd=root,
+                           capture_output=True, text=True)
+    assert found.returncode == 0, found.stdout + found.stderr

@@ -41,7 +41,7 @@ from mirage_kg.loaders.nt_terms import (
     TYPE,
 )
 from mirage_kg.loaders.nt_terms import DEFINITION as DEFINITION_TERM
-from mirage_kg.namespaces import FULLY_SPECIFIED_NAME, GRAPH, MKG, mint, prefixes
+from mirage_kg.namespaces import FULLY_SPECIFIED_NAME, GRAPH, mint, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.terms import iri_ref

@@ -584,7 +584,7 @@ def isa_cycle(ctx: Context) -> tuple[int, list[Example]]:
         return 0, []
     child = np.concatenate([c for c, _ in batches])
     parent = np.concatenate([p for _, p in batches])
-    del batches
+    batches.clear()
     loops = np.unique(child[child == parent])  # x subClassOf x
     nodes, ends = np.unique(np.concatenate((child, parent)), return_inverse=True)
     graph = coo_matrix((np.ones(len(child), dtype=np.int8), (ends[: len(child)], ends[len(child):])),

@@ -35,7 +35,6 @@ from typing import Any
 from mirage_reason.backends.base import (
     Completion,
     CompletionRequest,
-    GenerationParams,
     ThinkMode,
     apply_stop,
     check_honoured,

@@ -8,7 +8,6 @@ citation validity and abstention.
 
 from __future__ import annotations
 
-import re
 import statistics
 import threading
 import warnings

@@ -10,10 +10,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from mirage_kg.errors import MirageError
