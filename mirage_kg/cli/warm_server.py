@@ -85,10 +85,12 @@ def server_key(kg_args: Sequence[str], serve_args: Sequence[str]) -> str:
 def _alive(state: Path) -> WarmServer | None:
     import httpx
 
+    from mirage_kg.cli.remote import client_for
+
     try:
         info = json.loads(state.read_text(encoding="utf-8"))
-        health = httpx.get(f"{info['url']}/v1/health", headers={"Authorization": f"Bearer {info['token']}"},
-                           timeout=3)
+        with client_for(info["url"], info["token"], 3) as client:
+            health = client.get("/v1/health")
     except (OSError, ValueError, KeyError, httpx.HTTPError):
         return None
     return WarmServer(info["url"], info["token"]) if health.status_code == 200 else None
@@ -180,6 +182,8 @@ def _option(args: Sequence[str], flag: str) -> str | None:
 def _wait(process: subprocess.Popen[bytes], url: str, token: str, log: Path) -> None:
     import httpx
 
+    from mirage_kg.cli.remote import client_for
+
     deadline = time.monotonic() + START_LIMIT
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -187,9 +191,9 @@ def _wait(process: subprocess.Popen[bytes], url: str, token: str, log: Path) -> 
             raise WarmServerError(f"the background mirage-kg serve exited with {process.returncode}:\n{tail}\n"
                                   f"(log: {log}; unset {WARM_ENV} to run locally)")
         try:
-            if httpx.get(f"{url}/v1/health", headers={"Authorization": f"Bearer {token}"},
-                         timeout=2).status_code == 200:
-                return
+            with client_for(url, token, 2) as client:
+                if client.get("/v1/health").status_code == 200:
+                    return
         except httpx.HTTPError:
             pass
         time.sleep(0.25)
