@@ -946,7 +946,7 @@ class Synthesizer:
             inside = [(ent, s, e) for ent, s, e in found if start <= s < at]
             # harmful substances and actions, drugs the graph contraindicates here, doses: whatever else it names
             problems += self.sentence_problems(synthesis, sentence, inside, allowed, entities=False)
-            if _RECOMMENDS.search(sentence) and not _NEGATED.search(sentence):
+            if RECOMMENDS.search(sentence) and not _NEGATED.search(sentence):
                 if not any(ent.iri in treatments for ent, _, _ in inside):
                     problems.append(Flag(f"the model's wording recommends what no claim supports: "
                                          f"{sentence.strip()!r}", "unsupported_recommendation"))
@@ -1160,7 +1160,8 @@ class Synthesizer:
 
 
 _SENTENCE_END = re.compile(r"[.!?](?:[\"')\]]|\s*\[\d+\])*(?=\s|$)")
-_RECOMMENDS = re.compile(r"\b(?:take|taking|drink|use|using|try|prescribe[sd]?|recommend\w*|treat(?:s|ed|ing)?|"
+#: a word that recommends doing something (the synthesizer's and the wording check's rule)
+RECOMMENDS = re.compile(r"\b(?:take|taking|drink|use|using|try|prescribe[sd]?|recommend\w*|treat(?:s|ed|ing)?|"
                          r"cure[sd]?|helps? (?:with|against)|relieve[sd]?|dose)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:not|never|no|avoid|don't|do not|contraindicated)\b|see a doctor|ask a doctor|"
                       r"talk to|consult", re.IGNORECASE)
