@@ -37,7 +37,7 @@ PIPELINES: dict[str, dict[str, Any]] = {
 SMALL_MODEL_BUDGETS: dict[str, int] = {
     "max_new_tokens": 96,
     "max_chain_tokens": 192,
-    "max_turns": 4,  # at most three searches, then the answer
+    "max_turns": 3,  # at most two searches, then the answer (each turn is prompt and decoding the CPU pays for)
     "max_result_lines": 10,  # each result block is prompt the CPU evaluates: ten facts per search
     "decomposer_max_new_tokens": 160,
     "synthesizer_max_new_tokens": 160,

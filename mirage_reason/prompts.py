@@ -183,13 +183,13 @@ def synthesizer_messages(question: str, facts: Sequence[str], warnings: Sequence
         user += "\nWarnings (mention them):\n" + "\n".join(f"- {w}" for w in warnings) + "\n"
     sentences, letter, lead = structured
     if sentences or letter:
-        item = '{"text": "...", "cite": the number of the fact the sentence rests on}'
         fields = (['"choice": the letter of the one correct option'] if letter else []) + (
-            ['"lead": [' + ", ".join(f'{{"text": "{label} is ...", "cite": {n}}}' for n, label in lead) + "]"]
+            ['"lead": [' + ", ".join(f'{{"cite": {n}, "text": "... {label} ..."}}' for n, label in lead) + "]"]
             if lead else []) + (
-            [f'"sentences": [{item}, ...] (at most {3 - len(lead)} more)'] if sentences else [])
-        user += ("\nReply in JSON, each text one short sentence for the patient that says what its fact says: {"
-                 + ", ".join(fields) + "}.")
+            [f'"sentences": [{{"cite": n, "text": "..."}}] (at most {3 - len(lead)} more)'] if sentences else [])
+        user += ("\nReply in JSON: {" + ", ".join(fields) + "}. Each text is one short sentence for the patient, in "
+                 "the words of its fact [n], naming what the fact is about." if sentences else
+                 "\nReply in JSON: {" + ", ".join(fields) + "}.")
     elif options:
         user += "\nStart with 'Answer: X' (the letter of the one correct option), then explain in a few sentences."
     else:

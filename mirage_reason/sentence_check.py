@@ -30,7 +30,8 @@ from mirage_kg import Entity
 if TYPE_CHECKING:
     from mirage_reason.synthesizer import Claim
 
-__all__ = ["CONNECTIVES", "NAMING_METHODS", "SAME", "assertion_gap", "content_words", "fold", "markers"]
+__all__ = ["CONNECTIVES", "NAMING_METHODS", "NEGATION_KEYS", "SAME", "SAME_WORDS", "assertion_gap", "content_words",
+           "fold", "markers"]
 
 #: the linking methods that find an entity by what the text names (its label, a synonym, its id)
 NAMING_METHODS = frozenset({"id", "exact", "normalised", "synonym"})
@@ -93,7 +94,7 @@ def fold(word: str) -> str:
 
 
 CONNECTIVES = frozenset(fold(w) for w in _CONNECTIVE_WORDS.split())
-_NEGATION_KEYS = frozenset(fold(w) for w in _NEGATIONS)
+NEGATION_KEYS = frozenset(fold(w) for w in _NEGATIONS)
 SAME: dict[str, frozenset[str]] = {}
 for _group in SAME_WORDS:
     _keys = frozenset(fold(w) for w in _group.split())
@@ -142,7 +143,7 @@ def _vocabulary(texts: Iterable[str], entities: Iterable[Entity], negations: boo
     for key in list(covered):
         covered |= SAME.get(key, frozenset())
     if not negations:
-        covered -= _NEGATION_KEYS
+        covered -= NEGATION_KEYS
     return covered
 
 

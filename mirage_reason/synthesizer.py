@@ -783,7 +783,10 @@ class Synthesizer:
         question's answer leads with what the graph says of the drug and the patient's conditions."""
         flags = list(synthesis.flags)
         raw = completion if isinstance(completion, str) or completion is None else completion.text
-        raw = render(raw, len(synthesis.facts)) if raw else raw  # a structured reply as cited sentences
+        if raw and raw.strip().startswith("{"):  # a structured reply as cited sentences, then the advice its
+            # grammar leaves no room for (the synthesizer's own sentence, as in the cited claims' verbalisation)
+            raw = render(raw, len(synthesis.facts))
+            raw = f"{raw} {SEE_A_DOCTOR}" if raw and not synthesis.options else raw
         text = _tidy(raw or "")
         if isinstance(completion, Completion) and completion.finish_reason == "length":
             text = whole_sentences(text)
@@ -973,7 +976,7 @@ class Synthesizer:
             parts.append(f"From the knowledge graph: {numbered}")
         parts += list(synthesis.gaps)
         parts += [f"Warning: {w}." for w in synthesis.warnings]
-        parts.append("Please see a doctor about your situation.")
+        parts.append(SEE_A_DOCTOR)
         return " ".join(parts)
 
     def review(self, synthesis: Synthesis, text: str, flags: Sequence[str], abstained: bool = False
@@ -1159,6 +1162,7 @@ class Synthesizer:
         return synthesis, text, flags, completion
 
 
+SEE_A_DOCTOR = "Please see a doctor about your situation."
 _SENTENCE_END = re.compile(r"[.!?](?:[\"')\]]|\s*\[\d+\])*(?=\s|$)")
 #: a word that recommends doing something (the synthesizer's and the wording check's rule)
 RECOMMENDS = re.compile(r"\b(?:take|taking|drink|use|using|try|prescribe[sd]?|recommend\w*|treat(?:s|ed|ing)?|"
