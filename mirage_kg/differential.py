@@ -34,7 +34,11 @@ CONTEXT_WEIGHT = 0.5
 #: a condition annotated with a more specific form of a finding (its rdfs:subClassOf child) explains the finding,
 #: less surely than one annotated with the finding itself
 DESCENDANT_STRENGTH = 0.6
-#: at most this many conditions tied on coverage are ranked by their fit (their profiles are read for it)
+#: how much a candidate's attestation (its finding profile's size, on a log scale, relative to the largest among the
+#: candidates) can move its score: at equal coverage a condition the sources describe at length comes before a
+#: syndrome known from a handful of features (the prior of a naive Bayes ranking, kept small)
+ATTESTATION_WEIGHT = 0.1
+#: at most this many conditions tied on coverage are scored (their profiles read), all of them, not the first by id
 TIED_POOL = 200
 MIN_LINK_SCORE = 0.7  # the retriever's and the paper's cut-off for a soft match
 
@@ -57,8 +61,8 @@ class Finding:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A condition, its score (the weighted coverage of the findings), the findings it explains and leaves
-    unexplained, the paths (one edge each) from it to every finding it explains, its profile and its fit."""
+    """A condition, its score (weighted coverage of the findings, times its fit), the findings it explains and
+    leaves unexplained, and the paths (one edge each) from it to every finding it explains."""
 
     entity: Entity
     score: float
@@ -67,13 +71,12 @@ class Candidate:
     unexplained: tuple[Entity, ...]
     paths: tuple[Path, ...]
     profile: int = 0  # the condition's findings in the KG
-    fit: float = 0.0  # the share of its profile that the question's findings make up (the tie-break)
 
     def to_json(self) -> dict[str, Any]:
         return {"entity": self.entity.to_json(), "score": round(self.score, 4), "coverage": round(self.coverage, 4),
                 "explains": [e.to_json() for e in self.explains],
                 "unexplained": [e.to_json() for e in self.unexplained],
-                "profile": self.profile, "fit": round(self.fit, 4), "paths": [p.to_json() for p in self.paths]}
+                "profile": self.profile, "paths": [p.to_json() for p in self.paths]}
 
 
 @dataclass(frozen=True)
@@ -201,11 +204,11 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
     **named condition** (a disease the question names: it explains itself), or **context** (a drug taken, a test
     done: a condition it treats or tests for explains it, at ``CONTEXT_WEIGHT``); anything else is left out. A
     finding weighs its specificity, ``log((N + 1) / (df + 1))`` over the N conditions with findings, df of them
-    having it, times its link score. A candidate's coverage (its score) is the weight of what it explains (times
-    the annotation frequencies its sources give, summed to at most 1) over the weight of all. At equal coverage the
-    better **fit** comes first: the larger share of the condition's own profile (its findings in the KG) the
-    question's findings make up (a condition with five features, three of them named, before
-    one with twelve that has the same three), then the larger profile, then the id.
+    having it, times its link score. A candidate's coverage is the weight of what it explains (times the
+    annotation frequencies its sources give, summed to at most 1) over the weight of all; its score is the
+    coverage times ``1 - ATTESTATION_WEIGHT + ATTESTATION_WEIGHT * attestation``, the attestation being
+    ``log(1 + profile) / log(1 + largest profile)`` over the candidates, a profile being a condition's findings
+    (every condition tied with the last one that can reach the top is scored, up to ``TIED_POOL``).
     The ``top`` best come back, best first, each with what it explains and leaves out and its supporting paths.
     ``descendants``: a condition annotated with a direct subclass of a finding explains
     it too (at ``DESCENDANT_STRENGTH``)."""
@@ -289,7 +292,7 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
         return Differential(question, tuple(findings_out), (), conditions)
 
     # the fit needs each candidate's profile size: only for those that can still reach the top (with every
-    # condition tied with the last of them, up to TIED_POOL: ties are what the fit decides)
+    # condition tied with the last of them, up to TIED_POOL: the first by id need not be the best attested)
     finding_rels = frozenset(r for r, role in relations.items() if role in FINDING_ROLES)
     ordered = sorted(gained, key=lambda c: (-round(gained[c], 9), c))
     size = max(3 * top, 30)
@@ -298,12 +301,13 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
         size = max(size, min(TIED_POOL, sum(1 for c in ordered if round(gained[c], 9) >= last)))
     pool = ordered[:size]
     profile = {c: len({n for _, _, n, _, _ in kg.walk(c, finding_rels)}) for c in pool}
-    role_of = {groups.rep(f.entity.iri): f.role for f in findings_out}
+    largest = math.log1p(max(profile.values(), default=0)) or 1.0
     scored = {}
     for c in pool:
-        named = sum(1 for n in support[c] if role_of[n] == "finding")
-        scored[c] = (gained[c] / total, named / max(profile[c], named, 1))
-    best = sorted(pool, key=lambda c: (-round(scored[c][0], 9), -round(scored[c][1], 9), -profile[c], c))[:top]
+        coverage = gained[c] / total
+        attestation = math.log1p(profile[c]) / largest
+        scored[c] = (coverage * (1 - ATTESTATION_WEIGHT + ATTESTATION_WEIGHT * attestation), coverage)
+    best = sorted(pool, key=lambda c: (-round(scored[c][0], 9), -round(scored[c][1], 9), c))[:top]
 
     names = kg.labels(set(best) | {x for c in best for e in support[c].values() if e for x in (e[1], e[3])})
     relmeta = kg.relations({e[2] for c in best for e in support[c].values() if e})
@@ -325,8 +329,8 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
         # context the candidate does not touch is no gap in it: only findings and named conditions are "unexplained"
         unexplained = tuple(f.entity for f in findings_out
                             if f.role != "context" and groups.rep(f.entity.iri) not in support[c])
-        out.append(Candidate(Entity(c, names[c]), scored[c][0], scored[c][0], tuple(explains), unexplained,
-                             tuple(paths), profile[c], scored[c][1]))
+        out.append(Candidate(Entity(c, names[c]), scored[c][0], scored[c][1], tuple(explains), unexplained,
+                             tuple(paths), profile[c]))
     iri_of = {groups.rep(f.entity.iri): f.entity.iri for f in findings_out}
     covered = {c: (gained[c] / total, tuple(iri_of[n] for n in support[c])) for c in gained}
     return Differential(question, tuple(findings_out), tuple(out), conditions, coverage_of=covered)

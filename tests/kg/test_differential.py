@@ -205,31 +205,15 @@ def _triples_kg(tmp_path: Path, lines: list[str]) -> KnowledgeGraph:
     return KnowledgeGraph(store, embedding_model="none")
 
 
-def test_a_tie_goes_to_the_better_fit_not_the_longer_list(tmp_path: Path) -> None:
-    """Two conditions explain the same findings equally (EMCKG's short symptom lists tie often): the one whose own
-    profile the findings make up more of comes first (three of its four symptoms named, against three of its ten),
-    whatever the names or the longer list; the candidates carry their fit."""
-    long_list = [f"Alpha_disease\thas_symptom\tSymptom_{i}" for i in range(1, 11)]
-    short_list = [f"Zeta_disease\thas_symptom\tSymptom_{i}" for i in (1, 2, 3, 11)]
-    others = ["Omega_disease\thas_symptom\tSymptom_1", "Omega_disease\thas_symptom\tSymptom_12"]
-    kg = _triples_kg(tmp_path, long_list + short_list + others)
-    result = differential(kg, ["KG:Symptom_1", "KG:Symptom_2", "KG:Symptom_3"], top=3)
-    assert _labels(result) == ["Zeta disease", "Alpha disease", "Omega disease"]
-    zeta, alpha = result.candidates[:2]
-    assert zeta.coverage == pytest.approx(alpha.coverage) == pytest.approx(1.0)
-    assert (zeta.profile, alpha.profile) == (4, 10)
-    assert zeta.fit == pytest.approx(0.75) and alpha.fit == pytest.approx(0.3)
-    assert result.to_json()["candidates"][0]["fit"] == 0.75
-
-
-def test_conditions_tied_past_the_pool_are_ranked_by_fit_too(tmp_path: Path) -> None:
-    """A finding forty conditions share ties them all: the best fit among every one of them comes first, not the
-    best among the first thirty by id."""
+def test_conditions_tied_past_the_pool_are_all_scored(tmp_path: Path) -> None:
+    """A finding forty conditions share ties them all on coverage: the best attested among every one of them (the
+    largest profile) comes first, not the best among the first thirty by id."""
     lines = [f"Disease_{i:02d}\thas_symptom\tFatigue" for i in range(40)]
-    lines += [f"Disease_{i:02d}\thas_symptom\tOther_{i}_{j}" for i in range(39) for j in range(3)]
+    lines += [f"Disease_{i:02d}\thas_symptom\tOther_{i}_{j}" for i in range(40) for j in range(6 if i == 39 else 2)]
     kg = _triples_kg(tmp_path, lines)
     result = differential(kg, ["KG:Fatigue"], top=3)
-    assert result.candidates[0].entity.label == "Disease 39" and result.candidates[0].fit == pytest.approx(1.0)
+    assert result.candidates[0].entity.label == "Disease 39" and result.candidates[0].profile == 7
+    assert all(c.coverage == pytest.approx(1.0) for c in result.candidates)
 
 
 def test_a_soft_match_of_a_named_condition_is_not_swapped_for_a_finding_it_resembles(tmp_path: Path) -> None:
