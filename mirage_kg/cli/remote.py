@@ -52,38 +52,39 @@ def fetch(path: str, *, params: dict[str, Any] | None = None, body: dict[str, An
     ``RemoteError`` says what went wrong."""
     import httpx
 
+    named = SERVER_ENV if url is None else "MIRAGE_KG_WARM"  # what the message tells the user to unset
     url = url or server_url()
     if url is None:
         raise InputError(f"{SERVER_ENV} is not set")
     try:
         with client_for(url, token, httpx.Timeout(10.0, read=None)) as client:
-            info = _answer(client.get("/v1/health"), url)
-            _same_store(url, str(info.get("store", "")), store, endpoint)
+            info = _answer(client.get("/v1/health"), url, named)
+            _same_store(url, str(info.get("store", "")), store, endpoint, named)
             if needs_model and not info.get("asks"):
-                raise RemoteError(f"the server at {url} ({SERVER_ENV}) runs without a model (--no-ask); unset "
-                                  f"{SERVER_ENV} to run this locally")
+                raise RemoteError(f"the server at {url} ({named}) runs without a model (--no-ask); unset "
+                                  f"{named} to run this locally")
             response = client.post(path, json=body) if body is not None else client.get(path, params=params)
-            return _answer(response, url)
+            return _answer(response, url, named)
     except httpx.HTTPError as exc:
-        raise RemoteError(f"the server at {url} ({SERVER_ENV}) did not answer: {exc}; start it with "
-                          f"`mirage-kg serve` or unset {SERVER_ENV}") from None
+        raise RemoteError(f"the server at {url} ({named}) did not answer: {exc}; start it with "
+                          f"`mirage-kg serve` or unset {named}") from None
 
 
-def _answer(response: Any, url: str) -> Any:
+def _answer(response: Any, url: str, named: str = SERVER_ENV) -> Any:
     if response.status_code == 200:
         return response.json()
     try:
         message = response.json()["error"]["message"]
     except Exception:
         message = response.text[:300]
-    raise RemoteError(f"the server at {url} ({SERVER_ENV}) answered {response.status_code}: {message}")
+    raise RemoteError(f"the server at {url} ({named}) answered {response.status_code}: {message}")
 
 
-def _same_store(url: str, location: str, store: str | None, endpoint: str | None) -> None:
+def _same_store(url: str, location: str, store: str | None, endpoint: str | None, named: str = SERVER_ENV) -> None:
     asked = endpoint or (str(Path(store).resolve()) if store else None)
     if asked is None and os.environ.get("MIRAGE_KG_STORE"):
         asked = str(Path(os.environ["MIRAGE_KG_STORE"]).resolve())
     served = location if location.startswith(("http://", "https://", "memory")) else str(Path(location).resolve())
     if asked is not None and asked != served:
-        raise InputError(f"the server at {url} ({SERVER_ENV}) serves {location}, not {asked}; start one on that "
-                         f"store (mirage-kg serve --store ...) or unset {SERVER_ENV}")
+        raise InputError(f"the server at {url} ({named}) serves {location}, not {asked}; start one on that "
+                         f"store (mirage-kg serve --store ...) or unset {named}")

@@ -192,8 +192,11 @@ def _wait(process: subprocess.Popen[bytes], url: str, token: str, log: Path) -> 
                                   f"(log: {log}; unset {WARM_ENV} to run locally)")
         try:
             with client_for(url, token, 2) as client:
-                if client.get("/v1/health").status_code == 200:
-                    return
+                health = client.get("/v1/health")
+            # ready once the linker is warm too (label embeddings and embedding model loaded): a first link or ask
+            # sent before would wait for them past the server's request time limit
+            if health.status_code == 200 and health.json().get("linker_warm", True):
+                return
         except httpx.HTTPError:
             pass
         time.sleep(0.25)
