@@ -8,6 +8,7 @@ facts page through (``Graph.walk``: a fact stored both ways, or by several membe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -226,14 +227,12 @@ def annotations_page(graph: Graph, entity: Entity, offset: int = 0, limit: int =
     """The annotations on the concept's edges (where it is the annotated disease or the annotated feature):
     asserted before negated (``NOT`` rows), the most frequent first, then by the other end's label; ``limit`` from
     ``offset``, each with its frequency, evidence, onset, sex, modifiers, references and source graph."""
-    from mirage_kg.ranking import frequency_value
-
     _check_page(offset, limit)
     members = _members(graph, entity)
     nodes = _annotation_nodes(graph, members)
     inside = set(members)
     names = graph.labels({x for _, s, _, o, _, _ in nodes for x in (s, o)})
-    nodes.sort(key=lambda n: (n[5], -frequency_value(n[4]), names[n[3] if n[1] in inside else n[1]].lower(),
+    nodes.sort(key=lambda n: (n[5], -_share_for_order(n[4]), names[n[3] if n[1] in inside else n[1]].lower(),
                               compress(n[2]), n[0]))
     page = nodes[offset:offset + limit]
     details: dict[str, dict[str, list[str]]] = {n[0]: {} for n in page}
@@ -267,6 +266,21 @@ def annotations_page(graph: Graph, entity: Entity, offset: int = 0, limit: int =
 
 def _first(values: list[str] | None) -> str | None:
     return sorted(values)[0] if values else None
+
+
+def _share_for_order(frequency: str | None) -> float:
+    """How frequent an annotation reads for ordering: an ``n/m`` cohort by the lower end of its 95% Wilson interval
+    (1/1 is not "100%" ahead of a very frequent feature seen in hundreds), anything else as ``frequency_value``."""
+    from mirage_kg.ranking import frequency_value
+
+    share = frequency_value(frequency)
+    n, _, m = (frequency or "").partition("/")
+    if not (n.strip().isdigit() and m.strip().isdigit() and int(m) > 0):
+        return share
+    z, total = 1.96, int(m)
+    centre = share + z * z / (2 * total)
+    spread = z * math.sqrt(share * (1 - share) / total + z * z / (4 * total * total))
+    return (centre - spread) / (1 + z * z / total)
 
 
 #: HPO's frequency terms as HPO defines them (the KG may not hold the terms themselves)
