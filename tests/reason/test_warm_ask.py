@@ -210,3 +210,39 @@ def _running(pid: int) -> bool:
 def test_warm_start_setting_is_checked() -> None:
     result = CliRunner().invoke(main, ["ask", QUESTION], env={"MIRAGE_KG_WARM": "soon", "MIRAGE_KG_SERVER": None})
     assert result.exit_code == 1 and "MIRAGE_KG_WARM='soon'" in result.output
+
+
+def test_a_background_server_is_ready_once_its_linker_is_warm(tmp_path: Path) -> None:
+    """A first request sent while the server still loads its embedding model would wait past its time limit."""
+    import subprocess
+    import sys
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from mirage_kg.cli.warm_server import _wait
+
+    asked: list[bool] = []
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's protocol
+            warm = len(asked) >= 3
+            asked.append(warm)
+            body = json.dumps({"status": "ok", "linker_warm": warm}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _wait(stand_in, f"http://127.0.0.1:{server.server_address[1]}", "t" * 12, tmp_path / "log")
+        assert asked == [False, False, False, True]
+    finally:
+        stand_in.kill()
+        server.shutdown()
