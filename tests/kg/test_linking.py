@@ -564,11 +564,11 @@ def test_onnx_runtime_encodes_the_same_vectors_as_torch(tmp_path: Path, monkeypa
 
     monkeypatch.setenv("MIRAGE_KG_CACHE", str(tmp_path))
     texts = ["Marfan syndrome", "Aortic root aneurysm", "a", "Ehlers-Danlos syndrome, hypermobility type"] * 3
-    embedder = Embedder()
+    embedder = Embedder(precision="fp32")  # ONNX Runtime where installed (int8 and bfloat16: their own tests)
     fast = embedder.encode_many(texts, batch_size=5)
     assert list(tmp_path.glob("onnx/*.onnx")) and embedder._onnx is not None  # it did run through ONNX Runtime
     monkeypatch.setenv("MIRAGE_KG_ONNX", "0")
-    plain = Embedder().encode_many(texts)
+    plain = Embedder(precision="fp32").encode_many(texts)
     assert fast.shape == plain.shape and float(np.abs(fast - plain).max()) < 1e-4
 
 
@@ -582,14 +582,16 @@ def test_bench_embeddings_runs_both_ways_on_the_same_labels(tmp_path: Path) -> N
     root = Path(__file__).resolve().parent.parent.parent
     # MiniLM only: the static model's distillation (minutes) has its own tests in test_static_embeddings.py
     out = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_embeddings.py"), "--labels", "16",
-                          "--pool", "40", "--typos", "5", "--questions", "3", "--models", "old", "--json"],
+                          "--pool", "40", "--typos", "5", "--questions", "3", "--models", "fp32,int8",
+                          "--rounds", "2", "--json"],
                          capture_output=True, text=True, check=True, cwd=root,
-                         env={**os.environ, "MIRAGE_KG_CACHE": str(tmp_path), "PYTHONPATH": str(root),
-                              "MIRAGE_KG_ONNX": "0"})  # the ONNX export has its own test above
+                         env={**os.environ, "MIRAGE_KG_CACHE": str(tmp_path), "PYTHONPATH": str(root)})
     figures = json.loads(out.stdout[out.stdout.index("{"):])
-    old = figures["old"]
+    old, new = figures["fp32"], figures["int8"]
     assert figures["labels"] == 16 and old["max_abs_difference"] < 1e-4  # the build's vectors are the model's
     assert old["labels_per_s"] > 0 and 0 <= old["typo_recall_at_5"] <= 1
+    assert new["cosine_to_fp32_mean"] > 0.98 and new["speed_ratio"] > 0  # int8: MiniLM's vectors, same run
+    assert new["cache_key"] != old["cache_key"] == "all-MiniLM-L6-v2"
 
 
 def test_acronym_synonyms_match_only_as_written(tmp_path: Path) -> None:

@@ -34,8 +34,8 @@ def tiny_static(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_static_model_is_a_distinct_cache_key() -> None:
-    static, minilm = Embedder(STATIC_EMBEDDING_MODEL), Embedder(DEFAULT_EMBEDDING_MODEL)
-    assert minilm.cache_key == DEFAULT_EMBEDDING_MODEL  # MiniLM's cached vectors stay valid
+    static, minilm = Embedder(STATIC_EMBEDDING_MODEL), Embedder(DEFAULT_EMBEDDING_MODEL, precision="fp32")
+    assert minilm.cache_key == DEFAULT_EMBEDDING_MODEL  # MiniLM's float32 cached vectors stay valid
     assert static.cache_key != minilm.cache_key and "model2vec" in static.cache_key
     store = OxigraphStore()
     ensure_schema(store)
