@@ -164,8 +164,12 @@ class Store(abc.ABC):
         names = ("s", "p", "o")
         pattern = " ".join(t if t else f"?{n}" for t, n in zip(terms, names))
         binds = "".join(f" BIND({t} AS ?{n})" for t, n in zip(terms, names) if t)
-        where = f"GRAPH {iri_ref(graph)} {{ {pattern} }} BIND({iri_ref(graph)} AS ?g)" if graph else \
-            f"GRAPH ?g {{ {pattern} }}"
+        if graph and all(terms):  # Virtuoso 7 matches ``GRAPH <g> { three constants }`` in any graph: ?g, filtered
+            where = f"GRAPH ?g {{ {pattern} }} FILTER(?g = {iri_ref(graph)})"
+        elif graph:
+            where = f"GRAPH {iri_ref(graph)} {{ {pattern} }} BIND({iri_ref(graph)} AS ?g)"
+        else:
+            where = f"GRAPH ?g {{ {pattern} }}"
         for row in self.select_all(f"SELECT ?s ?p ?o ?g WHERE {{ {where}{binds} }}"):
             yield Quad(row["s"], row["p"], row["o"], row["g"].value)
 
