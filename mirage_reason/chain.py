@@ -427,7 +427,10 @@ class Chain:
         labels = list(self.reachable)
         searchable = (self.spec.search and bool(labels) and self.blocks < cfg.n_r and self.turns + 1 < cfg.max_turns
                       and self.remaining_tokens >= 2 * _ACTION_TOKENS + min(cfg.max_new_tokens, _ANSWER_RESERVE))
-        text = {"type": "string", "minLength": min(8, asked), "maxLength": max(40, 3 * (asked - _ACTION_OVERHEAD))}
+        # at most two characters a token: medical words split finely, and an answer cut by its max tokens is
+        # garbled (SmolLM2 overran three characters a token on 3 of 61 chains)
+        text = {"type": "string", "minLength": min(8, asked),
+                "maxLength": max(40, _CHARS_PER_TOKEN * (asked - _ACTION_OVERHEAD))}
         options = parse_options(self.spec.question or self.spec.sub_question)
         if options:  # a multiple-choice question: the letter is a constrained choice, then the reasons
             answer = _action("answer", choice={"enum": list(LETTERS[: len(options)])}, answer=text)
@@ -718,6 +721,7 @@ class ChainRunner:
 _ACTION_TOKENS = 40  # what a search action takes, at most (its JSON and entity names)
 _ANSWER_RESERVE = 64  # tokens kept for the answer action after a search
 _ACTION_OVERHEAD = 12  # the answer action's JSON around its text
+_CHARS_PER_TOKEN = 2  # the answer text's characters per token it may take, at most
 
 
 def _action(name: str, **fields: Any) -> dict[str, Any]:

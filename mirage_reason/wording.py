@@ -172,8 +172,8 @@ _MARKER = re.compile(r"\s*\[\d+\]")
 
 def render(raw: str, n_facts: int) -> str:
     """The writer's JSON reply as text: "Answer: X" (a constrained letter) then each sentence with its ``[n]``
-    citation at its end. A reply cut by its max tokens keeps its finished sentences; text that is not such a
-    reply (an engine that wrote free text) is returned as it is."""
+    citation at its end, each said once. A reply cut by its max tokens keeps its finished sentences; text that is
+    not such a reply (an engine that wrote free text) is returned as it is."""
     stripped = raw.strip()
     if not stripped.startswith("{"):
         return raw
@@ -195,7 +195,8 @@ def render(raw: str, n_facts: int) -> str:
     sentences = []
     for text, cite in items:
         text = " ".join(_MARKER.sub("", text).split()).rstrip(" .;,")
-        if text and 1 <= cite <= n_facts:
-            sentences.append(f"{text[0].upper()}{text[1:]} [{cite}].")
+        sentence = f"{text[0].upper()}{text[1:]} [{cite}]." if text else ""
+        if sentence and 1 <= cite <= n_facts and sentence not in sentences:  # a sentence said twice, once
+            sentences.append(sentence)
     head = f"Answer: {choice}" if isinstance(choice, str) and choice else ""
     return "\n\n".join(part for part in (head, " ".join(sentences)) if part)

@@ -61,6 +61,10 @@ def test_render_cites_every_sentence_and_keeps_finished_ones_of_a_cut_reply() ->
     cut = whole[: whole.index("See a")]
     assert render(cut, 2) == "Answer: C\n\nAsthma causes wheezing [1]."
     assert render("Plain text from an engine that cannot constrain.", 2).startswith("Plain text")
+    # SmolLM2 repeated a sentence word for word ("Saliva Substitutes is a medication for ... [1]." twice)
+    twice = json.dumps({"sentences": [{"cite": 1, "text": "asthma has symptom Wheezing"},
+                                      {"cite": 1, "text": "Asthma has symptom Wheezing"}]})
+    assert render(twice, 1) == "Asthma has symptom Wheezing [1]."
 
 
 def test_the_whole_loop_runs_on_structured_output() -> None:
