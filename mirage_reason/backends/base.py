@@ -164,7 +164,9 @@ class OutputConstraint:
         if self.choices:
             return None if text in self.choices else f"{text[:80]!r} is none of {', '.join(self.choices)}"
         try:
-            value = json.loads(text)
+            # a raw line break inside a string is content, not a broken reply: llama-cpp-python's schema
+            # converter lets a string hold control characters (llama.cpp's own excludes them)
+            value = json.loads(text, strict=False)
         except ValueError as exc:
             return f"not JSON ({exc})"
         try:
@@ -181,7 +183,7 @@ class OutputConstraint:
         problem = self.check(text)
         if problem is not None:
             raise ValueError(problem)
-        return text if self.choices else json.loads(text)
+        return text if self.choices else json.loads(text, strict=False)
 
 
 def _gbnf_literal(text: str) -> str:

@@ -668,3 +668,15 @@ def test_idle_cores_on_this_machine_ignores_our_own_busy_thread() -> None:
     own = float(choice.reason.split("this process's own ")[1].split(" ")[0])
     assert own > 0  # it saw our spinning thread (however little CPU a loaded machine gave it) ...
     assert 1 <= choice.threads <= cores.usable_cores()  # ... and took it out of the busy count
+
+
+def test_a_string_holding_a_raw_line_break_is_inside_its_schema() -> None:
+    # llama-cpp-python's schema converter lets a JSON string hold control characters (SmolLM2 wrote an answer
+    # action with a raw line break in its answer): the value is in the schema, so it parses, not "not JSON"
+    from mirage_reason.backends.base import OutputConstraint
+
+    schema = OutputConstraint(json_schema={"type": "object", "properties": {"answer": {"type": "string"}},
+                                           "required": ["answer"]})
+    text = '{"answer": "Panic disorder\nfits"}'
+    assert schema.check(text) is None and schema.parse(text) == {"answer": "Panic disorder\nfits"}
+    assert schema.check('{"answer": 3}') and schema.check('{"answer": "cut')
