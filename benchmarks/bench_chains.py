@@ -55,7 +55,7 @@ def make_backend(name: str, threads: str = "auto") -> Any:
 
 
 def timed_run(kg: Any, backend: Any, config: Any, questions: list[str], tags: list[Any]) -> dict[str, Any]:
-    from mirage_reason.chain import ChainRunner, ChainSpec
+    from mirage_reason.pipeline.chain import ChainRunner, ChainSpec
 
     specs = [ChainSpec(q, q, tuple(kg.retrieve(q, budget=config.retrieve_budget).evidence), tag=tag, sample=sample)
              for q, (tag, sample) in zip(questions, tags)]
@@ -71,7 +71,7 @@ def timed_run(kg: Any, backend: Any, config: Any, questions: list[str], tags: li
 
 def bench(kg: Any, name: str, chains: int, tokens: int, seed: int | None = None,
           threads: str = "auto") -> dict[str, Any]:
-    from mirage_reason.config import MirageConfig
+    from mirage_reason.pipeline.config import MirageConfig
 
     backend = make_backend(name, threads)
     config = MirageConfig(max_new_tokens=tokens, max_chain_tokens=tokens, max_turns=3, n_r=2, seed=seed,

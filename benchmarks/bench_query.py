@@ -241,9 +241,9 @@ def typo(text: str, rng: random.Random) -> str:
 
 
 def bench_linking(quick: bool, seed: int) -> dict[str, Any]:
-    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.kg import KnowledgeGraph
     from mirage_kg.store import OxigraphStore, ensure_schema
-    from mirage_kg.terms import iri_ref, literal
+    from mirage_kg.model.terms import iri_ref, literal
 
     terms, origin = hpo_dictionary()
     store = OxigraphStore()
@@ -313,7 +313,7 @@ def main() -> None:
         print_linking(bench_linking(args.quick, args.seed))
         return
 
-    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.kg import KnowledgeGraph
     from mirage_kg.store import OxigraphStore, ensure_schema
 
     entities = 10_000 if args.quick else 100_000
@@ -397,7 +397,7 @@ def main() -> None:
     }
     # rdflib's SPARQL engine on the SPARQL KnowledgeGraph sends an endpoint (default-graph form; a handful of
     # queries: it is slow): anchor's neighbourhood SELECT, and bridge's 1-, 2- and 3-hop SELECTs
-    from mirage_kg.graph import hop_query
+    from mirage_kg.graph.core import hop_query
 
     sparql: dict[str, list[float]] = {"anchor": [], "bridge": []}
     for i in anchor_ids[:5]:

@@ -220,8 +220,8 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool, cold: boo
     os.environ["MIRAGE_KG_PROGRESS"] = "0"
     import pyoxigraph as ox
 
-    from mirage_kg.graph import hop_query
-    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.graph.core import hop_query
+    from mirage_kg.kg import KnowledgeGraph
     from mirage_kg.store import OxigraphStore
 
     store = OxigraphStore(store_dir)
@@ -304,7 +304,7 @@ def _times(func: Any, items: list[Any], cpu: list[float] | None = None, before: 
 def _variant(name: str) -> str:
     """The name as only a normalised match finds it: upper case, hyphens for spaces and, where ``singular`` reads
     it back as this name (not after a final s, i, u or xe: "tiss", "kis", "jus", "xes"), a plural ``s``."""
-    from mirage_kg.linking import normalise
+    from mirage_kg.linking.linker import normalise
 
     plain = name.upper().replace(" ", "-")
     return plain + "s" if normalise(plain + "s") == normalise(name) else plain
@@ -314,7 +314,7 @@ def child_index(store_dir: str, cache: str) -> dict[str, Any]:
     """Build the label index (an SQLite file in ``cache``): its time, size and counts; the peak RSS is the parent's
     reading of this process."""
     os.environ["MIRAGE_KG_PROGRESS"] = "0"
-    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.kg import KnowledgeGraph
     from mirage_kg.store import OxigraphStore
 
     kg = KnowledgeGraph(OxigraphStore(store_dir), embedding_model="none", cache_dir=Path(cache))
@@ -376,8 +376,8 @@ def child_link(store_dir: str, seed: int, quick: bool, cache: str, cold: bool = 
     os.environ["MIRAGE_KG_PROGRESS"] = "0"
     from rapidfuzz import fuzz, process
 
-    from mirage_kg.knowledge import KnowledgeGraph
-    from mirage_kg.linking import fold
+    from mirage_kg.kg import KnowledgeGraph
+    from mirage_kg.linking.linker import fold
     from mirage_kg.store import OxigraphStore
 
     store = OxigraphStore(store_dir)

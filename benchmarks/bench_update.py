@@ -48,7 +48,7 @@ print(store.triple_count(sys.argv[2]))
 
 RELEASED = """
 import sys
-from mirage_kg.namespaces import compress
+from mirage_kg.model.namespaces import compress
 from mirage_kg.releases import releases
 from mirage_kg.store import OxigraphStore
 print(" ".join(compress(g) for g in releases(OxigraphStore(sys.argv[1], read_only=True))))
@@ -209,7 +209,7 @@ def measure(shape: str, work: Path, triples: int, changed: float, seed: int) -> 
 
 
 def _expand(curie: str) -> str:
-    from mirage_kg.namespaces import expand
+    from mirage_kg.model.namespaces import expand
 
     return expand(curie)
 

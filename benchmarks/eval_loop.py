@@ -40,13 +40,13 @@ FALLBACK = ("The knowledge graph points to", "From the knowledge graph:")  # the
 
 
 def gold_ids(names: str) -> set[str]:
-    from mirage_kg.namespaces import ENTITY, compress, mint
+    from mirage_kg.model.namespaces import ENTITY, compress, mint
 
     return {compress(mint(ENTITY, n.strip())) for n in names.split(",") if n.strip()}
 
 
 def emckg() -> Any:
-    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.kg import KnowledgeGraph
     from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
     from mirage_kg.store import OxigraphStore, ensure_schema
 
@@ -134,8 +134,8 @@ def main() -> None:
     torch.set_num_threads(1)
     from mirage_kg import KnowledgeGraph, demo_store
     from mirage_reason.backends.llamacpp_backend import LlamaCppBackend
-    from mirage_reason.config import SMALL_MODEL_BUDGETS, MirageConfig
-    from mirage_reason.coordinator import Mirage
+    from mirage_reason.pipeline.config import SMALL_MODEL_BUDGETS, MirageConfig
+    from mirage_reason.pipeline.coordinator import Mirage
 
     backend = LlamaCppBackend("smollm2")
     configs = {m: MirageConfig(**SMALL_MODEL_BUDGETS, seed=args.seed, structured=MODES[m]) for m in modes}

@@ -24,7 +24,7 @@ DATA = Path(os.environ.get("MIRAGE_KG_SHARED_DATA", ROOT.parent / "shared" / "da
 
 def gold_ids(names: str) -> set[str]:
     """EMCKG names (``_`` for spaces, comma-separated) -> entity CURIEs as the triples loader mints them."""
-    from mirage_kg.namespaces import ENTITY, compress, mint
+    from mirage_kg.model.namespaces import ENTITY, compress, mint
 
     return {compress(mint(ENTITY, n.strip())) for n in names.split(",") if n.strip()}
 
@@ -47,7 +47,7 @@ def emckg_questions(embedding_model: str | None, threads: int = 1, limit: int = 
     except ImportError:
         pass
 
-    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.kg import KnowledgeGraph
     from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
     from mirage_kg.store import OxigraphStore, ensure_schema
 
@@ -69,7 +69,7 @@ def main() -> None:
     args = parser.parse_args()
 
     kg, rows = emckg_questions(args.embedding_model, args.threads, args.limit)
-    from mirage_kg.retrieval import Retriever
+    from mirage_kg.retrieval.retriever import Retriever
 
     start = time.perf_counter()
     kg.linker.index  # noqa: B018 - build the indexes before timing questions

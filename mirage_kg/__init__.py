@@ -10,39 +10,39 @@ from typing import Any
 
 from mirage_kg.errors import (AmbiguousNameError, EndpointError, InputError, MirageError, MissingExtraError, QueryError, StoreError,
                               UnknownEntityError, UpdateRefusedError)
-from mirage_kg.model import Entity, Evidence, Path, Relation, Step
-from mirage_kg.namespaces import compress, expand, ontologies_dir
+from mirage_kg.model.records import Entity, Evidence, Path, Relation, Step
+from mirage_kg.model.namespaces import compress, expand, ontologies_dir
 from mirage_kg.store import OxigraphStore, SparqlStore, Store, demo_store, open_store, check_read_only
 
 __version__ = "0.1.0"
 
 # Public names that live in modules with heavier imports, resolved on first use.
 _LAZY = {
-    "KnowledgeGraph": "mirage_kg.knowledge",
+    "KnowledgeGraph": "mirage_kg.kg",
     "KnowledgeGraphLike": "mirage_kg.protocols",
     "LinkerLike": "mirage_kg.protocols",
-    "Graph": "mirage_kg.graph",
-    "Neighbour": "mirage_kg.graph",
-    "Linker": "mirage_kg.linking",
-    "Mention": "mirage_kg.linking",
-    "Candidate": "mirage_kg.linking",
-    "ClinicalVocabulary": "mirage_kg.kinds",
-    "clinical_vocabulary": "mirage_kg.kinds",
-    "Retriever": "mirage_kg.retrieval",
-    "RetrievalResult": "mirage_kg.retrieval",
-    "Differential": "mirage_kg.differential",
-    "DiagnosisCandidate": "mirage_kg.differential",
-    "differential_diagnosis": "mirage_kg.differential",
+    "Graph": "mirage_kg.graph.core",
+    "Neighbour": "mirage_kg.graph.core",
+    "Linker": "mirage_kg.linking.linker",
+    "Mention": "mirage_kg.linking.linker",
+    "Candidate": "mirage_kg.linking.linker",
+    "ClinicalVocabulary": "mirage_kg.model.kinds",
+    "clinical_vocabulary": "mirage_kg.model.kinds",
+    "Retriever": "mirage_kg.retrieval.retriever",
+    "RetrievalResult": "mirage_kg.retrieval.retriever",
+    "Differential": "mirage_kg.retrieval.differential",
+    "DiagnosisCandidate": "mirage_kg.retrieval.differential",
+    "differential_diagnosis": "mirage_kg.retrieval.differential",
     "validate": "mirage_kg.validation",
-    "compute_stats": "mirage_kg.stats",
-    "anchor_json": "mirage_kg.json_output",
-    "bridge_json": "mirage_kg.json_output",
-    "link_json": "mirage_kg.json_output",
-    "sparql_json": "mirage_kg.json_output",
-    "resolve_name": "mirage_kg.resolution",
-    "Resolution": "mirage_kg.resolution",
+    "compute_stats": "mirage_kg.graph.stats",
+    "anchor_json": "mirage_kg.graph.json_output",
+    "bridge_json": "mirage_kg.graph.json_output",
+    "link_json": "mirage_kg.graph.json_output",
+    "sparql_json": "mirage_kg.graph.json_output",
+    "resolve_name": "mirage_kg.graph.resolution",
+    "Resolution": "mirage_kg.graph.resolution",
     "release_citations": "mirage_kg.releases.provenance",
-    "Term": "mirage_kg.terms",
+    "Term": "mirage_kg.model.terms",
     "REMOTE_SERVER_ENV": "mirage_kg.cli.remote",
     "remote_fetch": "mirage_kg.cli.remote",
     "remote_server_url": "mirage_kg.cli.remote",

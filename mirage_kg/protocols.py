@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from mirage_kg.model import Entity, Path, Step
+from mirage_kg.model.records import Entity, Path, Step
 
 if TYPE_CHECKING:
-    from mirage_kg.linking import Candidate, Mention
-    from mirage_kg.retrieval import RetrievalResult
+    from mirage_kg.linking.linker import Candidate, Mention
+    from mirage_kg.retrieval.retriever import RetrievalResult
     from mirage_kg.store.base import Store
 
 

@@ -13,12 +13,13 @@ import click
 from mirage_kg import MirageError
 
 from mirage_reason.backends.defaults import DEFAULT_GPU_MODEL, ENGINES, choose_engine, is_small_model
-from mirage_reason.config import PIPELINES, SMALL_MODEL_BUDGETS, MirageConfig, parse_settings
-from mirage_reason.support import valid_text
+from mirage_reason.pipeline.config import PIPELINES, SMALL_MODEL_BUDGETS, MirageConfig, parse_settings
+from mirage_reason.pipeline.support import valid_text
+from mirage_reason.render.html import render_answer
 
 if TYPE_CHECKING:
     from mirage_reason.backends.base import Backend
-    from mirage_reason.coordinator import Answer
+    from mirage_reason.answer import Answer
 
 __all__ = ["ask", "ask_config", "build_backend", "serve_backend"]
 
@@ -211,7 +212,7 @@ def ask(question: str, store: str | None, endpoint: str | None, backend_kind: st
     try:
         from mirage_kg import KnowledgeGraph, open_store
 
-        from mirage_reason.coordinator import Mirage
+        from mirage_reason.pipeline.coordinator import Mirage
 
         kg = KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model)
         if script is not None:
@@ -228,7 +229,7 @@ def ask(question: str, store: str | None, endpoint: str | None, backend_kind: st
         if backend is not None:
             backend.close()
     if html_file is not None:
-        FsPath(html_file).write_text(valid_unicode(answer.to_html()), encoding="utf-8")
+        FsPath(html_file).write_text(valid_unicode(render_answer(answer)), encoding="utf-8")
         click.echo(f"wrote {html_file}", err=True)
     if as_json:
         click.echo(valid_unicode(json.dumps(answer.to_json(), indent=2, ensure_ascii=False)))

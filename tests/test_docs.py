@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mirage_kg.namespaces import ontologies_dir
+from mirage_kg.model.namespaces import ontologies_dir
 from mirage_kg.store import OxigraphStore, ensure_schema
 from mirage_kg.store.opening import DEMO_GRAPH
 

@@ -84,14 +84,14 @@ def test_the_check_finds_a_private_import(tmp_path: Path) -> None:
     source = tmp_path / "probe.py"
     source.write_text("from mirage_kg.store.oxigraph import _OPEN_WRITERS, to_term\n"
                       "from mirage_kg.store import oxigraph\n"
-                      "import mirage_kg.graph as g\n"
+                      "import mirage_kg.graph.core as g\n"
                       "from . import _sibling\n"
                       "from mirage_kg import __version__\n"
                       "oxigraph._pump\ng._private_thing\ng.KnowledgeGraph\n_own = 1\n", encoding="utf-8")
     hits = list(private_imports("mirage_kg.store.probe", source))
     assert [hit.split(": ", 1)[1] for hit in hits] == [
         "from mirage_kg.store.oxigraph import _OPEN_WRITERS", "from mirage_kg.store import _sibling",
-        "oxigraph._pump (mirage_kg.store.oxigraph)", "g._private_thing (mirage_kg.graph)"]
+        "oxigraph._pump (mirage_kg.store.oxigraph)", "g._private_thing (mirage_kg.graph.core)"]
 
 
 @pytest.mark.parametrize("module", sorted(name for name in MODULES if name.startswith("mirage_kg")))

@@ -57,7 +57,7 @@ def build(engine: str, dry_run: bool) -> Any:
 
 def run(engine: str, requests: int, new_tokens: int, dry_run: bool) -> dict[str, Any]:
     from mirage_reason.backends import CompletionRequest, GenerationParams, OutputConstraint
-    from mirage_reason import prompts
+    from mirage_reason.pipeline import prompts
 
     try:
         backend = build(engine, dry_run)

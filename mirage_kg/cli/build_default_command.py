@@ -33,7 +33,7 @@ def build_default(store: Path | None, endpoint: str | None, only: tuple[str, ...
     (simple-icd-10-cm), one named graph each, plus the label matches that join the disease sources into one
     concept each; then the query indexes. Cite HPO and MONDO as their licences ask (docs/sources.md)."""
     from mirage_kg.loaders.base import LoadReport
-    from mirage_kg.loaders.default_kg import SOURCES, build_default_kg, default_store_dir
+    from mirage_kg.build.default_kg import SOURCES, build_default_kg, default_store_dir
     from mirage_kg.store import OxigraphStore, open_store
 
     if store is not None and endpoint is not None:

@@ -25,7 +25,7 @@ def index_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def run_index_step(store: Any, index: bool | None, embeddings: bool | None, echo: Callable[[str], None]) -> list[Any]:
     """The shared last step: build the indexes unless ``index`` (None: $MIRAGE_KG_INDEX, else on) is off."""
-    from mirage_kg.indexes import INDEX_ENV, build_indexes, embeddings_by_default, on_by_default
+    from mirage_kg.index.build import INDEX_ENV, build_indexes, embeddings_by_default, on_by_default
 
     if not (on_by_default(INDEX_ENV) if index is None else index):
         echo("indexes: skipped (--no-index); `mirage-kg index` builds them later")
@@ -44,7 +44,7 @@ def index(store: str | None, endpoint: str | None, embeddings: bool, embedding_m
           as_json: bool) -> None:
     """Build the indexes queries use (degrees, merged concepts, labels, label embeddings) for a store, so that
     no query starts a long build. Cached beside the store; a stopped embedding build resumes."""
-    from mirage_kg.indexes import build_indexes
+    from mirage_kg.index.build import build_indexes
     from mirage_kg.store import open_store
 
     opened = open_store(store, endpoint)

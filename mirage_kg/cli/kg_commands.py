@@ -62,7 +62,7 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
     --update, bring an existing graph to a new release of its source. Then build the query indexes (--no-index
     skips that)."""
     from mirage_kg.loaders import LoadOptions, LoadReport, detect, get_loader
-    from mirage_kg.namespaces import GRAPH, expand, mint
+    from mirage_kg.model.namespaces import GRAPH, expand, mint
     from mirage_kg.store import RDF_FORMATS, open_store
 
     if store is None and endpoint is None:
@@ -218,7 +218,7 @@ def _print_report(report: "object") -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def stats(store: str | None, endpoint: str | None, as_json: bool) -> None:
     """Triples, facts, entities, relations with counts, label and type triples, and graphs."""
-    from mirage_kg.stats import compute_stats
+    from mirage_kg.graph.stats import compute_stats
     from mirage_kg.store import open_store
 
     with open_store(store, endpoint) as opened:

@@ -11,9 +11,9 @@ import click
 from mirage_kg.cli.main import store_options
 
 if TYPE_CHECKING:
-    from mirage_kg.resolution import Resolution
-    from mirage_kg.knowledge import KnowledgeGraph
-    from mirage_kg.model import Entity, Path, Step
+    from mirage_kg.graph.resolution import Resolution
+    from mirage_kg.kg import KnowledgeGraph
+    from mirage_kg.model.records import Entity, Path, Step
 
 
 @click.group()
@@ -42,7 +42,7 @@ def sparql(sparql_query: str, store: str | None, endpoint: str | None, timeout: 
     from pathlib import Path
 
     from mirage_kg.errors import InputError
-    from mirage_kg.json_output import sparql_json
+    from mirage_kg.graph.json_output import sparql_json
     from mirage_kg.store import check_read_only, open_store
     from mirage_kg.store.sparql_text import with_known_prefixes
 
@@ -66,7 +66,7 @@ def sparql(sparql_query: str, store: str | None, endpoint: str | None, timeout: 
         for s, p, o in result["triples"]:  # type: ignore[union-attr]
             click.echo(f"{s.sparql()} {p.sparql()} {o.sparql()} .")
         return
-    from mirage_kg.namespaces import compress
+    from mirage_kg.model.namespaces import compress
 
     names: list[str] = result["vars"]  # type: ignore[assignment]
     click.echo("\t".join(names))
@@ -85,16 +85,16 @@ def _embedding_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _open_graph(store: str | None, endpoint: str | None, embedding_model: str | None = None,
                 merge: bool = True) -> KnowledgeGraph:
-    from mirage_kg.knowledge import KnowledgeGraph
+    from mirage_kg.kg import KnowledgeGraph
     from mirage_kg.store import open_store
 
     return KnowledgeGraph(open_store(store, endpoint), embedding_model=embedding_model, merge_equivalents=merge)
 
 
 def resolve_entity(kg: KnowledgeGraph, text: str, quiet: bool = False) -> Resolution:
-    """A CURIE, an IRI or a name -> what it resolved to and how (``mirage_kg.concepts.resolve_name``), said on
+    """A CURIE, an IRI or a name -> what it resolved to and how (``mirage_kg.graph.concepts.resolve_name``), said on
     stderr unless ``quiet``; an ambiguous name lists its candidates and exits 1."""
-    from mirage_kg.resolution import resolve_name
+    from mirage_kg.graph.resolution import resolve_name
 
     found = resolve_name(kg, text)
     if not quiet:
@@ -143,7 +143,7 @@ def anchor(entity: str, store: str | None, endpoint: str | None, k: int, relatio
                           rank=rank)
     finally:
         kg.store.close()
-    from mirage_kg.json_output import anchor_json
+    from mirage_kg.graph.json_output import anchor_json
 
     data = anchor_json(center, steps)
     neighbours = data["neighbours"]
@@ -199,7 +199,7 @@ def bridge(a: str, b: str, store: str | None, endpoint: str | None, max_hops: in
     if html_path:
         _write_text(html_path, bridge_html(source, target, paths))
     if as_json:
-        from mirage_kg.json_output import bridge_json
+        from mirage_kg.graph.json_output import bridge_json
 
         data = {**bridge_json(source, target, paths, hubs), "resolved": [from_a.to_json(), from_b.to_json()]}
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
@@ -246,7 +246,7 @@ def differential(findings: str, store: str | None, endpoint: str | None, top: in
     conditions that explain the most of the linked findings, each finding weighted by how specific it is (and by
     the annotation frequency where the source gives one), with what each explains, what it leaves unexplained and
     the facts that support it. No model: the graph's ranking."""
-    from mirage_kg.differential import differential as rank_conditions
+    from mirage_kg.retrieval.differential import differential as rank_conditions
 
     kg = _open_graph(store, endpoint, embedding_model, merge)
     try:
@@ -275,8 +275,8 @@ def link(text: str, store: str | None, endpoint: str | None, top: int, whole: bo
     $MIRAGE_KG_WARM=1, a background server for this store is reused or started (see `ask`)."""
     from mirage_kg.cli.remote import SERVER_ENV, fetch, server_url
     from mirage_kg.cli.warm_server import warm_link_server
-    from mirage_kg.json_output import link_json
-    from mirage_kg.linking import Mention
+    from mirage_kg.graph.json_output import link_json
+    from mirage_kg.linking.linker import Mention
 
     warm = warm_link_server(store, endpoint, embedding_model, say=lambda line: click.echo(line, err=True)) \
         if server_url() is None else None

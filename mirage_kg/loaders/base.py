@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.hygiene import read_lines  # noqa: F401  (the loaders' shared line reader)
-from mirage_kg.namespaces import ENTITY, GRAPH, MKG
+from mirage_kg.loaders.rows.hygiene import read_lines  # noqa: F401  (the loaders' shared line reader)
+from mirage_kg.model.namespaces import ENTITY, GRAPH, MKG
 from mirage_kg.store.base import LoadReceipt, Store
-from mirage_kg.terms import escape_string
+from mirage_kg.model.terms import escape_string
 
 
 @dataclass
@@ -102,7 +102,7 @@ class Loader:
 
 def default_graph_name(path: Path, kind: str) -> str:
     """One named graph per source: ``GRAPH:<kind>/<file or folder name>``."""
-    from mirage_kg.namespaces import mint
+    from mirage_kg.model.namespaces import mint
 
     return mint(GRAPH + kind + "/", path.name)
 

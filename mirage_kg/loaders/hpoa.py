@@ -13,13 +13,13 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
-from mirage_kg.loaders.hygiene import UTF8_BOM, open_input
+from mirage_kg.loaders.rows.hygiene import UTF8_BOM, open_input
 from mirage_kg.loaders.nt_terms import ALT, CONCEPT, PREF, SOURCE_VERSION, TYPE
 from mirage_kg.loaders.obo import checked_lang
-from mirage_kg.namespaces import ENTITY, GRAPH, MKG, RDF, mint, prefixes
+from mirage_kg.model.namespaces import ENTITY, GRAPH, MKG, RDF, mint, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
-from mirage_kg.terms import iri_ref
+from mirage_kg.model.terms import iri_ref
 
 COLUMNS = ("database_id", "disease_name", "qualifier", "hpo_id", "reference", "evidence", "onset", "frequency",
            "sex", "modifier", "aspect", "biocuration")

@@ -1,6 +1,6 @@
 """The terms every loader writes, serialised for N-Triples once, so that each line is a plain string join."""
 
-from mirage_kg.namespaces import (
+from mirage_kg.model.namespaces import (
                                   MKG,
                                   MKG_CONCEPT,
                                   MKG_RELATION,
@@ -12,7 +12,7 @@ from mirage_kg.namespaces import (
                                   SKOS_DEFINITION,
                                   SKOS_PREF,
 )
-from mirage_kg.terms import iri_ref
+from mirage_kg.model.terms import iri_ref
 
 TYPE = iri_ref(RDF_TYPE)
 CONCEPT = iri_ref(MKG_CONCEPT)

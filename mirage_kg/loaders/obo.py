@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError, MissingExtraError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, checked_lang, literal_nt, read_lines
-from mirage_kg.loaders.hygiene import open_input
+from mirage_kg.loaders.rows.hygiene import open_input
 from mirage_kg.loaders.nt_terms import (
     ACTIVE,
     ALT,
@@ -29,10 +29,10 @@ from mirage_kg.loaders.nt_terms import (
     SUBCLASS,
     TYPE,
 )
-from mirage_kg.namespaces import GRAPH, MKG, OWL, SKOS_CLOSE, SKOS_EXACT, mint, prefixes
+from mirage_kg.model.namespaces import GRAPH, MKG, OWL, SKOS_CLOSE, SKOS_EXACT, mint, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
-from mirage_kg.terms import iri_ref
+from mirage_kg.model.terms import iri_ref
 
 OBO_PURL = "http://purl.obolibrary.org/obo/"
 OBO_IN_OWL = "http://www.geneontology.org/formats/oboInOwl#"

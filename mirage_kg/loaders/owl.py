@@ -12,13 +12,13 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError, MissingExtraError, QueryError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
-from mirage_kg.loaders.hygiene import check_xml_entities, checked_bytes, open_input
+from mirage_kg.loaders.rows.hygiene import check_xml_entities, checked_bytes, open_input
 from mirage_kg.loaders.nt_terms import SOURCE_VERSION
 from mirage_kg.loaders.obo import OBO_IN_OWL, OBO_PURL, TermRecord, TermWriter, obo_graph_name, readable
-from mirage_kg.namespaces import OWL, RDFS_LABEL, SKOS, SKOS_ALT, SKOS_DEFINITION, SKOS_PREF
+from mirage_kg.model.namespaces import OWL, RDFS_LABEL, SKOS, SKOS_ALT, SKOS_DEFINITION, SKOS_PREF
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
-from mirage_kg.terms import iri_ref
+from mirage_kg.model.terms import iri_ref
 
 _NAME_PROPERTIES = (RDFS_LABEL, SKOS_PREF)
 _SYNONYM_PROPERTIES = (OBO_IN_OWL + "hasExactSynonym", OBO_IN_OWL + "hasRelatedSynonym",

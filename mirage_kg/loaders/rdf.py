@@ -13,7 +13,7 @@ from typing import Any
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, RowsNeedWholeRelease, default_graph_name
-from mirage_kg.loaders.hygiene import CONTROL_BYTES, UTF8_BOM, check_encoding, check_xml_entities, open_input
+from mirage_kg.loaders.rows.hygiene import CONTROL_BYTES, UTF8_BOM, check_encoding, check_xml_entities, open_input
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import RDF_FORMATS, LoadReceipt, Store
 

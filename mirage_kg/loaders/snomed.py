@@ -26,8 +26,8 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
-from mirage_kg.loaders.hygiene import open_input, read_picked_lines
-from mirage_kg.loaders.row_pick import Criteria
+from mirage_kg.loaders.rows.hygiene import open_input, read_picked_lines
+from mirage_kg.loaders.rows.row_pick import Criteria
 from mirage_kg.loaders.nt_terms import (
     ACTIVE,
     ALT,
@@ -41,10 +41,10 @@ from mirage_kg.loaders.nt_terms import (
     TYPE,
 )
 from mirage_kg.loaders.nt_terms import DEFINITION as DEFINITION_TERM
-from mirage_kg.namespaces import FULLY_SPECIFIED_NAME, GRAPH, mint, prefixes
+from mirage_kg.model.namespaces import FULLY_SPECIFIED_NAME, GRAPH, mint, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
-from mirage_kg.terms import iri_ref
+from mirage_kg.model.terms import iri_ref
 
 IS_A = "116680003"
 FSN = "900000000000003001"

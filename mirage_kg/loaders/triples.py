@@ -27,12 +27,12 @@ from mirage_kg.loaders.base import (
     literal_nt,
     read_lines,
 )
-from mirage_kg.loaders.hygiene import looks_like_header
+from mirage_kg.loaders.rows.hygiene import looks_like_header
 from mirage_kg.loaders.nt_terms import CONCEPT, LABEL, OBJECT_PROPERTY, PREF, RELATION, TYPE
-from mirage_kg.namespaces import mint
+from mirage_kg.model.namespaces import mint
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
-from mirage_kg.terms import iri_ref
+from mirage_kg.model.terms import iri_ref
 
 
 # Column names a triple file's first row may carry (a header is not a fact).

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
-from mirage_kg.loaders.hygiene import checked_rows, read_byte_blocks, read_picked_lines, readable_file
-from mirage_kg.loaders.row_pick import Criteria
+from mirage_kg.loaders.rows.hygiene import checked_rows, read_byte_blocks, read_picked_lines, readable_file
+from mirage_kg.loaders.rows.row_pick import Criteria
 from mirage_kg.loaders.nt_terms import (
     ALT,
     CONCEPT,
@@ -34,10 +34,10 @@ from mirage_kg.loaders.nt_terms import (
     SUBCLASS,
     TYPE,
 )
-from mirage_kg.namespaces import GRAPH, MKG, OWL, SKOS, SKOS_NOTATION, mint, prefixes
+from mirage_kg.model.namespaces import GRAPH, MKG, OWL, SKOS, SKOS_NOTATION, mint, prefixes
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
-from mirage_kg.terms import iri_ref
+from mirage_kg.model.terms import iri_ref
 
 WIDTHS = {"MRCONSO.RRF": 18, "MRREL.RRF": 16, "MRSTY.RRF": 6, "MRSAB.RRF": 25, "MRDOC.RRF": 4}
 REQUIRED = ("MRCONSO.RRF",)
@@ -497,7 +497,7 @@ class UmlsLoader(Loader):
             try:
                 import numpy  # noqa: F401  (a dependency; without it, a broken install, rows are read one by one)
 
-                from mirage_kg.loaders.umls_edges import block_edges as whole
+                from mirage_kg.loaders.rows.umls_edges import block_edges as whole
             except ImportError:
                 whole = None
         for first, data in blocks:

@@ -21,10 +21,10 @@ from typing import IO, Any
 import pyoxigraph as ox
 
 from mirage_kg.errors import StoreError
-from mirage_kg.namespaces import MKG, MKG_CONCEPT, MKG_RELATION, OWL, RDF, RDF_TYPE, SKOS_ALT, SKOS_PREF, compress
+from mirage_kg.model.namespaces import MKG, MKG_CONCEPT, MKG_RELATION, OWL, RDF, RDF_TYPE, SKOS_ALT, SKOS_PREF, compress
 from mirage_kg.releases.sorting import SortedLines, merge_difference
 from mirage_kg.store.base import LoadReceipt, Store
-from mirage_kg.terms import Term, iri_ref
+from mirage_kg.model.terms import Term, iri_ref
 from mirage_kg.threads import in_daemon_thread
 
 _SOURCE_VERSION = MKG + "sourceVersion"

@@ -23,10 +23,10 @@ from typing import Any
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem, RowsNeedWholeRelease
-from mirage_kg.loaders.hygiene import MAX_LINE_BYTES, UTF8_BOM, check_encoding, decoded_row
+from mirage_kg.loaders.rows.hygiene import MAX_LINE_BYTES, UTF8_BOM, check_encoding, decoded_row
 from mirage_kg.releases.diff import TripleDifference, parse_lines
 from mirage_kg.releases.provenance import ReleaseInfo, file_hashes, remember_hash
-from mirage_kg.sorted_arrays import held_in
+from mirage_kg.index.sorted_arrays import held_in
 
 #: past this share of changed rows (and this many: the changed rows' triples are held in memory) the
 #: whole-release compare (bounded memory, sorted runs) is the better way

@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mirage_kg.namespaces import MKG
+from mirage_kg.model.namespaces import MKG
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
-from mirage_kg.terms import iri_ref, literal
+from mirage_kg.model.terms import iri_ref, literal
 from mirage_kg.threads import in_daemon_thread
 
 RELEASE = MKG + "release"

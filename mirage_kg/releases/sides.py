@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders import LoadOptions, LoadReport, detect, get_loader
-from mirage_kg.namespaces import GRAPH, SCHEMA_GRAPH, compress, expand, mint
+from mirage_kg.model.namespaces import GRAPH, SCHEMA_GRAPH, compress, expand, mint
 from mirage_kg.releases.diff import ReleaseDiff, graph_contains, graph_lines, triple_difference
 from mirage_kg.releases.provenance import releases
 from mirage_kg.releases.sorting import SortedLines

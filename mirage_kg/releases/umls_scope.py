@@ -27,7 +27,7 @@ import pyoxigraph as ox
 from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem, RowsNeedWholeRelease
 from mirage_kg.loaders.nt_terms import ALT, PREF, TYPE
 from mirage_kg.loaders.umls import UmlsRows, locate_release, read_inverses
-from mirage_kg.namespaces import MKG, OWL, RDF, SKOS, SKOS_NOTATION, prefixes
+from mirage_kg.model.namespaces import MKG, OWL, RDF, SKOS, SKOS_NOTATION, prefixes
 from mirage_kg.releases.diff import TripleDifference, parse_lines, triple_difference
 from mirage_kg.releases.line_scope import (
     MAX_CHANGED_IN_MEMORY,
@@ -38,7 +38,7 @@ from mirage_kg.releases.line_scope import (
 )
 from mirage_kg.releases.provenance import ReleaseInfo, file_hashes, options_record
 from mirage_kg.store.base import Store
-from mirage_kg.terms import iri_ref
+from mirage_kg.model.terms import iri_ref
 
 #: the RRF files whose rows name CUIs, and the columns that do (MRREL: CUI1 and CUI2)
 CUI_COLUMNS = {"MRCONSO.RRF": (0,), "MRSTY.RRF": (0,), "MRREL.RRF": (0, 4)}

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pyoxigraph as ox
 
-from mirage_kg.caching import store_fingerprint
+from mirage_kg.index.caching import store_fingerprint
 from mirage_kg.errors import InputError, UpdateInterrupted
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, RowsNeedWholeRelease
-from mirage_kg.namespaces import XSD, compress
+from mirage_kg.model.namespaces import XSD, compress
 from mirage_kg.releases.diff import (
     CapturingStore,
     GraphDump,
@@ -39,7 +39,7 @@ from mirage_kg.releases.provenance import (
     releases,
 )
 from mirage_kg.store.base import LOADED_AT, LOADED_FROM, MANIFEST_GRAPH, Store
-from mirage_kg.terms import iri_ref, literal
+from mirage_kg.model.terms import iri_ref, literal
 
 #: triples per INSERT/DELETE DATA block (one transaction holds them all; blocks keep each statement small)
 _BLOCK = 20_000
@@ -237,9 +237,9 @@ def carry_label_index(store: Store, before: str, changed: set[str]) -> int | Non
     import shutil
     import sqlite3
 
-    from mirage_kg.caching import cache_folder
-    from mirage_kg.graph import Graph
-    from mirage_kg.linking import LabelIndex, label_index_file
+    from mirage_kg.index.caching import cache_folder
+    from mirage_kg.graph.core import Graph
+    from mirage_kg.linking.linker import LabelIndex, label_index_file
 
     try:
         old = label_index_file(cache_folder(store, before), before)

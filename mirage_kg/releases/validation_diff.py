@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from mirage_kg.namespaces import SCHEMA_GRAPH
+from mirage_kg.model.namespaces import SCHEMA_GRAPH
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
 from mirage_kg.validation.report import LEVELS, Example, Report
 
@@ -117,7 +117,7 @@ def validate_against(store: Store, baseline: Store | str, run: Callable[[Store],
         data = [g for g in store.graphs() if g not in (SCHEMA_GRAPH, MANIFEST_GRAPH)]
         if baseline not in data:
             from mirage_kg.errors import InputError
-            from mirage_kg.namespaces import compress
+            from mirage_kg.model.namespaces import compress
 
             raise InputError(f"no graph {compress(baseline)} in store {store.location} to validate against")
         with graphs_view(store, [baseline]) as before_store, \

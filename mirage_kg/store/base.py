@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import IO, NamedTuple
 
 from mirage_kg.errors import QueryError
-from mirage_kg.namespaces import GRAPH, MKG
+from mirage_kg.model.namespaces import GRAPH, MKG
 from mirage_kg.store.content_key import ContentKey
 from mirage_kg.store.sparql_text import query_form
-from mirage_kg.terms import Term, iri_ref, literal
+from mirage_kg.model.terms import Term, iri_ref, literal
 
 MANIFEST_GRAPH = GRAPH + "manifest"
 PENDING = MKG + "pendingLoad"

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from mirage_kg.errors import StoreError
-from mirage_kg.namespaces import GRAPH, SCHEMA_GRAPH, ontologies_dir
+from mirage_kg.model.namespaces import GRAPH, SCHEMA_GRAPH, ontologies_dir
 from mirage_kg.store import checkpoints
 from mirage_kg.store.base import Store
 from mirage_kg.store.oxigraph import OxigraphStore

@@ -25,11 +25,11 @@ except ImportError:  # Windows has no fcntl: the pipe keeps its default size the
 import pyoxigraph as ox
 
 from mirage_kg.errors import QueryError, StoreError
-from mirage_kg.namespaces import MKG
+from mirage_kg.model.namespaces import MKG
 from mirage_kg.store import checkpoints
 from mirage_kg.store.content_key import ContentKey, files_key, key_of, record, settled_files_key, steady_open
 from mirage_kg.store.base import MANIFEST_GRAPH, PENDING, LineBlocks, LineReader, LoadReceipt, Quad, Store
-from mirage_kg.terms import Term, iri_ref, literal
+from mirage_kg.model.terms import Term, iri_ref, literal
 from mirage_kg.threads import in_daemon_thread
 
 #: media type -> pyoxigraph's parser and serializer format (what ``RDF_FORMATS`` names), for every store that

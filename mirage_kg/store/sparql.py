@@ -39,11 +39,11 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 
 from mirage_kg.errors import EndpointError, QueryError, StoreError
-from mirage_kg.namespaces import XSD
-from mirage_kg.namespaces import MKG
+from mirage_kg.model.namespaces import XSD
+from mirage_kg.model.namespaces import MKG
 from mirage_kg.store.base import LOADED_FROM, MANIFEST_GRAPH, PAGE_SIZE, PENDING, Store, projected_variables
 from mirage_kg.store.sparql_text import query_form
-from mirage_kg.terms import Term, iri_ref, literal
+from mirage_kg.model.terms import Term, iri_ref, literal
 
 _RETRY_STATUS = {429, 500, 502, 503, 504}
 ENV_USER = "MIRAGE_KG_ENDPOINT_USER"

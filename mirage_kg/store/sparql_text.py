@@ -32,7 +32,7 @@ def query_form(query: str) -> str:
 def with_known_prefixes(query: str) -> str:
     """``query`` with a PREFIX line for each shipped prefix (``ontologies/prefixes.json``: MKG, HP, SNOMEDCT,
     rdfs, skos, ...) it uses without declaring, so ``SELECT ?d WHERE { ?d a MKG:Disease }`` works on any store."""
-    from mirage_kg.namespaces import prefixes
+    from mirage_kg.model.namespaces import prefixes
 
     body = strip_comments(query)
     declared = {m.group(1) for m in _DECLARED.finditer(body)}

@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from mirage_kg.namespaces import RDFS_LABEL, SKOS_PREF
+from mirage_kg.model.namespaces import RDFS_LABEL, SKOS_PREF
 from mirage_kg.store.base import Store
-from mirage_kg.terms import iri_ref
+from mirage_kg.model.terms import iri_ref
 from mirage_kg.validation.custom import CustomCheck, read_check, run_check
 from mirage_kg.validation.report import LEVELS, Example, Finding, Level, Report, render, sort_findings
 from mirage_kg.validation.structural import CHECK_IDS, CHECKS, run_structural

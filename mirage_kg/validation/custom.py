@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.namespaces import compress
+from mirage_kg.model.namespaces import compress
 from mirage_kg.store.base import Store, query_form
-from mirage_kg.terms import Term
+from mirage_kg.model.terms import Term
 from mirage_kg.validation.report import LEVELS, Example, Finding, Level
 
 _LEVEL_LINE = re.compile(r"^\s*#\s*level\s*:\s*(\w+)", re.IGNORECASE | re.MULTILINE)

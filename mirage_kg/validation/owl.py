@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from mirage_kg.errors import MissingExtraError
-from mirage_kg.namespaces import OWL, RDF, RDF_TYPE, RDFS, compress
+from mirage_kg.model.namespaces import OWL, RDF, RDF_TYPE, RDFS, compress
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
-from mirage_kg.terms import Term, iri_ref
+from mirage_kg.model.terms import Term, iri_ref
 from mirage_kg.validation.report import Example, Finding
 
 # Predicates that make up class and property axioms (RDF lists included, for unionOf/intersectionOf/members).

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from mirage_kg.errors import InputError, MissingExtraError
-from mirage_kg.namespaces import MKG, RDF_TYPE, RDFS_SUBCLASS, compress, ontologies_dir
+from mirage_kg.model.namespaces import MKG, RDF_TYPE, RDFS_SUBCLASS, compress, ontologies_dir
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
-from mirage_kg.terms import Term, iri_ref
+from mirage_kg.model.terms import Term, iri_ref
 from mirage_kg.validation.report import Example, Finding, Level
 
 if TYPE_CHECKING:

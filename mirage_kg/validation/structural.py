@@ -2,7 +2,7 @@
 
 Each check is one or a few aggregate queries plus a LIMITed query for its first examples; the two graph-shaped
 checks (IS-A cycles, connected components) fetch their edges once and finish in Python (Tarjan, union-find).
-Data means every named graph except the schema and manifest graphs, as in ``mirage_kg.stats``."""
+Data means every named graph except the schema and manifest graphs, as in ``mirage_kg.graph.stats``."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from itertools import islice
 
 import numpy as np
 
-from mirage_kg.namespaces import MKG, MKG_RELATION, OWL, RDF, RDFS, SCHEMA_GRAPH, SKOS, XSD, compress
+from mirage_kg.model.namespaces import MKG, MKG_RELATION, OWL, RDF, RDFS, SCHEMA_GRAPH, SKOS, XSD, compress
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
-from mirage_kg.terms import Term, iri_ref
+from mirage_kg.model.terms import Term, iri_ref
 from mirage_kg.validation import tsv_rows
 from mirage_kg.validation.compact import ComponentLabels, IriTable, groups_with_several, hashes_of, string_hashes
 from mirage_kg.validation.report import Example, Finding, Level

@@ -14,7 +14,7 @@ import numpy as np
 
 from mirage_kg.errors import StoreError
 from mirage_kg.store.base import Store
-from mirage_kg.terms import Term
+from mirage_kg.model.terms import Term
 from mirage_kg.validation.compact import span_hashes, utf8_prefix
 
 _TAB, _NEWLINE, _IRI_OPEN = 9, 10, ord("<")

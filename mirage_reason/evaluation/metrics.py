@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 from mirage_kg import Entity, InputError, MissingExtraError, Path, Relation, Step, compress, expand
 
-from mirage_reason.choices import extract_letter
+from mirage_reason.pipeline.choices import extract_letter
 
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
@@ -152,7 +152,7 @@ def diagnosis_at(gold: set[str], ranked: Sequence[str], k: int) -> bool | None:
     return any(entity_key(c) in gold for c in ranked[:k])
 
 
-# -- multiple choice: see mirage_reason.choices ------------------------------------------------------------
+# -- multiple choice: see mirage_reason.pipeline.choices ------------------------------------------------------------
 
 # -- citations -----------------------------------------------------------------------------------------------------
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mirage_kg import Path
 
-from mirage_reason.config import PIPELINES as REASONER_PIPELINES
-from mirage_reason.config import MirageConfig
+from mirage_reason.pipeline.config import PIPELINES as REASONER_PIPELINES
+from mirage_reason.pipeline.config import MirageConfig
 from mirage_reason.evaluation.datasets import LETTERS, Example
 from mirage_reason.evaluation.metrics import linked_ids
 
@@ -162,7 +162,7 @@ class ReasonerPipeline:
 
     def _reasoner(self) -> Any:
         if self._mirage is None:
-            from mirage_reason.coordinator import Mirage
+            from mirage_reason.pipeline.coordinator import Mirage
 
             self._mirage = Mirage(self.resources.kg, self.resources.backend, self.config)
         return self._mirage

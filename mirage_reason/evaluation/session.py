@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirage_kg import InputError, KnowledgeGraph, demo_store, open_store
 
-from mirage_reason.config import MirageConfig
+from mirage_reason.pipeline.config import MirageConfig
 from mirage_reason.evaluation.datasets import Example, default_data_dir, load_dataset
 from mirage_reason.evaluation.metrics import BertScorer
 from mirage_reason.evaluation.pipelines import PIPELINE_NAMES, EvalResources, Pipeline, build_pipeline
@@ -69,7 +69,7 @@ class EvalRun:
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` strings -> MirageConfig fields, typed by the field's default (int, float, bool, or None)."""
-    from mirage_reason.config import parse_settings
+    from mirage_reason.pipeline.config import parse_settings
 
     try:
         return parse_settings(pairs)
@@ -93,7 +93,7 @@ def reasoner_config(request: EvalRequest, model: str | None = None) -> MirageCon
     """The reasoner settings shared by every model pipeline, as ``mirage-kg ask`` builds them: the small-model
     budgets for SmolLM2, then ``--max-new-tokens`` (per step; a chain gets 2x with SmolLM2, else 4x), the seed, and
     finally every ``--set``."""
-    from mirage_reason import config as config_module
+    from mirage_reason.pipeline import config as config_module
 
     from mirage_reason.backends.defaults import ENGINES, is_small_model
 

@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from mirage_reason.config import MirageConfig
-from mirage_reason.coordinator import Answer, Mirage, ProgressHook
+from mirage_reason.pipeline.config import MirageConfig
+from mirage_reason.answer import Answer
+from mirage_reason.pipeline.coordinator import Mirage, ProgressHook
 from mirage_reason.errors import ReasonerError
 
 if TYPE_CHECKING:

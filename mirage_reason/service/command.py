@@ -12,7 +12,7 @@ import click
 from mirage_kg import MirageError, MissingExtraError, open_store
 
 from mirage_reason.backends.defaults import ENGINES
-from mirage_reason.config import PIPELINES
+from mirage_reason.pipeline.config import PIPELINES
 
 __all__ = ["mcp_command", "serve"]
 

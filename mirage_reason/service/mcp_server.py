@@ -9,7 +9,7 @@ The tools and their JSON schemas (the SDK derives them from the annotated signat
 - ``bridge(source, target, max_hops, max_paths)``: every typed path between two entities (``query bridge --json``);
 - ``sparql(query)``: a read-only SPARQL query, guarded as ``query sparql`` is (updates are refused);
 - ``differential(findings, top)``: the diagnoses that best explain a list of findings (``query differential``),
-  where this install has ``mirage_kg.differential``;
+  where this install has ``mirage_kg.retrieval.differential``;
 - ``ask(question, seed)``: MIRAGE's answer (a model runs; off when the server has none): the answer text with how
   grounded it is and the paths it cites, and the whole answer record.
 
@@ -126,7 +126,7 @@ def build_mcp(kg: "KnowledgeGraph", asks: "AskService | None" = None, *, request
 
         return await run(work, sparql_timeout + 1)
 
-    if importlib.util.find_spec("mirage_kg.differential") is not None:
+    if importlib.util.find_spec("mirage_kg.retrieval.differential") is not None:
         _add_differential(server, kg, run, resolve, read_only)
 
     if asks is not None:
@@ -155,7 +155,7 @@ def build_mcp(kg: "KnowledgeGraph", asks: "AskService | None" = None, *, request
 
 def _add_differential(server: "MCPServer", kg: "KnowledgeGraph", run: Callable[..., Awaitable[Any]],
                       resolve: Callable[[str, str], Any], annotations: Any) -> None:
-    """The differential tool, over ``mirage_kg.differential`` (what ``query differential`` runs)."""
+    """The differential tool, over ``mirage_kg.retrieval.differential`` (what ``query differential`` runs)."""
     from mirage_kg import differential_diagnosis as rank
 
     @server.tool(annotations=annotations)

@@ -45,10 +45,10 @@ def build_concept_store(folder: Path) -> Path:
     import zstandard
 
     from mirage_kg.loaders.base import LoadOptions, LoadReport
-    from mirage_kg.loaders.default_kg import BuildStep, build_label_matches, mondo_lines
+    from mirage_kg.build.default_kg import BuildStep, build_label_matches, mondo_lines
     from mirage_kg.loaders.hpoa import HpoaLoader
     from mirage_kg.loaders.obo import OboLoader
-    from mirage_kg.namespaces import GRAPH
+    from mirage_kg.model.namespaces import GRAPH
     from mirage_kg.store import OxigraphStore, ensure_schema
 
     path = folder / "kg"

@@ -63,7 +63,7 @@ def test_a_graph_name_with_a_slash_is_the_graph_stats_shows(tmp_path: Path) -> N
 
 @pytest.mark.filterwarnings("ignore:ranking by similarity without embeddings")
 def test_a_lone_surrogate_from_the_model_still_makes_valid_utf8(tmp_path: Path) -> None:
-    from mirage_reason.prompts import QUERY_BEGIN, QUERY_END, RESULT_END
+    from mirage_reason.pipeline.prompts import QUERY_BEGIN, QUERY_END, RESULT_END
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps({

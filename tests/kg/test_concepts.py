@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from mirage_kg.concepts import ConceptGroups
-from mirage_kg.resolution import resolve_name
+from mirage_kg.graph.concepts import ConceptGroups
+from mirage_kg.graph.resolution import resolve_name
 from mirage_kg.errors import AmbiguousNameError
-from mirage_kg.knowledge import KnowledgeGraph
+from mirage_kg.kg import KnowledgeGraph
 from mirage_kg.loaders.base import LoadOptions, LoadReport
-from mirage_kg.model import Path as KgPath
-from mirage_kg.loaders.default_kg import BuildStep, build_label_matches, mondo_lines
+from mirage_kg.model.records import Path as KgPath
+from mirage_kg.build.default_kg import BuildStep, build_label_matches, mondo_lines
 from mirage_kg.loaders.hpoa import HpoaLoader
-from mirage_kg.loaders.label_matches import MATCH_KIND, find_label_matches
+from mirage_kg.build.label_matches import MATCH_KIND, find_label_matches
 from mirage_kg.loaders.obo import OboLoader
-from mirage_kg.namespaces import GRAPH, SKOS_CLOSE, SKOS_EXACT, compress, expand
-from mirage_kg.ranking import frequency_value
+from mirage_kg.model.namespaces import GRAPH, SKOS_CLOSE, SKOS_EXACT, compress, expand
+from mirage_kg.graph.ranking import frequency_value
 from mirage_kg.store import OxigraphStore, ensure_schema
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "default_kg"
@@ -135,8 +135,8 @@ def test_anchor_ranks_by_frequency_with_the_degree_index_on_disk(
         store: OxigraphStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The degree index's file says whether the store holds annotation records at all (a store with none needs
     no lookup at each anchor); this one does, so the file-backed ranking reads them, as the in-memory one does."""
-    import mirage_kg.graph as graph_module
-    from mirage_kg.degree_index import DiskDegrees
+    import mirage_kg.graph.core as graph_module
+    from mirage_kg.index.degree import DiskDegrees
 
     in_memory = KnowledgeGraph(store, embedding_model="none")
     expected = [in_memory.anchor(c, k=4, relations=["MKG:has_phenotype"]) for c in ("OMIM:154700", "MONDO:0007947")]

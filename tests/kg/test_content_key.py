@@ -16,12 +16,12 @@ import pyoxigraph as ox
 import pytest
 from click.testing import CliRunner
 
-from mirage_kg import degree_index
-from mirage_kg import graph as graph_module
-from mirage_kg.caching import store_fingerprint
+from mirage_kg.index import degree as degree_index
+from mirage_kg.graph import core as graph_module
+from mirage_kg.index.caching import store_fingerprint
 from mirage_kg.cli.main import main
 from mirage_kg.errors import InputError, StoreStateWarning
-from mirage_kg.graph import Graph
+from mirage_kg.graph.core import Graph
 from mirage_kg.store import OxigraphStore, content_key
 
 GRAPH = "https://w3id.org/mirage-kg/graph/test/key"
@@ -55,7 +55,7 @@ def key_of_reader(folder: Path) -> tuple[str, list[str]]:
 
 @pytest.fixture(autouse=True)
 def _told_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mirage_kg import caching
+    from mirage_kg.index import caching
 
     monkeypatch.setattr(caching, "_told", set())  # each test's stores say their notes again
 
@@ -213,7 +213,7 @@ def writer_process(folder: Path, then: str) -> str:
     }[then]
     script = textwrap.dedent(f"""
         import os, sys, pyoxigraph as ox
-        from mirage_kg.caching import store_fingerprint
+        from mirage_kg.index.caching import store_fingerprint
         from mirage_kg.store import OxigraphStore
         store = OxigraphStore(sys.argv[1])
         print(store_fingerprint(store), flush=True)

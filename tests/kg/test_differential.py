@@ -1,4 +1,4 @@
-"""The differential diagnosis (``mirage_kg.differential``) on each kind of ontology: the demo KG and EMCKG
+"""The differential diagnosis (``mirage_kg.retrieval.differential``) on each kind of ontology: the demo KG and EMCKG
 (has_symptom), HPO with its HPOA frequencies (the small default-KG fixture), and UMLS RRF (has_manifestation), all
 through the clinical roles of ``ontologies/`` -- plus the ordering it promises and its CLI."""
 
@@ -17,7 +17,7 @@ from mirage_kg.cli import main
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
 from mirage_kg.loaders.hpoa import HpoaLoader
 from mirage_kg.loaders.obo import OboLoader
-from mirage_kg.namespaces import GRAPH
+from mirage_kg.model.namespaces import GRAPH
 from mirage_kg.store import OxigraphStore, demo_store, ensure_schema
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -221,7 +221,7 @@ def test_a_soft_match_of_a_named_condition_is_not_swapped_for_a_finding_it_resem
     condition the patient names stands (a likeness names nothing alike), so it leads before the sick sinus syndrome
     that the bare word "sinus" resembles less; an exact name shared by a finding and a condition still reads as the
     finding (test_a_name_shared_by_a_phenotype_and_a_disease_reads_as_the_finding)."""
-    from mirage_kg.linking import Candidate, Mention
+    from mirage_kg.linking.linker import Candidate, Mention
 
     kg = _triples_kg(tmp_path, ["Chronic_sinusitis\thas_symptom\tPainful_sinuses",
                                 "Acute_sinusitis\thas_symptom\tPainful_sinuses",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mirage_kg.errors import MirageError
-from mirage_kg.knowledge import KnowledgeGraph
-from mirage_kg.linking import BF16_RECIPE, DEFAULT_EMBEDDING_MODEL, INT8_RECIPE, STATIC_EMBEDDING_MODEL, Embedder
+from mirage_kg.kg import KnowledgeGraph
+from mirage_kg.linking.linker import BF16_RECIPE, DEFAULT_EMBEDDING_MODEL, INT8_RECIPE, STATIC_EMBEDDING_MODEL, Embedder
 from mirage_kg.store import OxigraphStore, ensure_schema
 
 TEXTS = ["Marfan syndrome", "Aortic root aneurysm", "a", "Ehlers-Danlos syndrome, hypermobility type",
@@ -41,7 +41,7 @@ def test_int8_is_the_default_for_minilm_and_the_setting_chooses(monkeypatch: pyt
 
 
 def test_int8_without_onnx_runtime_is_float32_and_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mirage_kg import linking
+    from mirage_kg.linking import linker as linking
 
     monkeypatch.setenv("MIRAGE_KG_ONNX", "0")
     monkeypatch.setattr(linking, "_warned", set())

@@ -24,7 +24,7 @@ from mirage_kg.cli import main
 from mirage_kg.errors import EndpointError
 from mirage_kg.store import SparqlStore, open_store
 from mirage_kg.store.base import MANIFEST_GRAPH, PENDING
-from mirage_kg.terms import iri_ref, literal
+from mirage_kg.model.terms import iri_ref, literal
 
 GRAPH = "https://w3id.org/mirage-kg/graph/"
 DATA = b"".join(f"<urn:t:{i}> <urn:t:p> <urn:t:{i + 1}> .\n".encode() for i in range(50))

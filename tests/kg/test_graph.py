@@ -14,13 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirage_kg.errors import InputError, MirageError, UnknownEntityError
-from mirage_kg.graph import NON_FACT_PREDICATES, once_each_way, path_sort_key
-from mirage_kg.knowledge import KnowledgeGraph
+from mirage_kg.graph.core import NON_FACT_PREDICATES, once_each_way, path_sort_key
+from mirage_kg.kg import KnowledgeGraph
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
-from mirage_kg.model import Entity, Path as KgPath, Relation, Step
-from mirage_kg.namespaces import ENTITY, MKG, compress, is_identifier, mint
+from mirage_kg.model.records import Entity, Path as KgPath, Relation, Step
+from mirage_kg.model.namespaces import ENTITY, MKG, compress, is_identifier, mint
 from mirage_kg.store import OxigraphStore, SparqlStore, Store, ensure_schema
-from mirage_kg.terms import iri_ref, literal
+from mirage_kg.model.terms import iri_ref, literal
 
 SMALL = """
 @prefix MKG:  <https://w3id.org/mirage-kg/schema#> .
@@ -296,8 +296,8 @@ def test_a_hub_is_read_up_to_a_cap_per_relation_and_bridge_from_it_stays_exact(
         emckg_store: OxigraphStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past ``HUB_DEGREE`` edges, anchor and the retriever read a node's edges relation by relation up to a cap
     (every relation still there), and bridge searches from the other end: the same paths as the enumeration."""
-    import mirage_kg.graph as graph_module
-    from mirage_kg.retrieval import Retriever
+    import mirage_kg.graph.core as graph_module
+    from mirage_kg.retrieval.retriever import Retriever
 
     kg = KnowledgeGraph(emckg_store, embedding_model="none")
     kg.degrees([])  # the whole degree index
@@ -426,7 +426,7 @@ def test_no_fact_is_ever_a_label_or_type(kg: KnowledgeGraph) -> None:
 
 
 def test_relation_fallbacks() -> None:
-    from mirage_kg.graph import readable_name
+    from mirage_kg.graph.core import readable_name
 
     assert readable_name("http://example.org/rel/hasPart") == "has part"
     assert readable_name(MKG + "need_medical_test") == "need medical test"
@@ -450,8 +450,8 @@ def test_the_degree_index_counts_each_triple_once_on_disk_or_in_memory(
     """The degree index (one native count per predicate's main graph, no DISTINCT over every triple) equals a
     count of distinct fact triples, where a predicate lives in two graphs and a triple is in both; on disk it is
     a file beside the store that the next process opens without a rebuild, and a load makes a new one."""
-    import mirage_kg.degree_index as degree_module
-    import mirage_kg.graph as graph_module
+    import mirage_kg.index.degree as degree_module
+    import mirage_kg.graph.core as graph_module
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0 if on_disk else 10**9)
     store = OxigraphStore(tmp_path / "store")
@@ -495,12 +495,12 @@ def test_one_pass_over_the_store_builds_the_degree_index_and_the_adjacency_file_
     newlines, backslashes, language tags, a number), every filed hub's edges and every node's adjacency what
     ``_stored_neighbours`` reads; and the pass reads the same in tiny blocks and through the Store contract's
     own TSV writer."""
-    import mirage_kg.degree_index as degree_module
-    import mirage_kg.fact_scan as scan_module
-    import mirage_kg.graph as graph_module
+    import mirage_kg.index.degree as degree_module
+    import mirage_kg.index.fact_scan as scan_module
+    import mirage_kg.graph.core as graph_module
     import mirage_kg.store.base as base_module
-    from mirage_kg.graph import LABEL_PREDICATES, label_rank
-    from mirage_kg.indexes import build_indexes
+    from mirage_kg.graph.core import LABEL_PREDICATES, label_rank
+    from mirage_kg.index.build import build_indexes
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
     monkeypatch.setattr(degree_module, "FILED_DEGREE", 15)
@@ -573,7 +573,7 @@ def test_bridge_through_hubs_is_exact_or_says_where_the_cap_cut_it(
     hub is found by lookups from the other side. Expected: every path of the enumeration, unless the answer names
     the hubs where the cap cut the search (then a subset of real paths), and all of them with ``hub_edges=0``.
     The search used to drop the paths entering or leaving a hub off its capped edges, and say nothing."""
-    import mirage_kg.graph as graph_module
+    import mirage_kg.graph.core as graph_module
 
     monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 40)
     monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 3)
@@ -637,7 +637,7 @@ def test_bridge_never_expands_a_hub_end_whole_for_the_side_next_to_a_hub(monkeyp
     ones walked, and a hub at an end by all of its edges, even after an earlier search capped it. Counting the
     inner hub whole, or the end hub capped, extended the hub end instead: every one of its edges became a partial
     path (at S = 1.0, 50k-211k of them: 1-3.7 s a bridge). Answers equal either way."""
-    import mirage_kg.graph as graph_module
+    import mirage_kg.graph.core as graph_module
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
     monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 40)
@@ -680,9 +680,9 @@ def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
     paths between two filed nodes by one join of their edges. Every answer equals
     the one found with nothing on file: bridge at h = 2 and 3 (hubs at an end and inside a path, capped, with a
     relation filter) and anchor."""
-    import mirage_kg.degree_index as degree_module
-    import mirage_kg.graph as graph_module
-    from mirage_kg.degree_index import DiskDegrees
+    import mirage_kg.index.degree as degree_module
+    import mirage_kg.graph.core as graph_module
+    from mirage_kg.index.degree import DiskDegrees
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
     monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 45)  # the top hubs are walked through along capped edges
@@ -788,10 +788,10 @@ def test_labels_come_from_the_degree_index_file_as_the_store_gives_them(
 
     import pyoxigraph as ox
 
-    import mirage_kg.graph as graph_module
-    from mirage_kg.caching import StoreStateWarning
-    from mirage_kg.degree_index import DiskDegrees, MemoryDegrees
-    from mirage_kg.graph import Graph
+    import mirage_kg.graph.core as graph_module
+    from mirage_kg.index.caching import StoreStateWarning
+    from mirage_kg.index.degree import DiskDegrees, MemoryDegrees
+    from mirage_kg.graph.core import Graph
 
     facts, labels = heavy_tailed_turtle(400, seed=3), labelled_turtle(400)
     store = OxigraphStore()
@@ -884,9 +884,9 @@ def test_opening_the_degree_index_file_reads_it_all_ahead_and_its_first_lookup_w
     import os
     import threading
 
-    import mirage_kg.degree_index as degree_module
-    import mirage_kg.graph as graph_module
-    from mirage_kg.degree_index import DiskDegrees
+    import mirage_kg.index.degree as degree_module
+    import mirage_kg.graph.core as graph_module
+    from mirage_kg.index.degree import DiskDegrees
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
     store = OxigraphStore()
@@ -941,10 +941,10 @@ def test_a_hubs_anchor_is_read_from_the_degree_index_file_as_ranked_when_built(
     ranked once per ranking when the degree index's file is built, and filed: anchor then reads a hub's top ``k``
     per relation in one lookup. For every such node, ``k`` (under, at and past the filed depth and the cap), relation filter, direction and ranking the answer
     equals the one ranked as before; a raw write is read live until ``refresh``, which files the new state's."""
-    import mirage_kg.degree_index as degree_module
-    import mirage_kg.graph as graph_module
-    from mirage_kg.degree_index import DiskDegrees
-    from mirage_kg.graph import Graph
+    import mirage_kg.index.degree as degree_module
+    import mirage_kg.graph.core as graph_module
+    from mirage_kg.index.degree import DiskDegrees
+    from mirage_kg.graph.core import Graph
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
     monkeypatch.setattr(graph_module, "HUB_DEGREE", 20)
@@ -1037,9 +1037,9 @@ def test_hub_anchors_are_ranked_before_the_file_is_locked_for_writing(
     whose lock (once its cache spills, as at S = 1.0) would turn each of those reads into "database is locked"."""
     import sqlite3
 
-    import mirage_kg.degree_index as degree_module
-    import mirage_kg.graph as graph_module
-    from mirage_kg.degree_index import DiskDegrees
+    import mirage_kg.index.degree as degree_module
+    import mirage_kg.graph.core as graph_module
+    from mirage_kg.index.degree import DiskDegrees
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
     monkeypatch.setattr(graph_module, "HUB_DEGREE", 20)
@@ -1075,10 +1075,10 @@ def test_an_anchor_at_a_node_merged_with_none_walks_as_a_merged_one_and_reads_th
     self-loop dropped, a fact stored both ways once, forward) as the group walk gives with every node its own
     group, at any cap, relation filter and k. A typical anchor whose entity was looked up makes one query of the
     degree index's file (its neighbours' degrees and labels): no per-call read of the file's hub settings."""
-    import mirage_kg.degree_index as degree_module
-    import mirage_kg.graph as graph_module
-    from mirage_kg.concepts import ConceptGroups
-    from mirage_kg.degree_index import DiskDegrees
+    import mirage_kg.index.degree as degree_module
+    import mirage_kg.graph.core as graph_module
+    from mirage_kg.graph.concepts import ConceptGroups
+    from mirage_kg.index.degree import DiskDegrees
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
     monkeypatch.setattr(graph_module, "HUB_DEGREE", 20)  # the capped hub reading walks too
@@ -1157,10 +1157,10 @@ def test_bridge_reads_every_nodes_adjacency_from_the_adjacency_file_with_the_sam
     literal and a schema node left out); every bridge (h = 1..3, both ways, hubs at an end and inside, a relation
     filter) equals the one with no file; a raw write is read live until ``refresh``, which builds the new state's
     file; a store opened read-only builds none."""
-    import mirage_kg.adjacency_index as adjacency_module
-    import mirage_kg.degree_index as degree_module
-    import mirage_kg.graph as graph_module
-    from mirage_kg.graph import Graph
+    import mirage_kg.index.adjacency as adjacency_module
+    import mirage_kg.index.degree as degree_module
+    import mirage_kg.graph.core as graph_module
+    from mirage_kg.graph.core import Graph
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
     monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 45)  # the top hubs are walked through along capped edges
@@ -1251,8 +1251,8 @@ def test_relations_are_described_all_at_once_with_the_same_labels_and_templates(
     new relation was a few cold store lookups in whichever anchor first met it), each read in one scan of its
     quads: the same labels, inverse labels and templates, in the same order, as one lookup per key (labels in two
     graphs and two languages, a template, a relation with none)."""
-    import mirage_kg.graph as graph_module
-    from mirage_kg.graph import BACKWARD_TEMPLATE, FORWARD_TEMPLATE, INVERSE_LABEL, RDFS_LABEL, SKOS_PREF, Graph
+    import mirage_kg.graph.core as graph_module
+    from mirage_kg.graph.core import BACKWARD_TEMPLATE, FORWARD_TEMPLATE, INVERSE_LABEL, RDFS_LABEL, SKOS_PREF, Graph
 
     monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
     store = OxigraphStore()

@@ -10,9 +10,9 @@ import random
 
 import pytest
 
-from mirage_kg.loaders import id_pick
-from mirage_kg.loaders.id_pick import picked_id_lines
-from mirage_kg.loaders.row_pick import picked_lines
+from mirage_kg.loaders.rows import id_pick
+from mirage_kg.loaders.rows.id_pick import picked_id_lines
+from mirage_kg.loaders.rows.row_pick import picked_lines
 
 
 def _both(data: bytes, criteria, block_bytes: int = 1 << 20, first: int = 1):

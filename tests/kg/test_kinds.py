@@ -1,4 +1,4 @@
-"""Entity kinds and clinical roles from the ontology (mirage_kg.kinds): UMLS semantic types, SNOMED CT FSN tags
+"""Entity kinds and clinical roles from the ontology (mirage_kg.model.kinds): UMLS semantic types, SNOMED CT FSN tags
 and hierarchies, the schema's domain/range, HPO's branches, a custom mapping in the store or in a --kinds file."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from test_loaders_contract import FIXTURES, load
 
 from mirage_kg import InputError, KnowledgeGraph, expand
-from mirage_kg.kinds import ROLES, ClinicalVocabulary, vocabulary
+from mirage_kg.model.kinds import ROLES, ClinicalVocabulary, vocabulary
 from mirage_kg.store import OxigraphStore, ensure_schema
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from mirage_kg.knowledge import KnowledgeGraph
-from mirage_kg.linking import Candidate, Linker, Mention, fold, normalise, singular
+from mirage_kg.kg import KnowledgeGraph
+from mirage_kg.linking.linker import Candidate, Linker, Mention, fold, normalise, singular
 from mirage_kg.store import OxigraphStore, SparqlStore, Store, ensure_schema
 
 TTL = """
@@ -86,7 +86,7 @@ def test_fuzzy_on_a_large_index_compares_the_labels_of_near_words(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Past ``_FULL_SCAN`` labels a mention is compared only with the labels holding words one edit from its own
     (all of them but one), of a length the cut-off allows, at most ``_FUZZY_CANDIDATES``; never the whole index."""
-    import mirage_kg.linking as linking
+    import mirage_kg.linking.linker as linking
 
     store = OxigraphStore()
     ensure_schema(store)
@@ -125,8 +125,8 @@ def test_an_updated_index_finds_what_a_fresh_build_finds(tmp_path: Path, monkeyp
     added entity, a changed label and a removed one, then the same answers as an index built from scratch."""
     import shutil
 
-    from mirage_kg.graph import Graph
-    from mirage_kg.linking import LabelIndex
+    from mirage_kg.graph.core import Graph
+    from mirage_kg.linking.linker import LabelIndex
 
     store = OxigraphStore(tmp_path / "store")
     ensure_schema(store)
@@ -147,7 +147,7 @@ def test_an_updated_index_finds_what_a_fresh_build_finds(tmp_path: Path, monkeyp
     patched._index = updated
     assert len(updated) == len(fresh.index) and updated.label_count == fresh.index.label_count
     assert updated.choice_count == fresh.index.choice_count
-    import mirage_kg.linking as linking
+    import mirage_kg.linking.linker as linking
 
     for full_scan in (linking._FULL_SCAN, 0):  # fuzzy matching by blocks, then by near words
         monkeypatch.setattr(linking, "_FULL_SCAN", full_scan)
@@ -170,7 +170,7 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
     """The dictionary lookup held in memory (form digests -> rows in ranking order, entity IRIs and names) gives
     the answers of the index's SQLite tables, including names many concepts share (the bounded reads and their
     cut-off); when two forms share a digest the index is built without it and answers from SQLite."""
-    import mirage_kg.linking as linking
+    import mirage_kg.linking.linker as linking
 
     shared = "".join(f'KG:Shared_{i:02d} skos:prefLabel "Shared name"@en ; skos:altLabel "Common alias"@en , '
                      f'"Shared names"@en .\n' for i in range(15))
@@ -264,9 +264,9 @@ def test_only_an_index_without_the_packed_lookup_keeps_forms_and_variants(tmp_pa
     import shutil
     import sqlite3
 
-    import mirage_kg.linking as linking
-    from mirage_kg.graph import Graph
-    from mirage_kg.linking import LabelIndex
+    import mirage_kg.linking.linker as linking
+    from mirage_kg.graph.core import Graph
+    from mirage_kg.linking.linker import LabelIndex
 
     store = OxigraphStore()
     ensure_schema(store)
@@ -308,7 +308,7 @@ def test_only_an_index_without_the_packed_lookup_keeps_forms_and_variants(tmp_pa
 def test_a_packed_array_is_read_into_memory_part_by_part() -> None:
     """Large arrays go into anonymous memory filled part by part, small ones stay bytes; a part
     count that does not add up to the size the table gave is an error, not a short array."""
-    import mirage_kg.linking as linking
+    import mirage_kg.linking.linker as linking
 
     parts = [bytes(range(256)) * 8192, b"tail"]
     size = sum(map(len, parts))
@@ -350,8 +350,8 @@ def test_records_built_without_their_init_are_the_same_records() -> None:
     hashed and printed as the dataclass's own, with every field set: a field added to either class fails here."""
     import dataclasses
 
-    from mirage_kg.linking import _candidate, _entity
-    from mirage_kg.model import Entity
+    from mirage_kg.linking.linker import _candidate, _entity
+    from mirage_kg.model.records import Entity
 
     entity = _entity("https://w3id.org/mirage-kg/entity/Headache", "Headache")
     assert type(entity) is Entity and entity == Entity(entity.iri, "Headache") and repr(entity) == repr(
@@ -442,7 +442,7 @@ def test_without_sentence_transformers_embedding_is_skipped_with_one_warning(tmp
 import sys, warnings, io
 sys.modules["sentence_transformers"] = None  # as if the [embed] extra were not installed
 from mirage_kg.store import OxigraphStore, ensure_schema
-from mirage_kg.knowledge import KnowledgeGraph
+from mirage_kg.kg import KnowledgeGraph
 store = OxigraphStore(); ensure_schema(store)
 store.load(io.BytesIO({TTL.encode()!r}), media_type="text/turtle", graph="urn:g", source="t")
 kg = KnowledgeGraph(store, cache_dir={str(tmp_path)!r})
@@ -539,7 +539,7 @@ class CountingEmbedder:
 
 
 def test_the_embedding_build_resumes_where_it_stopped(tmp_path: Path) -> None:
-    from mirage_kg.linking import encode_resumable
+    from mirage_kg.linking.linker import encode_resumable
 
     texts = [f"label {'x' * (i % 7)} {i}" for i in range(25)]
     parts = tmp_path / "parts"
@@ -560,7 +560,7 @@ def test_onnx_runtime_encodes_the_same_vectors_as_torch(tmp_path: Path, monkeypa
     pytest.importorskip("onnx")
     import numpy as np
 
-    from mirage_kg.linking import Embedder
+    from mirage_kg.linking.linker import Embedder
 
     monkeypatch.setenv("MIRAGE_KG_CACHE", str(tmp_path))
     texts = ["Marfan syndrome", "Aortic root aneurysm", "a", "Ehlers-Danlos syndrome, hypermobility type"] * 3
@@ -597,7 +597,7 @@ def test_bench_embeddings_runs_both_ways_on_the_same_labels(tmp_path: Path) -> N
 def test_acronym_synonyms_match_only_as_written(tmp_path: Path) -> None:
     """An all-caps or mixed-case synonym is an acronym: "chILD" (childhood interstitial lung disease) must not link
     the word "child", "MI" not the word "mi", while the acronym written as such still links."""
-    from mirage_kg.linking import is_acronym
+    from mirage_kg.linking.linker import is_acronym
 
     assert is_acronym("chILD") and is_acronym("COPD") and is_acronym("T2DM") and is_acronym("AFib")
     assert not is_acronym("Asthma") and not is_acronym("heart attack") and not is_acronym("X")

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from mirage_kg.cli import main
 from mirage_kg.errors import InputError
 from mirage_kg.loaders import LoadOptions, LoadReport, detect, get_loader
-from mirage_kg.namespaces import SCHEMA_GRAPH, compress
+from mirage_kg.model.namespaces import SCHEMA_GRAPH, compress
 from mirage_kg.store import OxigraphStore, Store, ensure_schema
 from mirage_kg.store.base import MANIFEST_GRAPH
 

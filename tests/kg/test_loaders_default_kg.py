@@ -13,10 +13,10 @@ from test_loaders_contract import load, objects
 
 from mirage_kg.cli import main
 from mirage_kg.loaders.base import LoadOptions, LoadReport
-from mirage_kg.loaders.default_kg import (icd10cm_graph_name, icd10cm_lines, mondo_file, mondo_graph_name,
+from mirage_kg.build.default_kg import (icd10cm_graph_name, icd10cm_lines, mondo_file, mondo_graph_name,
                                           mondo_lines, package_dir)
 from mirage_kg.loaders.hpoa import HpoaLoader
-from mirage_kg.namespaces import compress, expand
+from mirage_kg.model.namespaces import compress, expand
 from mirage_kg.store import OxigraphStore
 
 

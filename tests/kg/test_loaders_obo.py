@@ -11,7 +11,7 @@ from test_loaders_contract import FIXTURES, load, objects, triples
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.obo import term_iri, xref_target
-from mirage_kg.namespaces import expand
+from mirage_kg.model.namespaces import expand
 from mirage_kg.store import OxigraphStore
 
 OBO = FIXTURES / "obo" / "mini.obo"

@@ -177,7 +177,7 @@ def test_mrrel_blocks_in_numpy_make_the_triples_rows_make(monkeypatch: pytest.Mo
     """``umls_edges.block_edges`` (a block of MRREL at once, numpy) writes the triples the row-by-row reader
     writes, and a block holding a row it does not take (a concept related to itself, a CUI MRCONSO lacks, a
     short row) goes row by row, reported with its line, and still makes the same triples."""
-    import mirage_kg.loaders.umls_edges as umls_edges
+    import mirage_kg.loaders.rows.umls_edges as umls_edges
     from mirage_kg.loaders.base import LoadOptions, LoadReport, Problem
     from mirage_kg.loaders.umls import UmlsFilters, UmlsLoader, _Relations, read_inverses
 

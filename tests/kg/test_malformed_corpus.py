@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from mirage_kg.cli import main
 from mirage_kg.errors import InputError
-from mirage_kg.loaders import LoadOptions, LoadReport, get_loader, hygiene
+from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
+from mirage_kg.loaders.rows import hygiene
 from mirage_kg.loaders.base import Problem
 from mirage_kg.store import OxigraphStore, ensure_schema
 

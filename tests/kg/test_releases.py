@@ -336,7 +336,7 @@ def test_umls_update_falls_back_to_the_whole_release_and_says_why(
 
 
 def test_citations_name_the_release(tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
-    from mirage_kg.namespaces import expand
+    from mirage_kg.model.namespaces import expand
     from mirage_kg.releases import citations, release_of
     from mirage_kg.store import open_store
 
@@ -652,7 +652,7 @@ def test_a_delta_update_parses_only_the_base_rows_of_the_concepts_it_touches(
     concepts the Delta touches are decoded; the result equals a fresh load of the later Snapshot. When the
     language refset the whole file chooses cannot be told from a count (the largest wins), that file is read
     whole."""
-    import mirage_kg.loaders.hygiene as hygiene
+    import mirage_kg.loaders.rows.hygiene as hygiene
     import mirage_kg.loaders.snomed as snomed
 
     old, delta, snapshot = make_snomed_releases(tmp_path, _DELTA_ROWS)
@@ -819,7 +819,7 @@ class _CountingEmbedder:
 
 def test_label_embeddings_are_encoded_again_only_for_changed_labels(
         tmp_path: Path, umls_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    from mirage_kg.linking import Embedder, Linker
+    from mirage_kg.linking.linker import Embedder, Linker
     from mirage_kg.store import open_store
 
     monkeypatch.setattr(Embedder, "installed", staticmethod(lambda: True))
@@ -958,8 +958,8 @@ def test_a_release_that_cannot_be_hashed_fails_the_load_and_a_failed_load_stops_
 
 def test_update_carries_the_label_index_over_for_the_changed_concepts(
         tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
-    from mirage_kg.graph import Graph
-    from mirage_kg.linking import LabelIndex, Linker
+    from mirage_kg.graph.core import Graph
+    from mirage_kg.linking.linker import LabelIndex, Linker
     from mirage_kg.store import open_store
 
     old, new = umls_pair

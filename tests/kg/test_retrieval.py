@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from mirage_kg.knowledge import KnowledgeGraph
+from mirage_kg.kg import KnowledgeGraph
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
-from mirage_kg.retrieval import RetrievalResult, Retriever
+from mirage_kg.retrieval.retriever import RetrievalResult, Retriever
 from mirage_kg.store import DEMO_GRAPH, OxigraphStore, demo_store, ensure_schema
 
 
@@ -86,7 +86,7 @@ def test_retriever_on_emckg_reaches_the_answer_entities(emckg_path: Path) -> Non
 
 
 def test_retrieve_is_the_same_on_an_endpoint(oxigraph_server: Any, demo_kg: KnowledgeGraph, tmp_path: Path) -> None:
-    from mirage_kg.namespaces import ontologies_dir
+    from mirage_kg.model.namespaces import ontologies_dir
     from mirage_kg.store import SparqlStore
 
     oxigraph_server.clear()

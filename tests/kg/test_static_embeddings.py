@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from mirage_kg import linking
-from mirage_kg.knowledge import KnowledgeGraph
-from mirage_kg.linking import DEFAULT_EMBEDDING_MODEL, STATIC_EMBEDDING_MODEL, Embedder, encode_resumable
+from mirage_kg.linking import linker as linking
+from mirage_kg.kg import KnowledgeGraph
+from mirage_kg.linking.linker import DEFAULT_EMBEDDING_MODEL, STATIC_EMBEDDING_MODEL, Embedder, encode_resumable
 from mirage_kg.progress import progress_lines
 from mirage_kg.store import OxigraphStore, ensure_schema
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from mirage_kg.loaders import get_loader
 from mirage_kg.loaders.base import LoadOptions, LoadReport
-from mirage_kg.namespaces import RDF, RDF_TYPE, RDFS_LABEL, SCHEMA_GRAPH, SKOS_ALT, SKOS_PREF, compress
-from mirage_kg.stats import compute_stats
+from mirage_kg.model.namespaces import RDF, RDF_TYPE, RDFS_LABEL, SCHEMA_GRAPH, SKOS_ALT, SKOS_PREF, compress
+from mirage_kg.graph.stats import compute_stats
 from mirage_kg.store.base import MANIFEST_GRAPH, Store
-from mirage_kg.terms import iri_ref
+from mirage_kg.model.terms import iri_ref
 
 EX = "https://example.org/"
 ONE, TWO, THREE = EX + "graph/one", EX + "graph/two", EX + "graph/three"

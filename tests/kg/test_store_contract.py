@@ -10,12 +10,12 @@ import pytest
 
 from mirage_kg.errors import EndpointError, InputError, MirageError, QueryError, StoreError
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
-from mirage_kg.namespaces import ENTITY, SKOS_ALT, SKOS_PREF
-from mirage_kg.stats import compute_stats
+from mirage_kg.model.namespaces import ENTITY, SKOS_ALT, SKOS_PREF
+from mirage_kg.graph.stats import compute_stats
 from mirage_kg.releases.diff import parse_lines
 from mirage_kg.store import OxigraphStore, SparqlStore, Store
 from mirage_kg.store.oxigraph import to_term
-from mirage_kg.terms import Term
+from mirage_kg.model.terms import Term
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "core"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders import default_kg
+from mirage_kg.build import default_kg
 from mirage_kg.store import OxigraphStore, ensure_schema
 from mirage_kg.store.base import MANIFEST_GRAPH
 from mirage_kg.store.oxigraph import COMMIT_INTO

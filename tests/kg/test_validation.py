@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from mirage_kg.cli import main
-from mirage_kg.namespaces import ENTITY, GRAPH
+from mirage_kg.model.namespaces import ENTITY, GRAPH
 from mirage_kg.store import OxigraphStore, Store, ensure_schema
 from mirage_kg.validation import CHECK_IDS, Report, validate
 

@@ -13,12 +13,12 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from mirage_kg.namespaces import ENTITY, GRAPH, MKG, RDF, RDFS, SKOS, compress
+from mirage_kg.model.namespaces import ENTITY, GRAPH, MKG, RDF, RDFS, SKOS, compress
 from mirage_kg.store import Store
 from mirage_kg.validation import compact, validate
 from mirage_kg.validation.structural import (CONCEPT_PREDICATES, DATA, MAPPINGS, META_TYPES, PREFIXES, Context,
                                              values)
-from mirage_kg.namespaces import SCHEMA_GRAPH
+from mirage_kg.model.namespaces import SCHEMA_GRAPH
 
 DATA_GRAPH = f"{GRAPH}test/generated"
 

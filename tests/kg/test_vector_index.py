@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from mirage_kg import linking, vector_index
-from mirage_kg.linking import Embedder, Linker
+from mirage_kg.linking import linker as linking, vectors as vector_index
+from mirage_kg.linking.linker import Embedder, Linker
 from mirage_kg.store import OxigraphStore, ensure_schema
 
 np = pytest.importorskip("numpy")

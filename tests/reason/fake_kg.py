@@ -32,9 +32,9 @@ from mirage_kg import (
     Step,
     UnknownEntityError,
 )
-from mirage_kg.graph import DIRECTIONS
-from mirage_kg.linking import FUZZY_CUTOFF, METHODS, fold, normalise, tokens
-from mirage_kg.namespaces import SKOS_ALT, SKOS_PREF, compress, is_identifier
+from mirage_kg.graph.core import DIRECTIONS
+from mirage_kg.linking.linker import FUZZY_CUTOFF, METHODS, fold, normalise, tokens
+from mirage_kg.model.namespaces import SKOS_ALT, SKOS_PREF, compress, is_identifier
 from mirage_kg.store import OxigraphStore, ensure_schema
 
 KG = "https://w3id.org/mirage-kg/entity/"
@@ -104,7 +104,7 @@ def ent(label: str) -> Entity:
 
 #: a CURIE or an IRI written in a text (``<...>`` or ``prefix:local``)
 IDENTIFIER = re.compile(r"<[^<>\s]+>|\b[A-Za-z][\w.\-]*:[\w.\-]*\w")
-#: the real linker's score and method of each dictionary match, best first (``mirage_kg.linking``)
+#: the real linker's score and method of each dictionary match, best first (``mirage_kg.linking.linker``)
 LABEL, SYNONYM, NORMALISED_LABEL, NORMALISED_SYNONYM = (1.0, "exact"), (0.98, "synonym"), (0.96, "normalised"), \
     (0.94, "synonym")
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 
-from mirage_reason.prompts import QUERY_BEGIN as QB
-from mirage_reason.prompts import QUERY_END as QE
-from mirage_reason.prompts import RESULT_END
+from mirage_reason.pipeline.prompts import QUERY_BEGIN as QB
+from mirage_reason.pipeline.prompts import QUERY_END as QE
+from mirage_reason.pipeline.prompts import RESULT_END
 
 QUESTION = "I have a cough. What medication treats asthma?"
 

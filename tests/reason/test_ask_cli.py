@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from mirage_kg.cli import main
-from mirage_reason.prompts import QUERY_BEGIN as QB
-from mirage_reason.prompts import QUERY_END as QE
-from mirage_reason.prompts import RESULT_END
+from mirage_reason.pipeline.prompts import QUERY_BEGIN as QB
+from mirage_reason.pipeline.prompts import QUERY_END as QE
+from mirage_reason.pipeline.prompts import RESULT_END
 
 QUESTION = "What medication treats asthma?"
 TOP_KEYS = ["question", "answer", "abstained", "support", "flags", "unsupported_text", "sentences", "sub_questions",

@@ -31,8 +31,8 @@ from mirage_reason.backends import (
     can_constrain,
 )
 from mirage_reason.backends.base import strip_think
-from mirage_reason.chain import ChainRunner, ChainSpec
-from mirage_reason.config import MirageConfig
+from mirage_reason.pipeline.chain import ChainRunner, ChainSpec
+from mirage_reason.pipeline.config import MirageConfig
 from mirage_reason.errors import BackendError
 
 GREEDY = GenerationParams(max_new_tokens=12, temperature=0.0)

@@ -134,7 +134,7 @@ def test_public_api() -> None:
 
 def test_importing_the_backends_pulls_in_no_llm_stack() -> None:
     code = (
-        "import sys, mirage_reason.backends, mirage_reason.coordinator; "
+        "import sys, mirage_reason.backends, mirage_reason.pipeline.coordinator; "
         "print(sorted({'torch', 'transformers', 'llama_cpp', 'vllm'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

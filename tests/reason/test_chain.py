@@ -12,11 +12,11 @@ import pytest
 from fake_kg import FakeKG, ent
 
 from mirage_reason.backends import Completion, CompletionRequest, ScriptedBackend
-from mirage_reason.chain import ChainRunner, ChainSpec, extract_answer, parse_search_block
-from mirage_reason.config import MirageConfig
-from mirage_reason.prompts import QUERY_BEGIN as QB
-from mirage_reason.prompts import QUERY_END as QE
-from mirage_reason.prompts import RESULT_BEGIN, RESULT_END
+from mirage_reason.pipeline.chain import ChainRunner, ChainSpec, extract_answer, parse_search_block
+from mirage_reason.pipeline.config import MirageConfig
+from mirage_reason.pipeline.prompts import QUERY_BEGIN as QB
+from mirage_reason.pipeline.prompts import QUERY_END as QE
+from mirage_reason.pipeline.prompts import RESULT_BEGIN, RESULT_END
 
 
 def turn_of(prompt: str) -> int:
@@ -392,7 +392,7 @@ def test_sampling_settings_and_seed_reach_the_backend() -> None:
 
 def test_seed_facts_of_one_entity_and_relation_share_a_line() -> None:
     from mirage_kg import Path
-    from mirage_reason.prompts import fact_lines
+    from mirage_reason.pipeline.prompts import fact_lines
 
     kg = FakeKG()
     paths = [e.path for e in kg.retrieve("I have the flu").evidence]

@@ -13,11 +13,13 @@ import pytest
 from fake_kg import FakeKG, ent
 
 from mirage_reason.backends import ScriptedBackend
-from mirage_reason.config import PIPELINES, MirageConfig
-from mirage_reason.coordinator import STAGES, Answer, Mirage
-from mirage_reason.prompts import QUERY_BEGIN as QB
-from mirage_reason.prompts import QUERY_END as QE
-from mirage_reason.prompts import RESULT_END
+from mirage_reason.pipeline.config import PIPELINES, MirageConfig
+from mirage_reason.answer import STAGES, Answer
+from mirage_reason.render.html import render_answer
+from mirage_reason.pipeline.coordinator import Mirage
+from mirage_reason.pipeline.prompts import QUERY_BEGIN as QB
+from mirage_reason.pipeline.prompts import QUERY_END as QE
+from mirage_reason.pipeline.prompts import RESULT_END
 
 FLU = "What are the symptoms of the flu?"
 FEVER_WHEEZE = "I have a fever and wheezing. What is it?"
@@ -233,7 +235,7 @@ def test_empty_batch() -> None:
 def test_html_view_is_self_contained_and_escaped() -> None:
     mirage = Mirage(FakeKG(), ScriptedBackend(model), MirageConfig(rank_by_question=False))
     answer = mirage.answer(FEVER_WHEEZE + " <script>alert(1)</script>")
-    page = answer.to_html()
+    page = render_answer(answer)
     assert page.startswith("<!DOCTYPE html>") and "<script>" not in page and "&lt;script&gt;" in page
     assert "src=" not in page and "href=" not in page
     assert "Influenza" in page and "Chain 1" in page
@@ -302,7 +304,7 @@ def test_chains_start_from_all_of_the_retrievers_evidence_split_between_them() -
 
 
 def test_split_evidence_by_sub_question_entities() -> None:
-    from mirage_reason.coordinator import split_evidence
+    from mirage_reason.pipeline.coordinator import split_evidence
 
     kg = FakeKG()
     flu, asthma = kg.retrieve("flu").evidence, kg.retrieve("asthma").evidence

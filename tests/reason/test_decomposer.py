@@ -7,8 +7,8 @@ from __future__ import annotations
 from fake_kg import FakeKG, ent
 
 from mirage_reason.backends import ScriptedBackend
-from mirage_reason.config import MirageConfig
-from mirage_reason.decomposer import Decomposer, parse_sub_questions
+from mirage_reason.pipeline.config import MirageConfig
+from mirage_reason.pipeline.decomposer import Decomposer, parse_sub_questions
 
 MULTI = "I have a fever and wheezing, and I take propranolol. What is going on?"
 

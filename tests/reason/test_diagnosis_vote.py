@@ -10,9 +10,9 @@ import pytest
 
 from mirage_kg import KnowledgeGraph, Path, demo_store
 from mirage_reason.backends import ScriptedBackend
-from mirage_reason.chain import ChainResult
-from mirage_reason.config import MirageConfig
-from mirage_reason.synthesizer import VOTE_WEIGHT, Synthesizer
+from mirage_reason.pipeline.chain import ChainResult
+from mirage_reason.pipeline.config import MirageConfig
+from mirage_reason.pipeline.synthesizer import VOTE_WEIGHT, Synthesizer
 
 QUESTION = "I have a fever, a cough, night sweats and haemoptysis. What is it?"
 
@@ -107,7 +107,7 @@ def test_hpo_features_question_gets_phenotypes(tmp_path: object) -> None:
     from mirage_kg.loaders.hpoa import HpoaLoader
     from mirage_kg.loaders.obo import OboLoader
     from mirage_kg.loaders import LoadOptions, LoadReport
-    from mirage_kg.namespaces import GRAPH
+    from mirage_kg.model.namespaces import GRAPH
     from mirage_kg.store import ensure_schema
 
     fixtures = FsPath(__file__).resolve().parent.parent / "fixtures" / "default_kg"

@@ -19,11 +19,12 @@ from mirage_kg import KnowledgeGraph
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
 from mirage_kg.store import OxigraphStore, ensure_schema
 from mirage_reason.backends import ScriptedBackend
-from mirage_reason.config import MirageConfig
-from mirage_reason.coordinator import Answer, Mirage
-from mirage_reason.prompts import QUERY_BEGIN as QB
-from mirage_reason.prompts import QUERY_END as QE
-from mirage_reason.prompts import RESULT_END
+from mirage_reason.pipeline.config import MirageConfig
+from mirage_reason.answer import Answer
+from mirage_reason.pipeline.coordinator import Mirage
+from mirage_reason.pipeline.prompts import QUERY_BEGIN as QB
+from mirage_reason.pipeline.prompts import QUERY_END as QE
+from mirage_reason.pipeline.prompts import RESULT_END
 
 E2E = Path(__file__).resolve().parent.parent / "fixtures" / "e2e"
 
@@ -116,7 +117,7 @@ def check(kg: KnowledgeGraph, s: Scenario, answer: Answer) -> None:
 
 @pytest.mark.slow
 def test_hpo_default_kg() -> None:
-    from mirage_kg.loaders.default_kg import build_default_kg
+    from mirage_kg.build.default_kg import build_default_kg
 
     store = OxigraphStore()
     build_default_kg(store, ["hpo"])  # the real HPO, as `mirage-kg build-default --only hpo` loads it

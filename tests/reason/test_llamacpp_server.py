@@ -47,8 +47,8 @@ def test_chat_mode(llamacpp_server: str) -> None:
 def test_ask_pipeline_over_llama_cpp(llamacpp_server: str) -> None:
     from mirage_kg import KnowledgeGraph, demo_store
     from mirage_reason.backends.openai_backend import OpenAIBackend
-    from mirage_reason.config import SMALL_MODEL_BUDGETS, MirageConfig
-    from mirage_reason.coordinator import Mirage
+    from mirage_reason.pipeline.config import SMALL_MODEL_BUDGETS, MirageConfig
+    from mirage_reason.pipeline.coordinator import Mirage
 
     kg = KnowledgeGraph(demo_store())
     config = MirageConfig(**{**SMALL_MODEL_BUDGETS, "seed": 3, "n_q": 2, "max_turns": 2})

@@ -16,13 +16,13 @@ from click.testing import CliRunner
 from mirage_kg import InputError
 from mirage_kg.cli import main
 from mirage_reason.backends.scripted import ScriptedBackend
-from mirage_reason.config import MirageConfig
-from mirage_reason.coordinator import AskCancelled, Mirage
-from mirage_reason.prompts import QUERY_BEGIN as QB
-from mirage_reason.prompts import QUERY_END as QE
-from mirage_reason.prompts import RESULT_BEGIN as RB
-from mirage_reason.prompts import RESULT_END as RE
-from mirage_reason.support import FLAG_CODES, Flag, flag_json, harmful_in, harmful_terms
+from mirage_reason.pipeline.config import MirageConfig
+from mirage_reason.pipeline.coordinator import AskCancelled, Mirage
+from mirage_reason.pipeline.prompts import QUERY_BEGIN as QB
+from mirage_reason.pipeline.prompts import QUERY_END as QE
+from mirage_reason.pipeline.prompts import RESULT_BEGIN as RB
+from mirage_reason.pipeline.prompts import RESULT_END as RE
+from mirage_reason.pipeline.support import FLAG_CODES, Flag, flag_json, harmful_in, harmful_terms
 
 pytestmark = pytest.mark.filterwarnings("ignore:ranking by similarity without embeddings")
 
@@ -267,8 +267,8 @@ def test_a_client_that_leaves_the_stream_cancels_its_ask(tmp_path: Path) -> None
 def test_normalisation_rewrites_only_what_names_an_entity() -> None:
     from fake_kg import FakeKG, ent
 
-    from mirage_kg.linking import Candidate, Mention
-    from mirage_reason.synthesizer import Synthesizer
+    from mirage_kg.linking.linker import Candidate, Mention
+    from mirage_reason.pipeline.synthesizer import Synthesizer
 
     kg = FakeKG()
     text = "A sign of a wide range of disease; the flu."

@@ -9,10 +9,10 @@ from fake_kg import ENTITIES, TRIPLES, FakeKG, ent
 
 from mirage_kg import Path
 from mirage_reason.backends import ScriptedBackend
-from mirage_reason.chain import ChainResult
-from mirage_reason.config import MirageConfig
-from mirage_reason.support import unsupported_text
-from mirage_reason.synthesizer import Synthesizer
+from mirage_reason.pipeline.chain import ChainResult
+from mirage_reason.pipeline.config import MirageConfig
+from mirage_reason.pipeline.support import unsupported_text
+from mirage_reason.pipeline.synthesizer import Synthesizer
 
 QUESTION = "I have palpitations. What could it be and what should I take?"
 
@@ -132,7 +132,7 @@ def test_a_left_out_claim_is_checked_after_unsupported_sentences_go() -> None:
 
 
 def test_content_words_drop_connectives_and_fold_inflections() -> None:
-    from mirage_reason.sentence_check import content_words
+    from mirage_reason.pipeline.sentence_check import content_words
 
     assert content_words("Atrial fibrillation can be treated with warfarin [2].") == \
         ["atrial", "fibrillation", "treat", "warfarin"]

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from mirage_kg import KnowledgeGraph, OxigraphStore, QueryError, StoreError, demo_store, open_store  # noqa: E402
 from mirage_kg.cli import main  # noqa: E402
 from mirage_reason.backends.scripted import ScriptedBackend  # noqa: E402
-from mirage_reason.config import MirageConfig  # noqa: E402
+from mirage_reason.pipeline.config import MirageConfig  # noqa: E402
 from mirage_reason.service import AskService, ServiceSettings, create_app  # noqa: E402
 
 from tests.reason.service_support import QUESTION, script_reply, write_script  # noqa: E402

@@ -106,7 +106,7 @@ async def _exercise_mcp(client: Any, with_ask: bool) -> dict[str, Any]:
     tools = {t.name: t for t in listed.tools}
     expected = (EXPECTED_TOOLS if with_ask else EXPECTED_TOOLS - {"ask"})
     try:
-        import mirage_kg.differential  # noqa: F401
+        import mirage_kg.retrieval.differential  # noqa: F401
 
         expected = expected | {"differential"}
     except ImportError:
@@ -305,7 +305,7 @@ def test_sparql_protocol_negotiation_and_refusals(served: ServeProcess) -> None:
 
 def _app(backend: Any | None) -> Any:
     from mirage_kg import KnowledgeGraph, demo_store
-    from mirage_reason.config import MirageConfig
+    from mirage_reason.pipeline.config import MirageConfig
     from mirage_reason.service import AskService, create_app
 
     kg = KnowledgeGraph(demo_store(), embedding_model="none")

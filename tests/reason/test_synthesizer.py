@@ -6,12 +6,12 @@ from __future__ import annotations
 from fake_kg import FakeKG, ent
 
 from mirage_kg import Path, StoreError
-from mirage_kg.kinds import vocabulary
+from mirage_kg.model.kinds import vocabulary
 from mirage_reason.backends import ScriptedBackend
-from mirage_reason.chain import ChainResult
-from mirage_reason.config import MirageConfig
-from mirage_reason.support import unsupported_text
-from mirage_reason.synthesizer import Synthesizer, entity_kind, normalise_units
+from mirage_reason.pipeline.chain import ChainResult
+from mirage_reason.pipeline.config import MirageConfig
+from mirage_reason.pipeline.support import unsupported_text
+from mirage_reason.pipeline.synthesizer import Synthesizer, entity_kind, normalise_units
 
 
 def facts(kg: FakeKG, *labels: str) -> tuple[Path, ...]:

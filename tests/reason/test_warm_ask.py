@@ -161,7 +161,7 @@ def test_a_changed_store_misses_the_answer_cache() -> None:
 
     from mirage_kg import KnowledgeGraph, demo_store
     from mirage_reason.backends.scripted import ScriptedBackend
-    from mirage_reason.config import MirageConfig
+    from mirage_reason.pipeline.config import MirageConfig
     from mirage_reason.service import AskService, create_app
 
     from tests.reason.service_support import script_reply

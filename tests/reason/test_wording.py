@@ -12,12 +12,12 @@ from fake_kg import FakeKG, ent
 
 from mirage_kg import Path
 from mirage_reason.backends import ScriptedBackend
-from mirage_reason.chain import ChainResult
-from mirage_reason.config import MirageConfig
-from mirage_reason.coordinator import Mirage
-from mirage_reason.synthesizer import Synthesis, Synthesizer
-from mirage_reason import sentence_check
-from mirage_reason.wording import FRAMES, fact_readings, render
+from mirage_reason.pipeline.chain import ChainResult
+from mirage_reason.pipeline.config import MirageConfig
+from mirage_reason.pipeline.coordinator import Mirage
+from mirage_reason.pipeline.synthesizer import Synthesis, Synthesizer
+from mirage_reason.pipeline import sentence_check
+from mirage_reason.pipeline.wording import FRAMES, fact_readings, render
 
 QUESTION = "I have a fever and wheezing. What could it be?"
 CONSTRAINED = ("json_schema", "choice")

@@ -1,0 +1,1 @@
+"""LLM-free answers from the graph: the differential diagnosis and the retriever that leads with it."""

@@ -1,0 +1,1 @@
+"""The MIRAGE method: decomposer, reasoning chains, synthesizer, the coordinator that runs them, prompts and config."""

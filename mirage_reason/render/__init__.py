@@ -1,0 +1,1 @@
+"""Answers rendered for people: the HTML page."""
