@@ -1,20 +1,24 @@
-"""vLLM offline (``vllm.LLM``) as an in-process backend: every request its own ``SamplingParams`` (max tokens, stop
-strings, seed), prefix caching on, tensor parallelism across the GPUs of one node. An optional extra
-(``pip install 'mirage-kg[vllm]'``, GPU only); nothing else needs it installed.
+"""vLLM in this process as a backend, through its own asynchronous engine (``vllm.AsyncLLMEngine``: ``AsyncLLM`` on
+vLLM's V1 engine): every request its own ``SamplingParams`` (max tokens, stop strings, seed), prefix caching on,
+tensor parallelism across the GPUs of one node. An optional extra (``pip install 'mirage-kg[vllm]'``, GPU only);
+nothing else needs it installed.
 
-vLLM's engine is continuous batching with paged KV memory: requests join and leave the running batch at every step.
-One engine thread adds what was submitted and steps the engine (``LLMEngine.add_request`` / ``step``, vLLM's own
-serving loop API), completing each future the step its request finishes. Output constraints are vLLM's structured
-outputs (``StructuredOutputsParams(json=...)`` / ``choice=[...]``; ``GuidedDecodingParams`` on vLLM before 0.10).
+vLLM schedules: its engine is continuous batching with paged KV memory, requests join and leave the running batch at
+every step. This adapter only hands each request to ``AsyncLLMEngine.generate`` on an event loop of its own thread
+and completes the request's future with the final output; a cancelled future aborts its request in the engine.
+Output constraints are vLLM's structured outputs (``StructuredOutputsParams(json=...)`` / ``choice=[...]``;
+``GuidedDecodingParams`` on vLLM before 0.10).
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from mirage_kg import MissingExtraError
 
@@ -37,12 +41,15 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 __all__ = ["VLLMBackend"]
 
+T = TypeVar("T")
+
 
 class VLLMBackend(BackendBase):
     """A model served by vLLM in this process; ``model`` is a hub id or local directory (QwQ-32B by default).
 
     ``tensor_parallel_size`` splits the model over that many GPUs; ``enable_prefix_caching`` (on) makes a chain's
-    next turn reuse its previous prompt's KV blocks. Other keyword arguments go to ``vllm.LLM``.
+    next turn reuse its previous prompt's KV blocks. Other keyword arguments go to ``vllm.AsyncEngineArgs``
+    (``gpu_memory_utilization``, ``max_model_len``, ...).
     """
 
     constraints = frozenset({"json_schema", "choice"})
@@ -55,41 +62,81 @@ class VLLMBackend(BackendBase):
         enable_prefix_caching: bool = True,
         think: ThinkMode = "keep",
         name: str | None = None,
-        **llm_kwargs: Any,
+        **engine_kwargs: Any,
     ) -> None:
         self.name = name or model
         self.think: ThinkMode = think
-        self.llm = vllm.LLM(model, tensor_parallel_size=tensor_parallel_size,
-                            enable_prefix_caching=enable_prefix_caching, **llm_kwargs)
-        self._engine = self.llm.llm_engine
         self._ids = itertools.count()
-        self._pending: dict[str, tuple[CompletionRequest, Future[Completion]]] = {}
-        self._incoming: list[tuple[str, CompletionRequest, Future[Completion]]] = []
-        self._wake = threading.Condition()
         self._closed = False
-        self._thread = threading.Thread(target=self._work, name="mirage-vllm", daemon=True)
+        args = vllm.AsyncEngineArgs(model=model, tensor_parallel_size=tensor_parallel_size,
+                                    enable_prefix_caching=enable_prefix_caching, **engine_kwargs)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mirage-vllm", daemon=True)
         self._thread.start()
 
+        async def start() -> tuple[Any, Any]:  # made on its loop: the engine's output handler is a task of that loop
+            engine = vllm.AsyncLLMEngine.from_engine_args(args)
+            tokenizer = engine.get_tokenizer()  # a coroutine on some vLLM versions, a plain call on others
+            return engine, (await tokenizer) if inspect.isawaitable(tokenizer) else tokenizer
+
+        try:
+            self.engine, self._tokenizer = self._call(start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
     def submit(self, request: CompletionRequest) -> Future[Completion]:
-        future: Future[Completion] = Future()
-        with self._wake:
-            if self._closed:
-                raise BackendError("the vLLM backend is closed", hint="build a new VLLMBackend")
-            self._incoming.append((f"mirage-{next(self._ids)}", request, future))
-            self._wake.notify()
-        return future
+        if self._closed:
+            raise BackendError("the vLLM backend is closed", hint="build a new VLLMBackend")
+        try:
+            sampling = self._sampling(request)
+        except Exception as exc:  # bad settings for this engine: this request fails, the engine keeps serving
+            failed: Future[Completion] = Future()
+            failed.set_exception(BackendError(f"vLLM refused the request: {exc}",
+                                              hint="check the request's generation settings"))
+            return failed
+        return asyncio.run_coroutine_threadsafe(
+            self._generate(f"mirage-{next(self._ids)}", request, sampling), self._loop)
 
     def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
-        tokenizer = self.llm.get_tokenizer()
-        if not getattr(tokenizer, "chat_template", None):
+        if not getattr(self._tokenizer, "chat_template", None):
             return chatml(messages, add_generation_prompt=add_generation_prompt)
-        return str(tokenizer.apply_chat_template(list(messages), tokenize=False,
-                                                 add_generation_prompt=add_generation_prompt))
+        return str(self._tokenizer.apply_chat_template(list(messages), tokenize=False,
+                                                       add_generation_prompt=add_generation_prompt))
 
     def close(self) -> None:
-        with self._wake:
-            self._closed = True
-            self._wake.notify()
+        if self._closed:
+            return
+        self._closed = True
+        shutdown = getattr(self.engine, "shutdown", None)
+        if shutdown is not None:
+            self._loop.call_soon_threadsafe(shutdown)
+        self._stop_loop()
+
+    # -- internals -----------------------------------------------------------------------------------------------
+
+    async def _generate(self, request_id: str, request: CompletionRequest, sampling: Any) -> Completion:
+        """One request through the engine: its final output as a ``Completion``. The engine's failures become
+        ``BackendError``s; cancelling the task (the caller cancelled the future) aborts the request in vLLM."""
+        final = None
+        try:
+            async for output in self.engine.generate(request.prompt, sampling, request_id):
+                final = output
+        except ValueError as exc:  # the request itself: a prompt over the context, a bad setting
+            raise BackendError(f"vLLM refused the request: {exc}",
+                               hint="shorten the prompt or lower max_new_tokens") from exc
+        except Exception as exc:  # the engine failed: every request in it fails
+            raise BackendError(f"vLLM failed: {exc}", retryable=True, hint="check GPU memory and the log") from exc
+        if final is None or not final.finished:
+            raise BackendError(f"vLLM ended request {request_id} without a final output", retryable=True)
+        return self._completion(request, final)
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the engine's loop and wait for it (from any thread but the loop's own)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
 
     def _sampling(self, request: CompletionRequest) -> Any:
@@ -107,41 +154,6 @@ class VLLMBackend(BackendBase):
             max_tokens=p.max_new_tokens, temperature=max(0.0, p.temperature), top_p=p.top_p if not p.greedy else 1.0,
             top_k=p.top_k if p.top_k > 0 else 0, repetition_penalty=p.repetition_penalty, seed=p.seed,
             stop=list(request.stop) or None, **extra)
-
-    def _work(self) -> None:
-        while True:
-            with self._wake:
-                while not self._incoming and not self._pending and not self._closed:
-                    self._wake.wait()
-                if self._closed:
-                    for _, future in self._pending.values():
-                        future.cancel()
-                    return
-                incoming, self._incoming = self._incoming, []
-            for request_id, request, future in incoming:
-                if not future.set_running_or_notify_cancel():
-                    continue
-                try:
-                    self._engine.add_request(request_id, request.prompt, self._sampling(request))
-                except Exception as exc:  # a bad request (too long, bad settings): fail it, keep serving
-                    future.set_exception(BackendError(f"vLLM refused the request: {exc}",
-                                                      hint="shorten the prompt or lower max_new_tokens"))
-                    continue
-                self._pending[request_id] = (request, future)
-            if not self._pending:
-                continue
-            try:
-                outputs = self._engine.step()
-            except Exception as exc:  # the engine itself failed: every request in it fails
-                error = BackendError(f"vLLM failed: {exc}", retryable=True, hint="check GPU memory and the log")
-                for _, future in self._pending.values():
-                    future.set_exception(error)
-                self._pending.clear()
-                continue
-            for output in outputs:
-                if output.finished and output.request_id in self._pending:
-                    request, future = self._pending.pop(output.request_id)
-                    future.set_result(self._completion(request, output))
 
     def _completion(self, request: CompletionRequest, output: Any) -> Completion:
         best = output.outputs[0]
