@@ -32,8 +32,12 @@ import torch
 torch.set_num_threads(1)
 from mirage_kg import KnowledgeGraph, demo_store
 from mirage_reason.backends.llamacpp_backend import LlamaCppBackend
-from mirage_reason.pipeline.config import SMALL_MODEL_BUDGETS, MirageConfig
-from mirage_reason.pipeline.coordinator import Mirage
+try:  # the package layout of this checkout, or that of a checkout before mirage_reason.pipeline
+    from mirage_reason.pipeline.config import SMALL_MODEL_BUDGETS, MirageConfig
+    from mirage_reason.pipeline.coordinator import Mirage
+except ImportError:
+    from mirage_reason.config import SMALL_MODEL_BUDGETS, MirageConfig
+    from mirage_reason.coordinator import Mirage
 kg = KnowledgeGraph(demo_store())
 backend = LlamaCppBackend("smollm2")
 mirage = Mirage(kg, backend, MirageConfig(**SMALL_MODEL_BUDGETS, seed=0))
