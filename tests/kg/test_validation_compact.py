@@ -16,8 +16,8 @@ import pytest
 from mirage_kg.model.namespaces import ENTITY, GRAPH, MKG, RDF, RDFS, SKOS, compress
 from mirage_kg.store import Store
 from mirage_kg.validation import compact, validate
-from mirage_kg.validation.structural import (CONCEPT_PREDICATES, DATA, MAPPINGS, META_TYPES, PREFIXES, Context,
-                                             values)
+from mirage_kg.validation.structural.context import Context
+from mirage_kg.validation.structural.queries import CONCEPT_PREDICATES, DATA, MAPPINGS, META_TYPES, PREFIXES, values
 from mirage_kg.model.namespaces import SCHEMA_GRAPH
 
 DATA_GRAPH = f"{GRAPH}test/generated"
