@@ -15,7 +15,7 @@ _HERE = Path(__file__).resolve().parent
 
 def ontologies_dir() -> Path:
     """The shipped ``ontologies/`` folder (inside the wheel, or beside the package in a source checkout)."""
-    for candidate in (_HERE / "ontologies", _HERE.parent / "ontologies"):
+    for candidate in (_HERE.parent / "ontologies", _HERE.parent.parent / "ontologies"):
         if (candidate / "schema.ttl").is_file():
             return candidate
     raise FileNotFoundError("the shipped ontologies/ folder is missing; reinstall mirage-kg")
