@@ -397,7 +397,7 @@ def main() -> None:
     }
     # rdflib's SPARQL engine on the SPARQL KnowledgeGraph sends an endpoint (default-graph form; a handful of
     # queries: it is slow): anchor's neighbourhood SELECT, and bridge's 1-, 2- and 3-hop SELECTs
-    from mirage_kg.graph.core import hop_query
+    from mirage_kg.graph.paths import hop_query
 
     sparql: dict[str, list[float]] = {"anchor": [], "bridge": []}
     for i in anchor_ids[:5]:

@@ -220,7 +220,7 @@ def child_query(store_dir: str, concepts: int, seed: int, quick: bool, cold: boo
     os.environ["MIRAGE_KG_PROGRESS"] = "0"
     import pyoxigraph as ox
 
-    from mirage_kg.graph.core import hop_query
+    from mirage_kg.graph.paths import hop_query
     from mirage_kg.kg import KnowledgeGraph
     from mirage_kg.store import OxigraphStore
 

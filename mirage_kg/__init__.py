@@ -22,7 +22,7 @@ _LAZY = {
     "KnowledgeGraphLike": "mirage_kg.protocols",
     "LinkerLike": "mirage_kg.protocols",
     "Graph": "mirage_kg.graph.core",
-    "Neighbour": "mirage_kg.graph.core",
+    "Neighbour": "mirage_kg.graph.facts",
     "Linker": "mirage_kg.linking.linker",
     "Mention": "mirage_kg.linking.linker",
     "Candidate": "mirage_kg.linking.linker",

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mirage_kg.graph.core import HUB_EDGES_PER_RELATION, Graph, Neighbour
+from mirage_kg.graph.core import Graph
+from mirage_kg.graph.facts import Neighbour
+from mirage_kg.graph.limits import HUB_EDGES_PER_RELATION
 from mirage_kg.linking.linker import Linker, Mention
 from mirage_kg.model.records import Entity, Evidence, Path, Step
 

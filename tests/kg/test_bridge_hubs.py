@@ -41,7 +41,7 @@ def loaded(text: str) -> OxigraphStore:
 
 def uncapped_leaves(kg: KnowledgeGraph, count: int) -> list[str]:
     """Leaves whose edge to the hub is not among the hub's capped edges (the ones a capped walk would take)."""
-    from mirage_kg.graph.core import PATH_HUB_EDGES
+    from mirage_kg.graph.limits import PATH_HUB_EDGES
 
     capped = {n.node for n in kg._hub_neighbours(ENTITY + "Hub", None, PATH_HUB_EDGES)}
     leaves = [f"{ENTITY}Leaf{i}" for i in range(0, 6000, 10) if f"{ENTITY}Leaf{i}" not in capped]
@@ -83,7 +83,7 @@ def cut_turtle() -> str:
 
 
 def test_a_capped_search_says_so_and_lifting_the_cap_finds_every_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as graph_module
 
     monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 40)
     monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 3)
@@ -103,7 +103,7 @@ def test_bridge_command_never_says_no_path_when_a_cap_cut_the_search(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI's "no path" message is only for a search that was not cut; a cut search names the hub, its
     edge count and ``--hub-edges 0``; ``--json`` carries the same in ``capped``."""
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as graph_module
 
     monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 40)
     monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 3)

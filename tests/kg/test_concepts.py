@@ -135,12 +135,12 @@ def test_anchor_ranks_by_frequency_with_the_degree_index_on_disk(
         store: OxigraphStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The degree index's file says whether the store holds annotation records at all (a store with none needs
     no lookup at each anchor); this one does, so the file-backed ranking reads them, as the in-memory one does."""
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
     from mirage_kg.index.degree import DiskDegrees
 
     in_memory = KnowledgeGraph(store, embedding_model="none")
     expected = [in_memory.anchor(c, k=4, relations=["MKG:has_phenotype"]) for c in ("OMIM:154700", "MONDO:0007947")]
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
     on_disk = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)
     table = on_disk._degree_table()
     assert isinstance(table, DiskDegrees) and table.annotated

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from mirage_kg.index import degree as degree_index
-from mirage_kg.graph import core as graph_module
+from mirage_kg.graph import limits as graph_module
 from mirage_kg.index.caching import store_fingerprint
 from mirage_kg.cli.main import main
 from mirage_kg.errors import InputError, StoreStateWarning

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirage_kg.errors import InputError, MirageError, UnknownEntityError
-from mirage_kg.graph.core import NON_FACT_PREDICATES, once_each_way, path_sort_key
+from mirage_kg.graph.facts import NON_FACT_PREDICATES, Neighbour
+from mirage_kg.graph.paths import once_each_way, path_sort_key
 from mirage_kg.kg import KnowledgeGraph
 from mirage_kg.loaders import LoadOptions, LoadReport, get_loader
 from mirage_kg.model.records import Entity, Path as KgPath, Relation, Step
@@ -296,7 +297,7 @@ def test_a_hub_is_read_up_to_a_cap_per_relation_and_bridge_from_it_stays_exact(
         emckg_store: OxigraphStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past ``HUB_DEGREE`` edges, anchor and the retriever read a node's edges relation by relation up to a cap
     (every relation still there), and bridge searches from the other end: the same paths as the enumeration."""
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
     from mirage_kg.retrieval.retriever import Retriever
 
     kg = KnowledgeGraph(emckg_store, embedding_model="none")
@@ -304,8 +305,8 @@ def test_a_hub_is_read_up_to_a_cap_per_relation_and_bridge_from_it_stays_exact(
     degree = kg._state().degrees or {}
     hubs = sorted(degree, key=lambda n: (-degree[n], n))[:3]
     assert degree[hubs[2]] > 40  # three hubs once HUB_DEGREE is 40
-    monkeypatch.setattr(graph_module, "HUB_DEGREE", 40)
-    monkeypatch.setattr(graph_module, "HUB_EDGES_PER_RELATION", 5)
+    monkeypatch.setattr(limits, "HUB_DEGREE", 40)
+    monkeypatch.setattr(limits, "HUB_EDGES_PER_RELATION", 5)
     hub = hubs[0]
     every = kg.neighbours(hub)
     capped = kg.neighbours(hub, per_relation=5)
@@ -426,7 +427,7 @@ def test_no_fact_is_ever_a_label_or_type(kg: KnowledgeGraph) -> None:
 
 
 def test_relation_fallbacks() -> None:
-    from mirage_kg.graph.core import readable_name
+    from mirage_kg.graph.labels import readable_name
 
     assert readable_name("http://example.org/rel/hasPart") == "has part"
     assert readable_name(MKG + "need_medical_test") == "need medical test"
@@ -451,9 +452,9 @@ def test_the_degree_index_counts_each_triple_once_on_disk_or_in_memory(
     count of distinct fact triples, where a predicate lives in two graphs and a triple is in both; on disk it is
     a file beside the store that the next process opens without a rebuild, and a load makes a new one."""
     import mirage_kg.index.degree as degree_module
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
 
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0 if on_disk else 10**9)
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0 if on_disk else 10**9)
     store = OxigraphStore(tmp_path / "store")
     ensure_schema(store)
     load_text(store, SMALL, TEST_GRAPH)
@@ -497,12 +498,12 @@ def test_one_pass_over_the_store_builds_the_degree_index_and_the_adjacency_file_
     own TSV writer."""
     import mirage_kg.index.degree as degree_module
     import mirage_kg.index.fact_scan as scan_module
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
     import mirage_kg.store.base as base_module
-    from mirage_kg.graph.core import LABEL_PREDICATES, label_rank
+    from mirage_kg.graph.labels import LABEL_PREDICATES, label_rank
     from mirage_kg.index.build import build_indexes
 
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
     monkeypatch.setattr(degree_module, "FILED_DEGREE", 15)
     folder = tmp_path / "kg"
     store = OxigraphStore(folder)
@@ -551,7 +552,7 @@ def test_one_pass_over_the_store_builds_the_degree_index_and_the_adjacency_file_
     assert adjacency is not None
     on_file = adjacency.edges(list(expected))
     for node in expected:
-        assert sorted(graph_module.Neighbour(*e) for e in on_file.get(node, []) if e[2] not in non) == \
+        assert sorted(Neighbour(*e) for e in on_file.get(node, []) if e[2] not in non) == \
             kg._stored_neighbours(node, None), node
 
     def scanned() -> tuple[Any, ...]:
@@ -573,10 +574,10 @@ def test_bridge_through_hubs_is_exact_or_says_where_the_cap_cut_it(
     hub is found by lookups from the other side. Expected: every path of the enumeration, unless the answer names
     the hubs where the cap cut the search (then a subset of real paths), and all of them with ``hub_edges=0``.
     The search used to drop the paths entering or leaving a hub off its capped edges, and say nothing."""
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
 
-    monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 40)
-    monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 3)
+    monkeypatch.setattr(limits, "PATH_HUB_DEGREE", 40)
+    monkeypatch.setattr(limits, "PATH_HUB_EDGES", 3)
     kg = KnowledgeGraph(emckg_store, embedding_model="none")
     kg.degrees([])
     degree = kg._state().degrees or {}
@@ -637,11 +638,11 @@ def test_bridge_never_expands_a_hub_end_whole_for_the_side_next_to_a_hub(monkeyp
     ones walked, and a hub at an end by all of its edges, even after an earlier search capped it. Counting the
     inner hub whole, or the end hub capped, extended the hub end instead: every one of its edges became a partial
     path (at S = 1.0, 50k-211k of them: 1-3.7 s a bridge). Answers equal either way."""
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
 
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
-    monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 40)
-    monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 3)
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "PATH_HUB_DEGREE", 40)
+    monkeypatch.setattr(limits, "PATH_HUB_EDGES", 3)
     lines = ["@prefix KG: <https://w3id.org/mirage-kg/entity/> . @prefix ex: <http://example.org/rel/> ."]
     lines += [f"KG:H ex:a KG:L{i} ." for i in range(100)]  # the hub end: 100 edges
     lines += [f"KG:M ex:b KG:R{i} ." for i in range(120)]  # the hub next to the typical end: more
@@ -681,12 +682,12 @@ def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
     the one found with nothing on file: bridge at h = 2 and 3 (hubs at an end and inside a path, capped, with a
     relation filter) and anchor."""
     import mirage_kg.index.degree as degree_module
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
     from mirage_kg.index.degree import DiskDegrees
 
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
-    monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 45)  # the top hubs are walked through along capped edges
-    monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 4)
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "PATH_HUB_DEGREE", 45)  # the top hubs are walked through along capped edges
+    monkeypatch.setattr(limits, "PATH_HUB_EDGES", 4)
     store = OxigraphStore()
     ensure_schema(store)
     load_text(store, heavy_tailed_turtle(800, seed=5), TEST_GRAPH)  # degrees 78, 52, 46, 41, 23, ...
@@ -708,7 +709,7 @@ def test_bridge_and_anchor_read_well_connected_nodes_from_the_degree_index_file(
     assert sorted(n for n in degree if table.is_filed(n)) == sorted(expected)
     assert 3 <= len(expected) < sum(1 for n in degree if degree[n] >= 14)  # the budget bites, and nodes are filed
     for n in expected:
-        assert sorted(graph_module.Neighbour(*e) for e in table.filed_links(n)) == filed._stored_neighbours(n, None)
+        assert sorted(Neighbour(*e) for e in table.filed_links(n)) == filed._stored_neighbours(n, None)
 
     asked = []
     original = DiskDegrees.filed_links_to
@@ -788,7 +789,7 @@ def test_labels_come_from_the_degree_index_file_as_the_store_gives_them(
 
     import pyoxigraph as ox
 
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
     from mirage_kg.index.caching import StoreStateWarning
     from mirage_kg.index.degree import DiskDegrees, MemoryDegrees
     from mirage_kg.graph.core import Graph
@@ -800,7 +801,7 @@ def test_labels_come_from_the_degree_index_file_as_the_store_gives_them(
     load_text(store, labels, TEST_GRAPH)
     load_text(store, labels, "https://w3id.org/mirage-kg/graph/second")  # every label twice, in two graphs
     with monkeypatch.context() as patch:
-        patch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 10**9)
+        patch.setattr(limits, "DEGREE_INDEX_ON_DISK", 10**9)
         plain = KnowledgeGraph(store, embedding_model="none")
         assert isinstance(plain._degree_table(), MemoryDegrees)  # labels read from the store
         nodes = sorted(plain._degree_table())  # the schema's classes too
@@ -809,7 +810,7 @@ def test_labels_come_from_the_degree_index_file_as_the_store_gives_them(
         pairs = [(a, b) for a, b in zip(concepts[::7], concepts[3::11])]
         expected_anchors = [plain.anchor(n, k=3) for n in concepts[::5]]
         expected_bridges = [plain.bridge(a, b, max_hops=h) for a, b in pairs for h in (2, 3)]
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
     filed = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path / "filed")
     table = filed._degree_table()
     assert isinstance(table, DiskDegrees) and table.labelled and not table.annotated  # no annotation records
@@ -885,10 +886,10 @@ def test_opening_the_degree_index_file_reads_it_all_ahead_and_its_first_lookup_w
     import threading
 
     import mirage_kg.index.degree as degree_module
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
     from mirage_kg.index.degree import DiskDegrees
 
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
     store = OxigraphStore()
     ensure_schema(store)
     load_text(store, heavy_tailed_turtle(300, seed=2), TEST_GRAPH)
@@ -942,13 +943,13 @@ def test_a_hubs_anchor_is_read_from_the_degree_index_file_as_ranked_when_built(
     per relation in one lookup. For every such node, ``k`` (under, at and past the filed depth and the cap), relation filter, direction and ranking the answer
     equals the one ranked as before; a raw write is read live until ``refresh``, which files the new state's."""
     import mirage_kg.index.degree as degree_module
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
     from mirage_kg.index.degree import DiskDegrees
     from mirage_kg.graph.core import Graph
 
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
-    monkeypatch.setattr(graph_module, "HUB_DEGREE", 20)
-    monkeypatch.setattr(graph_module, "HUB_EDGES_PER_RELATION", 8)  # the cap bites at the top hubs
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "HUB_DEGREE", 20)
+    monkeypatch.setattr(limits, "HUB_EDGES_PER_RELATION", 8)  # the cap bites at the top hubs
     monkeypatch.setattr(degree_module, "HUB_ANCHOR_DEPTH", 6)  # and so does the filed depth
     monkeypatch.setattr(degree_module, "FILED_DEGREE", 14)
     store = OxigraphStore()
@@ -1038,11 +1039,11 @@ def test_hub_anchors_are_ranked_before_the_file_is_locked_for_writing(
     import sqlite3
 
     import mirage_kg.index.degree as degree_module
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
     from mirage_kg.index.degree import DiskDegrees
 
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
-    monkeypatch.setattr(graph_module, "HUB_DEGREE", 20)
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "HUB_DEGREE", 20)
     monkeypatch.setattr(degree_module, "FILED_DEGREE", 14)
     filed: list[bool] = []
     original = DiskDegrees.file_hub_anchors
@@ -1076,12 +1077,12 @@ def test_an_anchor_at_a_node_merged_with_none_walks_as_a_merged_one_and_reads_th
     group, at any cap, relation filter and k. A typical anchor whose entity was looked up makes one query of the
     degree index's file (its neighbours' degrees and labels): no per-call read of the file's hub settings."""
     import mirage_kg.index.degree as degree_module
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
     from mirage_kg.graph.concepts import ConceptGroups
     from mirage_kg.index.degree import DiskDegrees
 
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
-    monkeypatch.setattr(graph_module, "HUB_DEGREE", 20)  # the capped hub reading walks too
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "HUB_DEGREE", 20)  # the capped hub reading walks too
     monkeypatch.setattr(degree_module, "FILED_DEGREE", 40)
     store = OxigraphStore()
     ensure_schema(store)
@@ -1159,12 +1160,12 @@ def test_bridge_reads_every_nodes_adjacency_from_the_adjacency_file_with_the_sam
     file; a store opened read-only builds none."""
     import mirage_kg.index.adjacency as adjacency_module
     import mirage_kg.index.degree as degree_module
-    import mirage_kg.graph.core as graph_module
+    import mirage_kg.graph.limits as limits
     from mirage_kg.graph.core import Graph
 
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
-    monkeypatch.setattr(graph_module, "PATH_HUB_DEGREE", 45)  # the top hubs are walked through along capped edges
-    monkeypatch.setattr(graph_module, "PATH_HUB_EDGES", 4)
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "PATH_HUB_DEGREE", 45)  # the top hubs are walked through along capped edges
+    monkeypatch.setattr(limits, "PATH_HUB_EDGES", 4)
     monkeypatch.setattr(degree_module, "FILED_DEGREE", 40)  # a few nodes keep their edges in the degree file
     monkeypatch.setattr(adjacency_module, "_BUCKET", 64)  # several sorting passes in the build
     folder = tmp_path / "kg"
@@ -1183,7 +1184,7 @@ def test_bridge_reads_every_nodes_adjacency_from_the_adjacency_file_with_the_sam
     on_file = adjacency.edges(nodes)
     assert sorted(on_file) == nodes
     for n in nodes:
-        assert sorted(graph_module.Neighbour(*e) for e in on_file[n] if e[2] not in non) == \
+        assert sorted(Neighbour(*e) for e in on_file[n] if e[2] not in non) == \
             kg._stored_neighbours(n, None), n
 
     read: list[str] = []
@@ -1251,10 +1252,12 @@ def test_relations_are_described_all_at_once_with_the_same_labels_and_templates(
     new relation was a few cold store lookups in whichever anchor first met it), each read in one scan of its
     quads: the same labels, inverse labels and templates, in the same order, as one lookup per key (labels in two
     graphs and two languages, a template, a relation with none)."""
-    import mirage_kg.graph.core as graph_module
-    from mirage_kg.graph.core import BACKWARD_TEMPLATE, FORWARD_TEMPLATE, INVERSE_LABEL, RDFS_LABEL, SKOS_PREF, Graph
+    import mirage_kg.graph.limits as limits
+    from mirage_kg.graph.core import Graph
+    from mirage_kg.graph.facts import BACKWARD_TEMPLATE, FORWARD_TEMPLATE, INVERSE_LABEL
+    from mirage_kg.model.namespaces import RDFS_LABEL, SKOS_PREF
 
-    monkeypatch.setattr(graph_module, "DEGREE_INDEX_ON_DISK", 0)
+    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
     store = OxigraphStore()
     ensure_schema(store)
     load_text(store, heavy_tailed_turtle(200, seed=4), TEST_GRAPH)

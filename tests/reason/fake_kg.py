@@ -32,7 +32,7 @@ from mirage_kg import (
     Step,
     UnknownEntityError,
 )
-from mirage_kg.graph.core import DIRECTIONS
+from mirage_kg.graph.facts import DIRECTIONS
 from mirage_kg.linking.linker import FUZZY_CUTOFF, METHODS, fold, normalise, tokens
 from mirage_kg.model.namespaces import SKOS_ALT, SKOS_PREF, compress, is_identifier
 from mirage_kg.store import OxigraphStore, ensure_schema
