@@ -332,23 +332,35 @@ class PathGraph(NeighbourGraph):
                     if n in xs and n != y:
                         out.setdefault((n, y), []).append((y, p, n, "backward") if d == "forward" else (n, p, y, "forward"))
 
-        if all(x in memo for x in xs):
+        side, prefetch = self._middle_plan(xs, ys, memo, on_file, merged)
+        if side == "pairs":
+            return self._pair_edges(xs, ys, rels)
+        if prefetch:  # the side about to be expanded, read ahead from the adjacency file
+            self._prefetch_adjacency((xs if side == "x" else ys) - on_file, memo, rels, ends, merged)
+        if side == "x":
             from_xs()
-            return out
-        if all(y in memo for y in ys):
+        else:
             from_ys()
-            return out
+        return out
+
+    def _middle_plan(self, xs: set[str], ys: set[str], memo: dict[str, list[tuple[str, str, str]]],
+                     on_file: set[str], merged: bool) -> tuple[str, bool]:
+        """How ``_middle_edges`` finds the edges between ``xs`` and ``ys``: ``("pairs", False)``, point lookups
+        per pair; or ``("x" | "y", prefetch)``, reading that side's edges (``prefetch``: read ahead first, where
+        the side's adjacency is not already in hand or on file). The cheapest by the degree index's estimate."""
+        if all(x in memo for x in xs):
+            return "x", False
+        if all(y in memo for y in ys):
+            return "y", False
         if self.store.indexed:
             # a filed node's lookup costs about a quarter of an edge read per node asked about
             filed_x = len(ys) / 4 * len(on_file & xs) + len(xs)
             filed_y = len(xs) / 4 * len(on_file & ys) + len(ys)
             unknown = [n for n in xs | ys if n not in memo and n not in on_file]
             if filed_x <= filed_y and xs.isdisjoint(unknown):
-                from_xs()  # every x is in hand or on file, and cheaper than any plan: no degree to look up
-                return out
+                return "x", False  # every x is in hand or on file, and cheaper than any plan: no degree to look up
             if filed_y < filed_x and ys.isdisjoint(unknown):
-                from_ys()
-                return out
+                return "y", False
             degree = self._node_degrees(unknown) if merged else self.degrees(unknown)
             cost_x = sum(degree[x] for x in xs if x in degree) + filed_x
             cost_y = sum(degree[y] for y in ys if y in degree) + filed_y
@@ -363,22 +375,24 @@ class PathGraph(NeighbourGraph):
             cost_pairs *= 16
         # point lookups read stored triples, so not across merged concepts
         if cost_pairs < min(cost_x, cost_y) and not merged:
-            for x in xs:
-                for y in ys:
-                    if x == y:
-                        continue
-                    found = [(x, p, y, "forward") for p in self.store.predicates_between(x, y)]
-                    found += [(y, p, x, "backward") for p in self.store.predicates_between(y, x)]
-                    found = sorted({f for f in found if f[1] not in NON_FACT_PREDICATES
-                                    and (rels is None or f[1] in rels)})
-                    if found:
-                        out[(x, y)] = found
-        elif cost_x <= cost_y:
-            self._prefetch_adjacency(xs - on_file, memo, rels, ends, merged)
-            from_xs()
-        else:
-            self._prefetch_adjacency(ys - on_file, memo, rels, ends, merged)
-            from_ys()
+            return "pairs", False
+        return ("x", True) if cost_x <= cost_y else ("y", True)
+
+    def _pair_edges(self, xs: set[str], ys: set[str], rels: frozenset[str] | None
+                    ) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
+        """``_middle_edges`` by point lookups, both ends bound, for each pair of a node of ``xs`` and a different
+        node of ``ys``."""
+        out: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
+        for x in xs:
+            for y in ys:
+                if x == y:
+                    continue
+                found = [(x, p, y, "forward") for p in self.store.predicates_between(x, y)]
+                found += [(y, p, x, "backward") for p in self.store.predicates_between(y, x)]
+                found = sorted({f for f in found if f[1] not in NON_FACT_PREDICATES
+                                and (rels is None or f[1] in rels)})
+                if found:
+                    out[(x, y)] = found
         return out
 
     def _edges_between(self, n: str, others: set[str], rels: frozenset[str] | None) -> list[Neighbour]:
