@@ -1,23 +1,71 @@
-"""The answer record: the pipeline's answer to one question, with everything needed to check it, and the JSON every
-surface shows (``ask --json``, ``/v1/ask``, the stream's answer event, ``eval``)."""
+"""The answer records: the pipeline's answer to one question, with everything needed to check it, the claims and
+conflicts it carries, and the JSON every surface shows (``ask --json``, ``/v1/ask``, the stream's answer event,
+``eval``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from mirage_kg import Entity, Path
 
 from mirage_reason.pipeline.chain import ChainResult, path_json
 from mirage_reason.pipeline.support import SentenceCheck, Support, flag_json, unsupported_text
-from mirage_reason.pipeline.synthesizer import Claim, Conflict
 
-__all__ = ["STAGES", "TOKEN_STAGES", "Answer", "unique_paths"]
+__all__ = ["STAGES", "TOKEN_STAGES", "Answer", "Claim", "Conflict", "Status", "unique_paths"]
 
 #: the stages reported in ``Answer.timings`` (seconds) and, where a model runs, ``Answer.tokens``
 STAGES = ("link", "decompose", "retrieve", "chains", "search", "synthesize", "llm")
 TOKEN_STAGES = ("decompose", "chains", "synthesize", "llm")
+
+#: what became of a claim: kept, or why it was dropped
+Status = Literal["kept", "unsupported", "outvoted", "off-diagnosis", "contraindicated"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An entity an answer asserts, with the paths that support it. ``text`` is the strongest path, verbalised.
+    ``chains`` is empty for a claim the synthesizer looked up in the KG to answer the question's intent."""
+
+    entity: Entity
+    kind: str
+    text: str
+    citations: tuple[Path, ...]
+    chains: tuple[int, ...]  # indexes (in the synthesizer's input) of the chains that make the claim
+    support: float  # sum of the vote weights of those chains
+    status: Status = "kept"
+    reason: str = ""
+    #: per citation, the source releases holding its facts (``UMLS 2024AA``), set by ``citing.cite_releases``
+    sources: tuple[tuple[str, ...], ...] = ()
+
+    def to_json(self, full: bool = False) -> dict[str, Any]:
+        sources = self.sources if len(self.sources) == len(self.citations) else ((),) * len(self.citations)
+        data: dict[str, Any] = {"text": self.text, "citations": [
+            {**path_json(p), "sources": list(s)} for p, s in zip(self.citations, sources)]}
+        if full:
+            data.update(entity=self.entity.to_json(), kind=self.kind, chains=list(self.chains),
+                        support=round(self.support, 4), status=self.status, reason=self.reason)
+        return data
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Chains that disagree, and how it was settled."""
+
+    kind: Literal["diagnosis", "treatment", "choice"]
+    entities: tuple[Entity, ...]
+    winner: Entity | None
+    votes: tuple[tuple[str, float], ...]  # (entity id or option letter, total weight)
+    reason: str
+    evidence: tuple[Path, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "entities": [e.to_json() for e in self.entities],
+                "winner": self.winner.to_json() if self.winner else None,
+                "votes": {k: round(v, 4) for k, v in self.votes}, "reason": self.reason,
+                "evidence": [path_json(p) for p in self.evidence]}
+
 
 @dataclass(frozen=True)
 class Answer:

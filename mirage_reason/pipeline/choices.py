@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["LETTERS", "extract_letter", "parse_options"]
+__all__ = ["LETTERS", "closest_option", "drop_letter_line", "extract_letter", "parse_options"]
 
 LETTERS = "ABCDEFGHIJ"
 _OPTION_SEPARATOR = r"[.)．、:：]"  # "A." "A)" "A、" "A：" ...
@@ -94,3 +94,21 @@ def extract_letter(text: str, options: Sequence[str] = (), n_options: int | None
     if len(quoted) == 1:
         return allowed[quoted[0]]
     return None
+
+
+def closest_option(options: Sequence[str], text: str) -> str:
+    """The option sharing the most words with ``text`` (the first on a tie), for a model that named none."""
+    words = set(re.findall(r"\w+", text.casefold()))
+
+    def overlap(option: str) -> int:
+        own = set(re.findall(r"\w+", option.casefold()))
+        chars = sum(1 for ch in set(option) if not ch.isspace() and ch in text)  # scripts without spaces
+        return len(own & words) * 10 + chars
+
+    scores = [overlap(o) for o in options]
+    return LETTERS[scores.index(max(scores))]
+
+
+def drop_letter_line(text: str) -> str:
+    """The writer's explanation without its "Answer: X" line (the letter is stated once, by the synthesizer)."""
+    return re.sub(r"(?im)^\s*(?:final\s+)?answer\s*[:：]\s*[\(\[]?[A-J]\b[^\n]*\n?", "", text).strip()

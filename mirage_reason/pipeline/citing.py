@@ -10,7 +10,8 @@ from typing import Any
 
 from mirage_kg import MirageError, Path, compress, release_citations
 
-from mirage_reason.pipeline.synthesizer import Claim, Synthesis
+from mirage_reason.answer import Claim
+from mirage_reason.pipeline.synthesis import Synthesis
 
 __all__ = ["cite_releases", "path_sources"]
 

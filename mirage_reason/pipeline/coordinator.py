@@ -30,7 +30,9 @@ from mirage_reason.pipeline.decomposer import Decomposer, Decomposition
 from mirage_reason.answer import STAGES, TOKEN_STAGES, Answer
 from mirage_reason.errors import ReasonerError
 from mirage_reason.pipeline.support import Flag, SentenceCheck, Support, valid_text
-from mirage_reason.pipeline.synthesizer import Synthesis, Synthesizer, normalise_units, whole_sentences
+from mirage_reason.pipeline.sentences import normalise_units, whole_sentences
+from mirage_reason.pipeline.synthesis import Synthesis
+from mirage_reason.pipeline.synthesizer import Synthesizer
 
 if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraphLike

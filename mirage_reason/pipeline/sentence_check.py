@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from mirage_kg import Entity
 
 if TYPE_CHECKING:
-    from mirage_reason.pipeline.synthesizer import Claim
+    from mirage_reason.answer import Claim
 
 __all__ = ["CONNECTIVES", "NAMING_METHODS", "NEGATION_KEYS", "SAME", "SAME_WORDS", "assertion_gap", "content_words",
            "fold", "markers"]

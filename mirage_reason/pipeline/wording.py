@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 from mirage_reason.pipeline import sentence_check
 from mirage_reason.backends.base import OutputConstraint
 from mirage_reason.pipeline.choices import LETTERS
+from mirage_reason.pipeline.claims import INTENT_ANSWERS
 
 if TYPE_CHECKING:
     from mirage_reason.pipeline.config import MirageConfig
-    from mirage_reason.pipeline.synthesizer import Synthesis
+    from mirage_reason.pipeline.synthesis import Synthesis
 
 __all__ = ["FRAMES", "MAX_SENTENCES", "fact_readings", "render", "wording_constraint", "wording_form"]
 
@@ -140,8 +141,6 @@ def required_facts(synthesis: Synthesis) -> list[tuple[int, str]]:
     """The facts the answer must state, as the claim check requires them, each with the entity it must name: the
     diagnosis the graph points to (when the question did not name it) and the first claim of each kind the
     question asks for."""
-    from mirage_reason.pipeline.synthesizer import INTENT_ANSWERS
-
     facts = synthesis.facts
     asked = {e.iri for e in synthesis.question_entities}
     wanted: list[tuple[int, str]] = []

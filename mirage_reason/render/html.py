@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 from mirage_kg import Path
 
 if TYPE_CHECKING:
-    from mirage_reason.answer import Answer
-    from mirage_reason.pipeline.synthesizer import Claim
+    from mirage_reason.answer import Answer, Claim
 
 __all__ = ["render_answer", "render_path"]
 

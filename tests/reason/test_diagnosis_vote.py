@@ -12,7 +12,8 @@ from mirage_kg import KnowledgeGraph, Path, demo_store
 from mirage_reason.backends import ScriptedBackend
 from mirage_reason.pipeline.chain import ChainResult
 from mirage_reason.pipeline.config import MirageConfig
-from mirage_reason.pipeline.synthesizer import VOTE_WEIGHT, Synthesizer
+from mirage_reason.pipeline.resolution import VOTE_WEIGHT
+from mirage_reason.pipeline.synthesizer import Synthesizer
 
 QUESTION = "I have a fever, a cough, night sweats and haemoptysis. What is it?"
 

@@ -11,7 +11,9 @@ from mirage_reason.backends import ScriptedBackend
 from mirage_reason.pipeline.chain import ChainResult
 from mirage_reason.pipeline.config import MirageConfig
 from mirage_reason.pipeline.support import unsupported_text
-from mirage_reason.pipeline.synthesizer import Synthesizer, entity_kind, normalise_units
+from mirage_reason.pipeline.grounding import entity_kind
+from mirage_reason.pipeline.sentences import normalise_units
+from mirage_reason.pipeline.synthesizer import Synthesizer
 
 
 def facts(kg: FakeKG, *labels: str) -> tuple[Path, ...]:

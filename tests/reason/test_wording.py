@@ -15,7 +15,8 @@ from mirage_reason.backends import ScriptedBackend
 from mirage_reason.pipeline.chain import ChainResult
 from mirage_reason.pipeline.config import MirageConfig
 from mirage_reason.pipeline.coordinator import Mirage
-from mirage_reason.pipeline.synthesizer import Synthesis, Synthesizer
+from mirage_reason.pipeline.synthesis import Synthesis
+from mirage_reason.pipeline.synthesizer import Synthesizer
 from mirage_reason.pipeline import sentence_check
 from mirage_reason.pipeline.wording import FRAMES, fact_readings, render
 
