@@ -42,6 +42,7 @@ from mirage_reason.backends.base import (
 )
 from mirage_reason.pipeline.choices import LETTERS, parse_options
 from mirage_reason.pipeline.config import MirageConfig
+from mirage_reason.pipeline.decomposer import link_entities
 from mirage_reason.errors import ReasonerError
 from mirage_reason.pipeline.prompts import QUERY_BEGIN, QUERY_END, RESULT_BEGIN, RESULT_END
 
@@ -672,8 +673,6 @@ class ChainRunner:
             messages = prompts.chain_messages(spec.sub_question, question, prompts.fact_lines(shown),
                                               self.config.n_r, search=spec.search)
             return Chain(spec, self.backend.format_chat(messages), tuple(shown), self.config)
-        from mirage_reason.pipeline.decomposer import link_entities
-
         reach = list(spec.entities)
         if not reach:
             reach = list(link_entities(self.kg, spec.sub_question, self.config))
