@@ -183,7 +183,7 @@ def main() -> None:
 
     import numpy as np
 
-    from mirage_kg.linking.linker import Embedder, encode_resumable
+    from mirage_kg.linking.embedder import Embedder, encode_resumable
     from mirage_kg.linking.vectors import VectorIndex, brute_force_top
 
     args.workdir.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """Label embeddings, old vs candidates in the same run: the throughput of the index build
-(``linking.encode_resumable``) and what each way costs in linking recall, against all-MiniLM-L6-v2 in float32
+(``embedder.encode_resumable``) and what each way costs in linking recall, against all-MiniLM-L6-v2 in float32
 (ONNX Runtime when installed, else torch: the embedder's way before int8):
 
 - ``fp32``: all-MiniLM-L6-v2, float32 (the baseline);
@@ -68,7 +68,7 @@ def typo(name: str, rng: random.Random) -> str:
 
 def typo_recall(embedder, pool: list[str], targets: list[str], rng_seed: int = 33) -> float:
     """The typo'd names are encoded as a question's words are (``encode``), the pool as labels (the index build)."""
-    from mirage_kg.linking.linker import encode_resumable
+    from mirage_kg.linking.embedder import encode_resumable
 
     rng = random.Random(rng_seed)
     queries = [typo(t, rng) for t in targets]
@@ -115,7 +115,7 @@ def genmedgpt_recall(embedder, limit: int) -> float | None:
 
 
 def embedder_for(way: str):
-    from mirage_kg.linking.linker import Embedder
+    from mirage_kg.linking.embedder import Embedder
 
     return Embedder(STATIC) if way == "static" else Embedder(MINILM, precision=way)
 
@@ -144,7 +144,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)  # interactive encodes; the index build sets every core itself
-    from mirage_kg.linking.linker import available_cores, encode_resumable
+    from mirage_kg.linking.embedder import available_cores, encode_resumable
 
     labels = hpo_labels()
     sample = random.Random(17).sample(labels, args.labels)

@@ -304,7 +304,7 @@ def _times(func: Any, items: list[Any], cpu: list[float] | None = None, before: 
 def _variant(name: str) -> str:
     """The name as only a normalised match finds it: upper case, hyphens for spaces and, where ``singular`` reads
     it back as this name (not after a final s, i, u or xe: "tiss", "kis", "jus", "xes"), a plural ``s``."""
-    from mirage_kg.linking.linker import normalise
+    from mirage_kg.linking.text import normalise
 
     plain = name.upper().replace(" ", "-")
     return plain + "s" if normalise(plain + "s") == normalise(name) else plain
@@ -377,7 +377,7 @@ def child_link(store_dir: str, seed: int, quick: bool, cache: str, cold: bool = 
     from rapidfuzz import fuzz, process
 
     from mirage_kg.kg import KnowledgeGraph
-    from mirage_kg.linking.linker import fold
+    from mirage_kg.linking.text import fold
     from mirage_kg.store import OxigraphStore
 
     store = OxigraphStore(store_dir)

@@ -75,7 +75,7 @@ def disease_labels(store: Store, graphs: Sequence[str]) -> dict[str, tuple[list[
 def find_label_matches(labels: dict[str, tuple[list[str], list[str]]]) -> list[LabelMatch]:
     """The matches between concepts of different sources, exact first (preferred label on both sides, then a
     preferred label against a synonym), deterministic."""
-    from mirage_kg.linking.linker import normalise
+    from mirage_kg.linking.text import normalise
 
     holders: dict[str, dict[str, set[str]]] = {}  # key -> source -> concepts holding it (any label)
     pref_of: dict[str, set[str]] = {}  # key -> concepts whose preferred label it is

@@ -42,7 +42,7 @@ def embeddings_by_default() -> bool:
 def build_indexes(store: Store, *, embeddings: bool = True, embedding_model: str | None = None,
                   echo: Callable[[str], None] = lambda s: None) -> list[IndexStep]:
     """Build (or find cached) every index of ``store``; ``embeddings=False`` leaves the embedding index out."""
-    from mirage_kg.linking.linker import Embedder
+    from mirage_kg.linking.embedder import Embedder
 
     kg = KnowledgeGraph(store, embedding_model=embedding_model if embeddings else "none")
     steps: list[IndexStep] = []

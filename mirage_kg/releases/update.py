@@ -239,7 +239,7 @@ def carry_label_index(store: Store, before: str, changed: set[str]) -> int | Non
 
     from mirage_kg.index.caching import cache_folder
     from mirage_kg.graph.core import Graph
-    from mirage_kg.linking.linker import LabelIndex, label_index_file
+    from mirage_kg.linking.label_index import LabelIndex, label_index_file
 
     try:
         old = label_index_file(cache_folder(store, before), before)

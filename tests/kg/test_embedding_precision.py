@@ -10,7 +10,8 @@ import pytest
 
 from mirage_kg.errors import MirageError
 from mirage_kg.kg import KnowledgeGraph
-from mirage_kg.linking.linker import BF16_RECIPE, DEFAULT_EMBEDDING_MODEL, INT8_RECIPE, STATIC_EMBEDDING_MODEL, Embedder
+from mirage_kg.linking.embedder import (BF16_RECIPE, DEFAULT_EMBEDDING_MODEL, INT8_RECIPE, STATIC_EMBEDDING_MODEL,
+                                        Embedder)
 from mirage_kg.store import OxigraphStore, ensure_schema
 
 TEXTS = ["Marfan syndrome", "Aortic root aneurysm", "a", "Ehlers-Danlos syndrome, hypermobility type",
@@ -41,10 +42,10 @@ def test_int8_is_the_default_for_minilm_and_the_setting_chooses(monkeypatch: pyt
 
 
 def test_int8_without_onnx_runtime_is_float32_and_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mirage_kg.linking import linker as linking
+    from mirage_kg.linking import embedder as embedding
 
     monkeypatch.setenv("MIRAGE_KG_ONNX", "0")
-    monkeypatch.setattr(linking, "_warned", set())
+    monkeypatch.setattr(embedding, "_warned", set())
     with pytest.warns(RuntimeWarning, match=r"onnxruntime and onnx \(pip install 'mirage-kg\[embed\]'\).*float32"):
         embedder = Embedder(precision="int8")
         assert embedder.precision == "fp32"

