@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path as FsPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from mirage_kg.graph import limits
 from mirage_kg.graph.facts import NON_FACT_PREDICATES, NOT_FACT, chunks
@@ -110,11 +110,18 @@ class IndexedGraph(GraphBase):
     def _degree_table(self) -> DegreeTable:
         """The embedded store's degree index (``mirage_kg.index.degree``), built on first use."""
         state = self._state()
-        if state.degrees is None:
-            state.degrees, state.degrees_version = self._degree_index(), self.store.version
+        table = state.degrees
+        if table is None:
+            table = state.degrees = self._degree_index()
+            state.degrees_version = self.store.version
         self._with_hub_anchors(state)
         self._with_adjacency(state)
-        return state.degrees
+        return table
+
+    @overload
+    def _degree_index(self, build: Literal[True] = ...) -> DegreeTable: ...
+    @overload
+    def _degree_index(self, build: bool) -> DegreeTable | None: ...
 
     def _degree_index(self, build: bool = True) -> DegreeTable | None:
         """Every entity's degree in one native pass over the store; past 200k triples kept in a SQLite file

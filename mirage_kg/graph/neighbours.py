@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from mirage_kg.graph import limits
 from mirage_kg.graph.entities import EntityGraph
 from mirage_kg.graph.facts import NON_FACT_PREDICATES, Neighbour
+from mirage_kg.index.degree import DiskDegrees
 from mirage_kg.model.records import Entity
 from mirage_kg.model.terms import iri_ref
 
@@ -24,9 +25,9 @@ class NeighbourGraph(EntityGraph):
         if per_relation is not None and self.degrees([iri])[iri] > limits.HUB_DEGREE:
             return self._hub_neighbours(iri, relations, per_relation)
         filed = self._state().degrees
-        if filed is not None and filed.is_filed(iri):  # a well-connected node: its edges from the index's file
-            return sorted(Neighbour(p, d, o) for p, d, o in filed.filed_links(iri)  # type: ignore[union-attr]
-                          if relations is None or p in relations)
+        if isinstance(filed, DiskDegrees) and filed.is_filed(iri):  # a well-connected node: its edges from the file
+            return sorted(Neighbour._make(edge) for edge in filed.filed_links(iri)
+                          if relations is None or edge[0] in relations)
         return self._stored_neighbours(iri, relations)
 
     def _stored_neighbours(self, iri: str, relations: frozenset[str] | None) -> list[Neighbour]:

@@ -82,7 +82,7 @@ class PathGraph(NeighbourGraph):
         if not merged and not self.store.indexed and not self.connected(source.iri, target.iri, max_hops, rels):
             return BridgePaths()
         raw_paths: list[tuple[tuple[str, str, str, str], ...]] = []
-        memo: dict[str, list[tuple[str, str, str]]] = {}
+        memo: dict[str, list[Neighbour]] = {}
         real: dict[tuple[str, str, str], tuple[str, str]] = {}
         for hops in range(1, max_hops + 1):
             if self.store.indexed or merged:
@@ -128,7 +128,7 @@ class PathGraph(NeighbourGraph):
                                                nested=self.store.nested_optional_paths))
 
     def _paths_by_search(self, a: str, b: str, hops: int, rels: frozenset[str] | None,
-                         memo: dict[str, list[tuple[str, str, str]]],
+                         memo: dict[str, list[Neighbour]],
                          real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
                          walk: HubWalk | None = None) -> list[tuple[tuple[str, str, str, str], ...]]:
         """Paths of exactly ``hops`` edges by meeting in the middle over the store's index: partial paths from
@@ -202,7 +202,8 @@ class PathGraph(NeighbourGraph):
         returns the partial paths left to extend and the finished paths, walked from ``a`` to ``b``
         (``from_right``: ``layer`` grew from ``b``)."""
         table = self._state().degrees
-        rest, by_end = [], {}
+        rest: list[tuple[list[str], list[tuple[str, str, str, str]]]] = []
+        by_end: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
         for nodes, steps in layer:
             y = nodes[-1]
             if y == far or not table.is_filed(y):  # type: ignore[union-attr]
@@ -241,7 +242,7 @@ class PathGraph(NeighbourGraph):
         return cache[key]
 
     def _fan_out(self, layer: list[tuple[list[str], list[tuple[str, str, str, str]]]],
-                 memo: dict[str, list[tuple[str, str, str]]], merged: bool, rels: frozenset[str] | None,
+                 memo: dict[str, list[Neighbour]], merged: bool, rels: frozenset[str] | None,
                  search_ends: tuple[str, ...] = ()) -> int:
         """How many partial paths extending ``layer`` by one edge would make (edges in hand are counted, the
         others estimated by degree; a hub capped in an earlier search counts its capped edges, unless it is one of
@@ -263,7 +264,7 @@ class PathGraph(NeighbourGraph):
                 degree[n] = len(self._path_hub_edges(n, rels))
         return sum(count * (len(memo[n]) if n in memo else degree[n]) for n, count in ends.items())
 
-    def _adjacency_of(self, rels: frozenset[str] | None, memo: dict[str, list[tuple[str, str, str]]],
+    def _adjacency_of(self, rels: frozenset[str] | None, memo: dict[str, list[Neighbour]],
                       real: dict[tuple[str, str, str], tuple[str, str]] | None, ends: tuple[str, ...] = (),
                       walk: HubWalk | None = None) -> Any:
         """The memoised adjacency a path search walks: stored edges, or merged nodes' (recording in ``real``).
@@ -272,7 +273,7 @@ class PathGraph(NeighbourGraph):
         merged = real is not None and bool(self.groups.members)
         walk = walk if walk is not None else HubWalk(limits.PATH_HUB_EDGES)
 
-        def adj(n: str) -> list[tuple[str, str, str]]:
+        def adj(n: str) -> list[Neighbour]:
             if n in walk.capped:
                 walk.cut.add(n)
             if n not in memo:
@@ -292,7 +293,7 @@ class PathGraph(NeighbourGraph):
             return memo[n]
         return adj
 
-    def _middle_edges(self, xs: set[str], ys: set[str], memo: dict[str, list[tuple[str, str, str]]],
+    def _middle_edges(self, xs: set[str], ys: set[str], memo: dict[str, list[Neighbour]],
                       rels: frozenset[str] | None, real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
                       ends: tuple[str, ...] = (), walk: HubWalk | None = None,
                       ) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
@@ -343,7 +344,7 @@ class PathGraph(NeighbourGraph):
             from_ys()
         return out
 
-    def _middle_plan(self, xs: set[str], ys: set[str], memo: dict[str, list[tuple[str, str, str]]],
+    def _middle_plan(self, xs: set[str], ys: set[str], memo: dict[str, list[Neighbour]],
                      on_file: set[str], merged: bool) -> tuple[str, bool]:
         """How ``_middle_edges`` finds the edges between ``xs`` and ``ys``: ``("pairs", False)``, point lookups
         per pair; or ``("x" | "y", prefetch)``, reading that side's edges (``prefetch``: read ahead first, where
@@ -411,7 +412,7 @@ class PathGraph(NeighbourGraph):
                     found.add((p, "backward", y))
         return [Neighbour._make(edge) for edge in sorted(found)]
 
-    def _prefetch_adjacency(self, nodes: Iterable[str], memo: dict[str, list[tuple[str, str, str]]],
+    def _prefetch_adjacency(self, nodes: Iterable[str], memo: dict[str, list[Neighbour]],
                             rels: frozenset[str] | None, ends: tuple[str, ...], merged: bool) -> None:
         """Put the adjacency of ``nodes`` that a search is about to walk into ``memo`` in one read of the
         adjacency file (``_edges_on_file``), where the store would decode every edge term by term: the same
