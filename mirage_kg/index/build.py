@@ -1,7 +1,7 @@
 """The indexes queries need, built once when a KG is built (``load``, ``build-default``, ``index``) rather than
 silently by the first query: the degree index, the label index, the label embeddings, and the merged concepts.
 
-Each is cached beside the store keyed by its fingerprint (see ``mirage_kg.graph.core.cache_folder``); the embedding
+Each is cached beside the store keyed by its fingerprint (see ``mirage_kg.index.caching.cache_folder``); the embedding
 build saves its work in parts, so a stopped build resumes."""
 
 from __future__ import annotations

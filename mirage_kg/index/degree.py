@@ -58,7 +58,7 @@ _ABSENT: tuple[int, str | None] = (-1, None)  # the memo's entry for an IRI the 
 
 #: one label literal of a node, as the builder streams them: (node, rank, text), ``rank`` being the tuple of
 #: integers and strings the choice rule sorts by (the smallest wins: ``Graph.labels``' rule, see ``label_rank``
-#: in ``mirage_kg.graph.core``); its strings compare in SQLite as in Python (UTF-8 bytes keep code point order)
+#: in ``mirage_kg.graph.labels``); its strings compare in SQLite as in Python (UTF-8 bytes keep code point order)
 LabelRow = tuple[str, tuple[int, int, str], str]
 
 

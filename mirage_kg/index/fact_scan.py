@@ -102,7 +102,7 @@ def scan_facts(store: Store, predicates: list[str], label_predicates: Iterable[s
                rank_language: Callable[[str | None], tuple[int, str]] | None = None) -> FactScan:
     """Read every fact edge of ``predicates`` (IRI objects; IRI or blank-node subjects, in named graphs) and, when
     ``label_predicates`` is given, every label literal of an IRI, keeping each node's best: the predicate's place,
-    then ``rank_language`` of its language tag (``graph.label_rank``), then the text."""
+    then ``rank_language`` of its language tag (``mirage_kg.graph.labels.label_rank``), then the text."""
     import numpy as np
 
     ids: dict[bytes, int] = {}  # "<iri>" as the engine writes it -> id
