@@ -135,7 +135,7 @@ class PathGraph(NeighbourGraph):
         ``a`` and from ``b`` (``hops - 1`` edges between them, each added on the side that fans out least), joined
         by one middle edge. With
         merged concepts the walk is over nodes (``_walk``) and ``real`` maps each node-level triple to the stored
-        one. ``walk``: the hub cap (``_HubWalk``), and where it cut the search."""
+        one. ``walk``: the hub cap (``HubWalk``), and where it cut the search."""
         walk = walk if walk is not None else HubWalk(limits.PATH_HUB_EDGES)
         adj = self._adjacency_of(rels, memo, real, (a, b), walk)
         merged = real is not None and bool(self.groups.members)
