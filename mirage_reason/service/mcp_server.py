@@ -35,8 +35,9 @@ if TYPE_CHECKING:
     from mirage_kg import KnowledgeGraph
 
     from mirage_reason.service.asks import AskService
+    from mirage_reason.service.settings import ServiceSettings
 
-__all__ = ["build_mcp", "TOOLS"]
+__all__ = ["build_mcp", "mcp_http_app", "TOOLS"]
 
 T = TypeVar("T")
 TOOLS = ("link", "anchor", "bridge", "sparql", "differential", "ask")
@@ -58,7 +59,7 @@ def build_mcp(kg: "KnowledgeGraph", asks: "AskService | None" = None, *, request
 
     server = MCPServer("mirage-kg", version=mirage_reason.__version__, instructions=INSTRUCTIONS,
                        log_level="WARNING")
-    read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     limiter = anyio.CapacityLimiter(8)
 
     async def run(fn: Callable[[], T], limit: float = request_timeout) -> T:
@@ -78,14 +79,28 @@ def build_mcp(kg: "KnowledgeGraph", asks: "AskService | None" = None, *, request
             raise InputError(f"{what} is empty; give a CURIE such as HP:0001166 or a name (find one with `link`)")
         return resolve_name(kg, text)
 
-    @server.tool(annotations=read_only)
+    _add_graph_tools(server, kg, run, resolve, read_only, max_k=max_k, max_hops=max_hops, max_paths=max_paths)
+    _add_sparql(server, kg, run, read_only, sparql_timeout, sparql_services)
+    if importlib.util.find_spec("mirage_kg.retrieval.differential") is not None:
+        _add_differential(server, kg, run, resolve, read_only)
+    if asks is not None:
+        _add_ask(server, asks, ask_timeout, ToolAnnotations(read_only_hint=True, open_world_hint=False), ToolError)
+    return server
+
+
+def _add_graph_tools(server: "MCPServer", kg: "KnowledgeGraph", run: Callable[..., Awaitable[Any]],
+                     resolve: Callable[[str, str], Any], annotations: Any, *, max_k: int, max_hops: int,
+                     max_paths: int) -> None:
+    """The link, anchor and bridge tools (as ``link``, ``query anchor`` and ``query bridge``), bounded by the
+    server's limits."""
+    @server.tool(annotations=annotations)
     async def link(text: Annotated[str, Field(min_length=1, max_length=2000, description="free text")],
                    top: Annotated[int, Field(ge=1, le=20, description="candidates per mention")] = 5,
                    ) -> dict[str, Any]:
         """Find mentions of knowledge-graph entities in a text; each mention's candidates ranked, with CURIEs."""
         return await run(lambda: link_json(kg.link(text, top=top)))
 
-    @server.tool(annotations=read_only)
+    @server.tool(annotations=annotations)
     async def anchor(entity: Annotated[str, Field(min_length=1, max_length=2000,
                                                   description="CURIE (e.g. HP:0001166), IRI or exact name")],
                      k: Annotated[int, Field(ge=1, le=max_k, description="neighbours per relation and direction")] = 10,
@@ -99,7 +114,7 @@ def build_mcp(kg: "KnowledgeGraph", asks: "AskService | None" = None, *, request
 
         return await run(work)
 
-    @server.tool(annotations=read_only)
+    @server.tool(annotations=annotations)
     async def bridge(source: Annotated[str, Field(min_length=1, max_length=2000, description="CURIE, IRI or name")],
                      target: Annotated[str, Field(min_length=1, max_length=2000, description="CURIE, IRI or name")],
                      max_hops: Annotated[int, Field(ge=1, le=max_hops, description="longest path, in edges")] = 3,
@@ -114,7 +129,11 @@ def build_mcp(kg: "KnowledgeGraph", asks: "AskService | None" = None, *, request
 
         return await run(work)
 
-    @server.tool(annotations=read_only)
+
+def _add_sparql(server: "MCPServer", kg: "KnowledgeGraph", run: Callable[..., Awaitable[Any]], annotations: Any,
+                sparql_timeout: float, sparql_services: tuple[str, ...]) -> None:
+    """The sparql tool, guarded as ``query sparql`` is."""
+    @server.tool(annotations=annotations)
     async def sparql(query: Annotated[str, Field(min_length=1, max_length=60000,
                                                  description="a SPARQL 1.1 SELECT, ASK, CONSTRUCT or DESCRIBE")],
                      ) -> dict[str, Any]:
@@ -126,31 +145,29 @@ def build_mcp(kg: "KnowledgeGraph", asks: "AskService | None" = None, *, request
 
         return await run(work, sparql_timeout + 1)
 
-    if importlib.util.find_spec("mirage_kg.retrieval.differential") is not None:
-        _add_differential(server, kg, run, resolve, read_only)
 
-    if asks is not None:
-        from mirage_reason.service.openai_chat import render_text
+def _add_ask(server: "MCPServer", asks: "AskService", ask_timeout: float, annotations: Any,
+             tool_error: type[Exception]) -> None:
+    """The ask tool: MIRAGE's answer through the server's ask queue, under the ask time limit."""
+    from mirage_reason.service.openai_chat import render_text
 
-        @server.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
-        async def ask(question: Annotated[str, Field(min_length=1, max_length=4000, description="the question")],
-                      seed: Annotated[int | None, Field(description="sampling seed, for a reproducible run")] = None,
-                      ) -> dict[str, Any]:
-            """Answer a medical question with MIRAGE: sub-questions, reasoning chains that search the graph, and
-            one answer whose claims cite graph paths. `text` is the answer with how grounded it is and its cited
-            paths; `record` is the whole answer (claims, support, flags, chains, timings). Not medical advice."""
-            try:
-                future, _ = asks.submit(question, {"seed": seed} if seed is not None else {})
-                answer = await asyncio.wait_for(asyncio.wrap_future(future), ask_timeout)
-            except TimeoutError:
-                future.cancel()
-                raise ToolError(f"the answer took longer than {ask_timeout:g} s") from None
-            except MirageError as exc:
-                raise ToolError(f"{type(exc).__name__}: {exc}") from None
-            record = answer.to_json()
-            return {"text": render_text(record), "record": record}
-
-    return server
+    @server.tool(annotations=annotations)
+    async def ask(question: Annotated[str, Field(min_length=1, max_length=4000, description="the question")],
+                  seed: Annotated[int | None, Field(description="sampling seed, for a reproducible run")] = None,
+                  ) -> dict[str, Any]:
+        """Answer a medical question with MIRAGE: sub-questions, reasoning chains that search the graph, and
+        one answer whose claims cite graph paths. `text` is the answer with how grounded it is and its cited
+        paths; `record` is the whole answer (claims, support, flags, chains, timings). Not medical advice."""
+        try:
+            future, _ = asks.submit(question, {"seed": seed} if seed is not None else {})
+            answer = await asyncio.wait_for(asyncio.wrap_future(future), ask_timeout)
+        except TimeoutError:
+            future.cancel()
+            raise tool_error(f"the answer took longer than {ask_timeout:g} s") from None
+        except MirageError as exc:
+            raise tool_error(f"{type(exc).__name__}: {exc}") from None
+        record = answer.to_json()
+        return {"text": render_text(record), "record": record}
 
 
 def _add_differential(server: "MCPServer", kg: "KnowledgeGraph", run: Callable[..., Awaitable[Any]],
@@ -176,3 +193,19 @@ def _add_differential(server: "MCPServer", kg: "KnowledgeGraph", run: Callable[.
             return rank(kg, [resolve(f, "finding").entity for f in findings], top=top).to_json()
 
         return await run(work)
+
+
+def mcp_http_app(kg: "KnowledgeGraph", asks: "AskService | None", settings: "ServiceSettings") -> Any:
+    """The MCP server's streamable-HTTP app for ``serve`` (its route is served at ``/mcp``), or None when ``mcp``
+    is not installed. Its DNS-rebinding check (Host and Origin must be loopback) is on when serving on loopback."""
+    try:
+        from mcp.server.transport_security import TransportSecuritySettings
+    except ImportError:  # the optional [mcp] extra
+        return None
+
+    server = build_mcp(kg, asks, request_timeout=settings.request_timeout, sparql_timeout=settings.sparql_timeout,
+                       ask_timeout=settings.ask_timeout, max_k=settings.max_k, max_hops=settings.max_hops,
+                       max_paths=settings.max_paths, sparql_services=settings.sparql_services)
+    loopback = settings.host in ("127.0.0.1", "localhost", "::1")
+    security = None if loopback else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return server.streamable_http_app(streamable_http_path="/mcp", host=settings.host, transport_security=security)
