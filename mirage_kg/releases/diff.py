@@ -111,14 +111,14 @@ class CapturingStore(Store):
             raise StoreError(f"this release fills several graphs ({self.graph}, {graph}); compare them one by one")
         self.graph, self.source = graph, source
         if isinstance(data, (bytes, bytearray)) or hasattr(data, "read"):
-            from mirage_kg.store.oxigraph import OXIGRAPH_FORMATS
+            from mirage_kg.store.oxigraph_terms import OXIGRAPH_FORMATS
 
             for triple in ox.parse(data, format=OXIGRAPH_FORMATS[media_type], base_iri=base_iri):  # type: ignore[arg-type]
                 inner = triple.triple if isinstance(triple, ox.Quad) else triple
                 self.lines.add(f"{inner} .\n")
         else:
             add = self.lines.add
-            for text in data:  # type: ignore[union-attr]
+            for text in data:
                 add(text)
         return LoadReceipt(graph=graph, source=source, added=0)
 
@@ -244,8 +244,10 @@ class ReleaseDiff:
                     self.declared[f"{title} {sign}"].add(_show(subject), limit)
                 changed |= subjects
         prefs: dict[tuple[object, str], list[str | None]] = {}
-        self.versions = {"old": sorted(t.object.value for t in self.triples.removed if t.predicate == version),
-                         "new": sorted(t.object.value for t in self.triples.added if t.predicate == version)}
+        self.versions = {"old": sorted(t.object.value for t in self.triples.removed
+                                       if t.predicate == version and not isinstance(t.object, ox.Triple)),
+                         "new": sorted(t.object.value for t in self.triples.added
+                                       if t.predicate == version and not isinstance(t.object, ox.Triple))}
         shown: dict[object, str] = {}
 
         def curie(predicate: object) -> str:  # a relation's CURIE, written once (thousands of triples share it)
@@ -266,16 +268,17 @@ class ReleaseDiff:
                     slot[0 if sign == "-" else 1] = t.object.value
                 elif t.predicate == alt and isinstance(t.object, ox.Literal):
                     bucket = self.synonyms_removed if sign == "-" else self.synonyms_added
-                    bucket.add_made(lambda: [_show(t.subject), t.object.value], limit)  # noqa: B023 (called now)
+                    synonym = t.object
+                    bucket.add_made(lambda: [_show(t.subject), synonym.value], limit)  # noqa: B023 (called now)
                 elif isinstance(t.object, ox.NamedNode) and t.predicate != rdf_type and \
                         t.predicate.value not in _REIFICATION:
                     facts = self.facts_removed if sign == "-" else self.facts_added
                     facts[curie(t.predicate)].add_made(lambda: [_show(t.subject), _show(t.object)], limit)  # noqa: B023
                 else:
                     (self.other_removed if sign == "-" else self.other_added)[curie(t.predicate)] += 1
-        for (subject, lang), (before, after) in sorted(prefs.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        for (labelled, lang), (before, after) in sorted(prefs.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
             if before is not None and after is not None:
-                self.relabelled.add({"id": _show(subject), "lang": lang, "old": before, "new": after}, limit)
+                self.relabelled.add({"id": _show(labelled), "lang": lang, "old": before, "new": after}, limit)
             else:
                 (self.other_removed if after is None else self.other_added)[compress(SKOS_PREF)] += 1
 
@@ -384,7 +387,7 @@ def _term(node: object) -> Term:
 def graph_contains(store: Store, graph: str) -> Callable[[ox.Triple], bool]:
     """Membership of a triple in ``graph``, through the store's pattern primitive."""
     def contains(triple: ox.Triple) -> bool:
-        found = store.quads(_term(triple.subject), _term(triple.predicate), _term(triple.object), graph)
+        found = store.quads(_term(triple.subject), triple.predicate.value, _term(triple.object), graph)
         return next(iter(found), None) is not None
 
     return contains

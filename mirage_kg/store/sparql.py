@@ -429,7 +429,7 @@ class SparqlStore(Store):
     def construct(self, query: str, *, timeout: float | None = None) -> list[tuple[Term, Term, Term]]:
         import pyoxigraph as ox
 
-        from mirage_kg.store.oxigraph import to_term
+        from mirage_kg.store.oxigraph_terms import to_term
 
         response = self._request(query, "application/n-triples", timeout)
         if "x-sparql-maxrows" in response.headers:
@@ -471,7 +471,7 @@ class SparqlStore(Store):
     def _bulk_load(self, data: IO[bytes], media_type: str, graph: str, base_iri: str | None) -> None:
         import pyoxigraph as ox
 
-        from mirage_kg.store.oxigraph import OXIGRAPH_FORMATS
+        from mirage_kg.store.oxigraph_terms import OXIGRAPH_FORMATS
 
         # Parse locally (streaming) and send INSERT DATA chunks: every SPARQL 1.1 endpoint accepts them.
         quads = ox.parse(data, format=OXIGRAPH_FORMATS[media_type], base_iri=base_iri)
@@ -583,7 +583,7 @@ class SparqlStore(Store):
         """The dataset (paged under the result cap) rebuilt in memory and written as the embedded store would."""
         import pyoxigraph as ox
 
-        from mirage_kg.store.oxigraph import OXIGRAPH_FORMATS, QUAD_FORMATS, to_node
+        from mirage_kg.store.oxigraph_terms import OXIGRAPH_FORMATS, QUAD_FORMATS, to_node
 
         dataset = ox.Store()
         dataset.bulk_extend(ox.Quad(to_node(q.subject), to_node(q.predicate), to_node(q.object),

@@ -14,7 +14,7 @@ from mirage_kg.model.namespaces import ENTITY, SKOS_ALT, SKOS_PREF
 from mirage_kg.graph.stats import compute_stats
 from mirage_kg.releases.diff import parse_lines
 from mirage_kg.store import OxigraphStore, SparqlStore, Store
-from mirage_kg.store.oxigraph import to_term
+from mirage_kg.store.oxigraph_terms import to_term
 from mirage_kg.model.terms import Term
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "core"

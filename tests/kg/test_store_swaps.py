@@ -20,7 +20,7 @@ from mirage_kg.errors import InputError
 from mirage_kg.build import default_kg
 from mirage_kg.store import OxigraphStore, ensure_schema
 from mirage_kg.store.base import MANIFEST_GRAPH
-from mirage_kg.store.oxigraph import COMMIT_INTO
+from mirage_kg.store.oxigraph_write import COMMIT_INTO
 
 GRAPH = "https://w3id.org/mirage-kg/graph/test/swap"
 
