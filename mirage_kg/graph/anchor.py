@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mirage_kg.errors import InputError
 from mirage_kg.graph import limits
@@ -105,7 +105,7 @@ class AnchorGraph(NeighbourGraph):
         chosen.sort(key=lambda e: (compress(e[0]), 0 if e[1] == "forward" else 1, -score[e], ids[e[2]]))
         return chosen, real
 
-    def _hub_anchor_settings(self) -> dict[str, object]:
+    def _hub_anchor_settings(self) -> dict[str, Any]:
         """What a filed hub anchor depends on beyond the store's content (which keys the file), and which nodes
         are filed (``min_degree`` edges or more)."""
         return {"hub_degree": limits.HUB_DEGREE, "per_relation": limits.HUB_EDGES_PER_RELATION,
@@ -131,7 +131,7 @@ class AnchorGraph(NeighbourGraph):
         # the degree first (it is in memory once the entity was looked up): most nodes are far below the filed
         # ones, and need not read and parse the file's settings at every anchor; a filed ``min_degree`` differing
         # from ours is refused below anyway
-        if self.degrees([iri])[iri] < ours["min_degree"]:  # type: ignore[operator]
+        if self.degrees([iri])[iri] < ours["min_degree"]:
             return None  # no node of so few edges is filed (its degree is what walk reads first anyway)
         settings = table.hub_anchor_settings()
         if settings is None or k > settings["depth"] or any(settings.get(key) != value for key, value in ours.items()):
@@ -159,8 +159,7 @@ class AnchorGraph(NeighbourGraph):
             return
         if not os.access(table.path, os.W_OK) or not os.access(table.path.parent, os.W_OK):
             return
-        hubs = [iri for (iri,) in table._db.execute("SELECT iri FROM degrees WHERE degree >= ? ORDER BY iri",
-                                                     (settings["min_degree"],))]
+        hubs = table.nodes_of_degree(settings["min_degree"])
         groups = self.groups
 
         def anchors() -> Iterator[tuple[str, str, list[HubAnchorRow]]]:

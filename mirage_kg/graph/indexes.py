@@ -69,9 +69,11 @@ class IndexedGraph(GraphBase):
             return
         state.adjacency_sought = True
         fingerprint = table.fingerprint
+        if fingerprint is None:  # never: a degree file is opened only when its fingerprint is the store's
+            return
         state.adjacency = adjacency_index.open_beside(table.path, fingerprint)
         # a degree file built before the adjacency file existed (or by a read-only process): its edges alone
-        if state.adjacency is None and self._may_build_adjacency(table.path) and fingerprint is not None and \
+        if state.adjacency is None and self._may_build_adjacency(table.path) and \
                 adjacency_index.build_beside(table.path, fingerprint, scan_facts(self.store, table.predicates)):
             state.adjacency = adjacency_index.open_beside(table.path, fingerprint)
 

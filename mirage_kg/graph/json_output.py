@@ -6,7 +6,7 @@ records."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from mirage_kg.linking.linker import Mention
@@ -61,7 +61,8 @@ def sparql_json(result: Mapping[str, object]) -> dict[str, Any]:
     if "boolean" in result:
         return {"boolean": bool(result["boolean"])}
     if "triples" in result:
-        return {"triples": [[term_json(t) for t in triple] for triple in result["triples"]]}  # type: ignore[union-attr]
+        triples = cast("Sequence[Sequence[Term]]", result["triples"])
+        return {"triples": [[term_json(t) for t in triple] for triple in triples]}
     rows: Sequence[Mapping[str, Term]] = result["rows"]  # type: ignore[assignment]
     return {"head": {"vars": list(result["vars"])},  # type: ignore[call-overload]
             "results": {"bindings": [{k: term_json(v) for k, v in row.items()} for row in rows]}}

@@ -92,10 +92,8 @@ def compute_stats(store: Store) -> Stats:
         entities = _entities(store, fact_counts, {p: union[p][0] for p in fact_counts})
         advance(1)
     labelled = _relation_labels(store, sorted(fact_counts))
-    relations = sorted(({"id": compress(p), "label": labelled.get(p) or compress(p), "count": n, "_iri": p}
-                        for p, n in fact_counts.items()), key=lambda r: (-r["count"], r["_iri"]))
-    for relation in relations:
-        del relation["_iri"]
+    relations = [{"id": compress(p), "label": labelled.get(p) or compress(p), "count": n}
+                 for p, n in sorted(fact_counts.items(), key=lambda item: (-item[1], item[0]))]
     facts = sum(fact_counts.values())
     labels = sum(union.get(p, (0, 0))[0] for p in (SKOS_PREF, SKOS_ALT, RDFS_LABEL))
     types = union.get(RDF_TYPE, (0, 0))[0]

@@ -221,6 +221,11 @@ class DiskDegrees(Mapping[str, int]):
         out.update(found)
         return out
 
+    def nodes_of_degree(self, at_least: int) -> list[str]:
+        """The nodes of ``at_least`` fact edges or more, by IRI."""
+        return [iri for (iri,) in self._db.execute("SELECT iri FROM degrees WHERE degree >= ? ORDER BY iri",
+                                                    (at_least,))]
+
     def is_filed(self, iri: str) -> bool:
         """Whether ``iri``'s whole adjacency is on file (``filed_links``, ``filed_links_to``)."""
         return iri in self._filed
