@@ -8,13 +8,17 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import click
 
 from mirage_kg.cli.index_command import index_options, run_index_step
 from mirage_kg.cli.main import endpoint_auth_options, store_options
 from mirage_kg.errors import InputError, UpdateInterrupted
+
+if TYPE_CHECKING:
+    from mirage_kg.loaders.base import LoadOptions, LoadReport, Loader
+    from mirage_kg.store.base import Store
 
 FORMAT_CHOICES = ["auto", "rdf", "triples", "umls", "snomed", "obo", "owl", "hpoa", "nt", "nq", "ttl", "trig",
                   "rdfxml", "jsonld"]
@@ -61,15 +65,56 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
     """Load PATHS (files or release folders) into a store, each into its own named graph, atomically; with
     --update, bring an existing graph to a new release of its source. Then build the query indexes (--no-index
     skips that)."""
-    from mirage_kg.loaders import LoadOptions, LoadReport, detect, get_loader
-    from mirage_kg.model.namespaces import GRAPH, expand, mint
-    from mirage_kg.store import RDF_FORMATS, open_store
+    from mirage_kg.loaders import LoadReport, detect, get_loader
+    from mirage_kg.store import open_store
 
     if store is None and endpoint is None:
         store = os.environ.get("MIRAGE_KG_STORE")
         if store is None:
             raise click.UsageError("give --store DIR (or set MIRAGE_KG_STORE) or --endpoint URL to load into")
     report_target = writable_destination(report_path) if report_path else None  # before a load commits
+    options, fmt = _load_options(fmt, lang, lenient, namespace, graph, base_iri, sab, include_suppressed,
+                                 relation_filter, stated, keep_inactive, as_update, force)
+    report = LoadReport()
+    fresh = _fresh_folder(store) if endpoint is None else None
+    fresh_existed = fresh is not None and fresh.exists()
+    target = open_store(store, endpoint, create=True, chunk_triples=chunk_size)
+    target.report = lambda line: click.echo(line, err=True)  # a long load into an endpoint says how far it got
+    outcome = _Outcome()
+    failed = True
+    try:
+        for path in paths:
+            if not path.exists():
+                raise InputError("no such file or folder", path)
+            loader = detect(path) if fmt == "auto" else get_loader(fmt)
+            if as_update:
+                _update_graph(target, path, loader, options, report, outcome)
+            else:
+                _load_graphs(target, path, loader, options, report, outcome)
+        failed = False
+        try:
+            run_index_step(target, index, embeddings, lambda s: click.echo(s, err=True))
+        except KeyboardInterrupt:
+            click.echo("warning: interrupted during the index step, after the load committed: the data is in the "
+                       "store; `mirage-kg index` builds the indexes (or the first query that needs them)", err=True)
+            raise SystemExit(130) from None
+    finally:
+        target.close()
+        if failed and not outcome.committed and fresh is not None:
+            _remove_new_store(fresh, fresh_existed)
+        _end_report(report, report_path, report_target)
+
+
+def _load_options(fmt: str, lang: str, lenient: bool, namespace: str | None, graph: str | None,
+                  base_iri: str | None, sab: tuple[str, ...], include_suppressed: bool,
+                  relation_filter: tuple[str, ...], stated: bool, keep_inactive: bool, as_update: bool,
+                  force: bool) -> tuple[LoadOptions, str]:
+    """``load``'s options as the loaders read them, and the format to load (an RDF syntax is the rdf loader's
+    ``rdf_format``); a usage error for ``--force`` without ``--update`` or a ``--base`` that is no IRI."""
+    from mirage_kg.loaders import LoadOptions
+    from mirage_kg.model.namespaces import GRAPH, expand, mint
+    from mirage_kg.store import RDF_FORMATS
+
     options = LoadOptions(lang=lang, lenient=lenient)
     if namespace:
         options.namespace = expand(namespace) if ":" in namespace and not namespace.startswith("http") else namespace
@@ -94,60 +139,57 @@ def load(paths: tuple[Path, ...], store: str | None, endpoint: str | None, chunk
     if fmt in RDF_FORMATS:
         options.extra["rdf_format"] = fmt
         fmt = "rdf"
-    report = LoadReport()
-    fresh = _fresh_folder(store) if endpoint is None else None
-    fresh_existed = fresh is not None and fresh.exists()
-    target = open_store(store, endpoint, create=True, chunk_triples=chunk_size)
-    target.report = lambda line: click.echo(line, err=True)  # a long load into an endpoint says how far it got
-    committed = False  # whether a load or an update of this command committed (a new store is then kept)
-    failed = True
+    return options, fmt
+
+
+class _Outcome:
+    """Whether a load or an update of this command committed (a new store is then kept when a later one fails)."""
+
+    committed = False
+
+
+def _load_graphs(target: Store, path: Path, loader: Loader, options: LoadOptions, report: LoadReport,
+                 outcome: _Outcome) -> None:
+    """Load ``path`` into its named graph(s), with its release recorded; one line per graph committed."""
+    from mirage_kg.releases.provenance import load_recorded
+
+    for receipt in load_recorded(target, path=path, loader=loader, options=options, report=report):
+        outcome.committed = True
+        click.echo(f"loaded {path} ({loader.name}): +{receipt.added:,} triples into <{receipt.graph}>")
+
+
+def _update_graph(target: Store, path: Path, loader: Loader, options: LoadOptions, report: LoadReport,
+                  outcome: _Outcome) -> None:
+    """``load --update``: bring the graph holding this source's previous release to the release at ``path`` and
+    print the difference; a Ctrl-C says what was applied and ends the command."""
+    from mirage_kg.releases import update_release
+
     try:
-        for path in paths:
-            if not path.exists():
-                raise InputError("no such file or folder", path)
-            loader = detect(path) if fmt == "auto" else get_loader(fmt)
-            if as_update:
-                from mirage_kg.releases import update_release
+        result = update_release(target, path, loader, options, report)
+    except UpdateInterrupted as exc:
+        outcome.committed = outcome.committed or exc.applied is not False
+        _interrupted_update(exc)
+    except KeyboardInterrupt:
+        raise click.ClickException("interrupted while the new release was being compared: nothing "
+                                   "was applied (the graph holds what it held)") from None
+    for line in result.diff.lines():
+        click.echo(line)
+    outcome.committed = True
+    click.echo(f"updated <{result.graph}> to {result.release.citation()}")
+    if result.labels_updated is not None:
+        click.echo(f"label index: carried over, {result.labels_updated:,} label rows re-read for the "
+                   "changed entities (not rebuilt)")
 
-                try:
-                    result = update_release(target, path, loader, options, report)
-                except UpdateInterrupted as exc:
-                    committed = committed or exc.applied is not False
-                    _interrupted_update(exc)
-                except KeyboardInterrupt:
-                    raise click.ClickException("interrupted while the new release was being compared: nothing "
-                                               "was applied (the graph holds what it held)") from None
-                for line in result.diff.lines():
-                    click.echo(line)
-                committed = True
-                click.echo(f"updated <{result.graph}> to {result.release.citation()}")
-                if result.labels_updated is not None:
-                    click.echo(f"label index: carried over, {result.labels_updated:,} label rows re-read for the "
-                               "changed entities (not rebuilt)")
-                continue
-            from mirage_kg.releases.provenance import load_recorded
 
-            for receipt in load_recorded(target, path=path, loader=loader, options=options, report=report):
-                committed = True
-                click.echo(f"loaded {path} ({loader.name}): +{receipt.added:,} triples into <{receipt.graph}>")
-        failed = False
-        try:
-            run_index_step(target, index, embeddings, lambda s: click.echo(s, err=True))
-        except KeyboardInterrupt:
-            click.echo("warning: interrupted during the index step, after the load committed: the data is in the "
-                       "store; `mirage-kg index` builds the indexes (or the first query that needs them)", err=True)
-            raise SystemExit(130) from None
-    finally:
-        target.close()
-        if failed and not committed and fresh is not None:
-            _remove_new_store(fresh, fresh_existed)
-        for warning in report.warnings:
-            click.echo(f"warning: {warning}", err=True)
-        if report.total or report_path:
-            _print_report(report)
-            if report_target is not None:
-                data = json.dumps(report.to_json(), indent=2).encode("utf-8")
-                write_atomically(report_target, lambda handle: handle.write(data))
+def _end_report(report: LoadReport, report_path: Path | None, report_target: Path | None) -> None:
+    """The warnings and skipped rows on stderr, and with ``--report`` the report as JSON."""
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if report.total or report_path:
+        _print_report(report)
+        if report_target is not None:
+            data = json.dumps(report.to_json(), indent=2).encode("utf-8")
+            write_atomically(report_target, lambda handle: handle.write(data))
 
 
 def _interrupted_update(exc: UpdateInterrupted) -> None:
@@ -202,8 +244,8 @@ def checked_langs(value: str) -> str:
     return value
 
 
-def _print_report(report: "object") -> None:
-    data = report.to_json()  # type: ignore[attr-defined]
+def _print_report(report: LoadReport) -> None:
+    data = report.to_json()
     if not data["skipped"]:
         return
     click.echo(f"skipped {data['skipped']:,} rows:", err=True)
@@ -248,9 +290,9 @@ def stats(store: str | None, endpoint: str | None, as_json: bool) -> None:
     graphs.add_column("source")
     graphs.add_column("release")
     for g in result.graphs:
-        release = g.get("release") or {}
+        release = g.get("release")
         shown = ""
-        if release:
+        if isinstance(release, dict) and release:
             details = release.get("details") or {}
             stated = details.get("effective_time") or details.get("version_iri") or details.get("data_version")
             shown = f"{release['source']} {release['release']}" + (f" ({stated})" if stated else "")
@@ -296,7 +338,7 @@ def writable_destination(path: Path) -> Path:
     return target
 
 
-def write_atomically(target: Path, write: "Callable[[BinaryIO], None]") -> None:
+def write_atomically(target: Path, write: "Callable[[BinaryIO], object]") -> None:
     """A regular file is written beside itself and renamed over, so a failed write leaves the old one whole; a
     device, pipe or socket (``/dev/stdout``, a FIFO) is written in place, never replaced by a file."""
     try:
@@ -322,7 +364,7 @@ _PART = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.part")
 def remove_stale_parts(target: Path) -> list[Path]:
     """Delete the ``.NAME.PID.part`` files beside ``target`` that a killed writer of it left (their process is
     gone); a live process's part is left alone. Returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = list(target.parent.glob(f".{glob_escape(target.name)}.*.part"))
     except OSError:

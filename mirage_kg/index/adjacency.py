@@ -52,7 +52,8 @@ class AdjacencyFile:
     def _select_in(self, columns: str, key: str, keys: Iterable[Any]) -> dict[Any, Any]:
         """``{key: value}`` of the ``nodes`` rows whose ``key`` column is one of ``keys``, ``_CHUNK`` keys an
         ``IN (...)`` lookup."""
-        wanted, out = list(keys), {}
+        wanted = list(keys)
+        out: dict[Any, Any] = {}
         self._read_ahead.wait()
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start:start + _CHUNK]

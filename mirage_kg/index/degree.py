@@ -27,7 +27,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mirage_kg.index.caching import write_sqlite_in_place
 from mirage_kg.progress import progress_bar
@@ -91,7 +91,7 @@ class DiskDegrees(Mapping[str, int]):
         """The store state the file was built for (what keys files built beside it, e.g. the adjacency index)."""
         return self._meta("fingerprint")
 
-    def hub_anchor_settings(self) -> dict[str, object] | None:
+    def hub_anchor_settings(self) -> dict[str, Any] | None:
         """The settings the filed hub anchors were ranked under (``file_hub_anchors``), or None: none filed."""
         value = self._meta("hub_anchors")
         return json.loads(value) if value else None
@@ -106,7 +106,7 @@ class DiskDegrees(Mapping[str, int]):
         found = self._db.execute("SELECT id FROM hub_anchor_nodes WHERE iri = ?", (iri,)).fetchone()
         if found is None:
             return None
-        relations: list[str] = settings["relations"]  # type: ignore[assignment]
+        relations: list[str] = settings["relations"]
         rows = sorted(self._db.execute(
             "SELECT ordinal, relation, forward, other, stored_end, position FROM hub_anchors "
             "WHERE hub = ? AND rank = ? AND position < ?", (found[0], rank, k)))
@@ -176,7 +176,7 @@ class DiskDegrees(Mapping[str, int]):
             raise KeyError(iri)
         return found[iri]
 
-    def get(self, iri: str, default: int = 0) -> int:  # type: ignore[override]
+    def get(self, iri: str, default: int = 0) -> int:  # type: ignore[override]  # a count: the default is an int, never None
         row = self._memo.get(iri)
         if row is not None:
             return row[0] if row[0] >= 0 else default
@@ -241,7 +241,7 @@ class DiskDegrees(Mapping[str, int]):
         """The edges of ``filed_links(iri)`` whose other end is among ``others``: one indexed lookup per chunk."""
         relations, node, wanted = self._relations, self._filed[iri], list(others)
         self._read_ahead.wait()
-        out = []
+        out: list[tuple[str, str, str]] = []
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start:start + _CHUNK]
             marks = ",".join("?" * len(chunk))
@@ -346,7 +346,7 @@ class MemoryDegrees(dict[str, int]):
     def labels(self, iris: Iterable[str]) -> dict[str, str | None]:  # and its labels
         return {}
 
-    def hub_anchor_settings(self) -> dict[str, object] | None:  # and ranks every anchor
+    def hub_anchor_settings(self) -> dict[str, Any] | None:  # and ranks every anchor
         return None
 
     def hub_anchor_rows(self, iri: str, rank: str, k: int) -> list[HubAnchorRow] | None:

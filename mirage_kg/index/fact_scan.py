@@ -202,7 +202,7 @@ def _best_labels(store: Store, predicates: list[str], label_rank: Callable[[str 
                     candidate = ((place, *rank), text)
                     found = best.get(key)
                     if found is None or candidate < found:
-                        best[key] = candidate  # type: ignore[assignment]
+                        best[key] = candidate
                 advance(len(tokens) // 2)
 
             store.tsv_blocks(f"SELECT ?s ?o WHERE {{ GRAPH ?g {{ ?s {iri_ref(predicate)} ?o }} }}", ("s", "o"), labels)

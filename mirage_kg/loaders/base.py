@@ -11,7 +11,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, cast
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.rows.hygiene import read_lines  # noqa: F401  (the loaders' shared line reader)
@@ -45,7 +46,7 @@ class LoadReport:
     def warn(self, message: str, path: str | Path | None = None) -> None:
         self.warnings.append(f"{path}: {message}" if path is not None else message)
 
-    def skip(self, reason: str, path: str | Path, line: int | None, detail: str = "") -> None:
+    def skip(self, reason: str, path: str | Path | None, line: int | None, detail: str = "") -> None:
         self.skipped[reason] += 1
         bucket = self.examples.setdefault(reason, [])
         if len(bucket) < self.max_examples:
@@ -75,10 +76,16 @@ class Problem:
         self.lenient = options.lenient
         self.report = report
 
-    def __call__(self, reason: str, path: str | Path, line: int | None, detail: str = "") -> None:
+    def __call__(self, reason: str, path: str | Path | None, line: int | None, detail: str = "") -> None:
         if not self.lenient:
             raise InputError(f"{reason}{': ' + detail if detail else ''}", path, line)
         self.report.skip(reason, path, line, detail)
+
+
+def row_line(fields: Sequence[str]) -> int:
+    """The line number a row reader carries as the row's last item (UMLS' ``rrf_rows``, SNOMED CT's rows): the
+    rows stay ``list[str]`` for the hot loops, so the one int among them is read back here."""
+    return cast(int, fields[-1])
 
 
 class RowsNeedWholeRelease(Exception):

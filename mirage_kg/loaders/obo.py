@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mirage_kg.errors import InputError, MissingExtraError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, checked_lang, literal_nt, read_lines
@@ -33,6 +34,9 @@ from mirage_kg.model.namespaces import GRAPH, MKG, OWL, SKOS_CLOSE, SKOS_EXACT, 
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import LoadReceipt, Store
 from mirage_kg.model.terms import iri_ref
+
+if TYPE_CHECKING:
+    import pronto
 
 OBO_PURL = "http://purl.obolibrary.org/obo/"
 OBO_IN_OWL = "http://www.geneontology.org/formats/oboInOwl#"
@@ -169,11 +173,11 @@ class TermWriter:
         for rel, target in record.relations:
             out.append(f"{ref} {iri_ref(rel)} {iri_ref(target)} .\n")
         for xref, exact in record.xrefs:
-            target = xref_target(xref)
-            if target is None:
+            mapped = xref_target(xref)
+            if mapped is None:
                 out.append(f"{ref} {_DB_XREF} {literal_nt(xref)} .\n")
             else:
-                out.append(f"{ref} {_EXACT if exact else _CLOSE} {iri_ref(target)} .\n")
+                out.append(f"{ref} {_EXACT if exact else _CLOSE} {iri_ref(mapped)} .\n")
         return "".join(out)
 
 
@@ -297,7 +301,7 @@ def scan_obo(path: Path, problem: Problem, advance: Callable[[float], None]) -> 
     return OboScan(kept, exact, exact_prefixes, data_version, ontology)
 
 
-def parse_with_pronto(path: Path, scan: OboScan, problem: Problem) -> object:
+def parse_with_pronto(path: Path, scan: OboScan, problem: Problem) -> pronto.Ontology:
     """pronto's Ontology over the scanned text; a syntax error names its line (and, lenient, drops it)."""
     try:
         import pronto
@@ -338,17 +342,17 @@ class OboLoader(Loader):
             return False
         return path.suffix.lower() == ".obo" or head.startswith(b"format-version:")
 
-    def records(self, ontology: object, scan: OboScan, options: LoadOptions,
+    def records(self, ontology: pronto.Ontology, scan: OboScan, options: LoadOptions,
                 writer: TermWriter) -> Iterator[str]:
         """Terms as N-Triples; obsolete terms (and edges to them) are left out unless ``keep_inactive``."""
         keep_obsolete = bool(options.extra.get("keep_inactive"))
         namespace = options.namespace
         relation_iris: dict[str, str] = {}
-        for rel in ontology.relationships():  # type: ignore[attr-defined]
+        for rel in ontology.relationships():
             relation_iris[rel.id] = self._relation_iri(rel, options)
-        obsolete = {t.id for t in ontology.terms() if t.obsolete}  # type: ignore[attr-defined]
+        obsolete = {t.id for t in ontology.terms() if t.obsolete}
         lang = writer.lang
-        for term in ontology.terms():  # type: ignore[attr-defined]
+        for term in ontology.terms():
             if term.obsolete and not keep_obsolete:
                 continue
             record = TermRecord(term_iri(term.id, namespace), name=term.name, obsolete=term.obsolete)
@@ -372,12 +376,12 @@ class OboLoader(Loader):
             yield header + writer.term(record)
 
     @staticmethod
-    def _relation_iri(rel: object, options: LoadOptions) -> str:
+    def _relation_iri(rel: pronto.Relationship, options: LoadOptions) -> str:
         """A relation's IRI: its own CURIE, else an RO/BFO xref (``part_of`` -> BFO:0000050), else minted."""
-        ident: str = rel.id  # type: ignore[attr-defined]
+        ident: str = rel.id
         if ":" in ident:
             return term_iri(ident, options.relation_namespace)
-        for xref in sorted(rel.xrefs, key=lambda x: x.id):  # type: ignore[attr-defined]
+        for xref in sorted(rel.xrefs, key=lambda x: x.id):
             if xref.id.split(":", 1)[0] in ("RO", "BFO"):
                 return term_iri(xref.id, options.relation_namespace)
         return mint(options.relation_namespace, ident)
@@ -387,7 +391,7 @@ class OboLoader(Loader):
         problem = Problem(options, report)
         scan = scan_obo(path, problem, advance)
         ontology = parse_with_pronto(path, scan, problem)
-        version = scan.data_version or getattr(ontology.metadata, "data_version", None)  # type: ignore[attr-defined]
+        version = scan.data_version or getattr(ontology.metadata, "data_version", None)
         if version:
             yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(version)} .\n"
         try:

@@ -9,6 +9,8 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from mirage_kg.errors import InputError, MissingExtraError, QueryError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
@@ -31,8 +33,11 @@ _CLOSE_IRI = (SKOS + "closeMatch",)
 _DEPRECATED = OWL + "deprecated"
 _OWL_SUFFIXES = (".owl", ".rdf", ".owx", ".ofn")
 
+#: an owlready2 World, Ontology or entity: owlready2 ships no types
+OwlObject = Any
 
-def _owlready() -> object:
+
+def _owlready() -> ModuleType:
     try:
         import owlready2
     except ModuleNotFoundError:
@@ -58,11 +63,11 @@ class OwlLoader(Loader):
         advance(len(data))
         return data
 
-    def _parse(self, path: Path, data: bytes) -> tuple[object, object]:
+    def _parse(self, path: Path, data: bytes) -> tuple[OwlObject, OwlObject]:
         owlready2 = _owlready()
-        world = owlready2.World()  # type: ignore[attr-defined]
+        world = owlready2.World()
         added = str(path.parent.resolve())
-        owlready2.onto_path.append(added)  # type: ignore[attr-defined]  # imports resolve beside the file, offline
+        owlready2.onto_path.append(added)  # imports resolve beside the file, offline
         if data.lstrip()[:1] == b"<":
             check_xml_entities(path, data)
         seen: list[BaseException] = []  # owlready2 hands its parser's error to sys.excepthook before raising its own
@@ -77,16 +82,16 @@ class OwlLoader(Loader):
             raise InputError(f"cannot read OWL: {text}", path, int(match.group(1)) if match else None) from None
         finally:
             sys.excepthook = hook
-            owlready2.onto_path.remove(added)  # type: ignore[attr-defined]
+            owlready2.onto_path.remove(added)
         return world, onto
 
-    def records(self, world: object, options: LoadOptions, writer: TermWriter) -> Iterator[str]:
+    def records(self, world: OwlObject, options: LoadOptions, writer: TermWriter) -> Iterator[str]:
         owlready2 = _owlready()
         lang = writer.lang
 
         def values(prop: str) -> dict[str, list[object]]:
             found: dict[str, list[object]] = defaultdict(list)
-            for subject, value in world.sparql(f"SELECT ?s ?o WHERE {{ ?s <{prop}> ?o }}", error_on_undefined_entities=False):  # type: ignore[attr-defined]
+            for subject, value in world.sparql(f"SELECT ?s ?o WHERE {{ ?s <{prop}> ?o }}", error_on_undefined_entities=False):
                 iri = getattr(subject, "iri", None)
                 if iri:
                     found[iri].append(value)
@@ -105,9 +110,9 @@ class OwlLoader(Loader):
                                                                                for v in vals)}
         exact_xrefs = self._exact_xrefs(world)
         keep_obsolete = bool(options.extra.get("keep_inactive"))
-        thing = owlready2.Thing  # type: ignore[attr-defined]
-        some = owlready2.SOME  # type: ignore[attr-defined]
-        classes = sorted((c for c in world.classes() if getattr(c, "iri", None)), key=lambda c: c.iri)  # type: ignore[attr-defined]
+        thing = owlready2.Thing
+        some = owlready2.SOME
+        classes = sorted((c for c in world.classes() if getattr(c, "iri", None)), key=lambda c: c.iri)
         for cls in classes:
             iri = cls.iri
             if iri in deprecated and not keep_obsolete:
@@ -123,16 +128,16 @@ class OwlLoader(Loader):
             record.definition = min(defs) if defs else None
             header = ""
             for parent in cls.is_a:
-                if isinstance(parent, owlready2.ThingClass):  # type: ignore[attr-defined]
+                if isinstance(parent, owlready2.ThingClass):
                     if parent is thing or not getattr(parent, "iri", None):
                         continue
                     if parent.iri in deprecated and not keep_obsolete:
                         continue
                     record.parents.append(parent.iri)
-                elif isinstance(parent, owlready2.Restriction) and parent.type == some:  # type: ignore[attr-defined]
+                elif isinstance(parent, owlready2.Restriction) and parent.type == some:
                     prop, target = parent.property, parent.value
                     if not getattr(prop, "iri", None) or not isinstance(target, owlready2.ThingClass) \
-                            or not getattr(target, "iri", None):  # type: ignore[attr-defined]
+                            or not getattr(target, "iri", None):
                         continue  # anonymous or nested expressions have no single edge to write
                     if target.iri in deprecated and not keep_obsolete:
                         continue
@@ -151,12 +156,12 @@ class OwlLoader(Loader):
             yield header + body
 
     @staticmethod
-    def _exact_xrefs(world: object) -> set[tuple[str, str]]:
+    def _exact_xrefs(world: OwlObject) -> set[tuple[str, str]]:
         """xrefs whose axiom annotation says they are exact (MONDO: ``source "MONDO:equivalentTo"``)."""
         query = f"""SELECT ?s ?x ?src WHERE {{ ?a <{OWL}annotatedSource> ?s ; <{OWL}annotatedProperty> <{_XREF}> ;
                     <{OWL}annotatedTarget> ?x ; <{OBO_IN_OWL}source> ?src }}"""
         found = set()
-        for subject, xref, source in world.sparql(query, error_on_undefined_entities=False):  # type: ignore[attr-defined]
+        for subject, xref, source in world.sparql(query, error_on_undefined_entities=False):
             if re.search(r"equivalentTo|exactMatch", str(source), re.IGNORECASE) and getattr(subject, "iri", None):
                 found.add((subject.iri, str(xref)))
         return found
@@ -167,7 +172,7 @@ class OwlLoader(Loader):
         world, _ = self._parse(path, self._checked_bytes(path, problem, advance))
         version = None
         for _, value in world.sparql(f"SELECT ?o ?v WHERE {{ ?o <{OWL}versionInfo> ?v }}",
-                                      error_on_undefined_entities=False):  # type: ignore[attr-defined]
+                                      error_on_undefined_entities=False):
             version = str(value)
         if version:
             yield f"{iri_ref(graph)} {SOURCE_VERSION} {literal_nt(version)} .\n"
@@ -176,7 +181,7 @@ class OwlLoader(Loader):
         except QueryError as exc:  # an IRI in the file that N-Triples cannot carry
             raise InputError(f"cannot write this ontology as RDF: {exc}", path) from exc
         finally:
-            world.close()  # type: ignore[attr-defined]
+            world.close()
 
     def load(self, store: Store, path: Path, options: LoadOptions, report: LoadReport) -> list[LoadReceipt]:
         if not path.is_file():

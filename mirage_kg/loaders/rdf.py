@@ -7,9 +7,9 @@ checked before the parser expands them (``hygiene.check_xml_entities``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, RowsNeedWholeRelease, default_graph_name
@@ -32,7 +32,7 @@ class _CountingReader:
     """Reports bytes read to the progress bar while the native parser pulls, and stops the parse at a raw control
     byte (an ``InputError`` with its line: the parser would take it into a literal)."""
 
-    def __init__(self, handle, advance, path: Path) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, handle: BinaryIO, advance: Callable[[float], None], path: Path) -> None:
         self._handle = handle
         self._advance = advance
         self._path = path
@@ -80,7 +80,7 @@ class RdfLoader(Loader):
                 handle.read(len(UTF8_BOM))  # not every RDF parser skips it
             base = options.extra.get("base_iri")
             try:
-                receipt = store.load(_CountingReader(handle, advance, path), media_type=media, graph=graph,  # type: ignore[arg-type]
+                receipt = store.load(_CountingReader(handle, advance, path), media_type=media, graph=graph,  # type: ignore[arg-type]  # the parser calls only read()
                                      source=str(path), base_iri=base)
             except SyntaxError as exc:
                 hint = ""

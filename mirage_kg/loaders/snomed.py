@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, read_lines
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, row_line, read_lines
 from mirage_kg.loaders.rows.hygiene import open_input, read_picked_lines
 from mirage_kg.loaders.rows.row_pick import Criteria
 from mirage_kg.loaders.nt_terms import (
@@ -164,7 +164,7 @@ def _row_fields(text: str, width: int, path: Path, number: int, problem: Problem
     if len(fields) != width:
         problem("wrong column count", path, number, f"expected {width} tab-separated columns, found {len(fields)}")
         return None
-    fields.append(number)  # type: ignore[arg-type]
+    fields.append(number)  # type: ignore[arg-type]  # the line number rides as the last item (row_line)
     return fields
 
 
@@ -360,14 +360,14 @@ class SnomedLoader(Loader):
             for fields in release_rows(release, "concepts", path, HEADERS["concept"], problem, advance, concept_pick):
                 ident, active = fields[0], fields[2]
                 if not ident.isdigit():
-                    problem("malformed SCTID", path, fields[-1], f"concept id {ident!r}")  # type: ignore[arg-type]
+                    problem("malformed SCTID", path, row_line(fields), f"concept id {ident!r}")
                     continue
                 if active not in ("0", "1"):
-                    problem("bad active flag", path, fields[-1], f"{active!r} is neither 0 nor 1")  # type: ignore[arg-type]
+                    problem("bad active flag", path, row_line(fields), f"{active!r} is neither 0 nor 1")
                     continue
                 key = ident
                 if key in state:
-                    problem("duplicate id", path, fields[-1],  # type: ignore[arg-type]
+                    problem("duplicate id", path, row_line(fields),
                             f"concept {ident} has several rows; a Snapshot holds one per id")
                     continue
                 if active == "1":
@@ -399,7 +399,7 @@ class SnomedLoader(Loader):
                 source_flags, target_flags, kind_flags = get(source, 0), get(target, 0), get(kind, 0)
                 if not (source_flags and target_flags and kind_flags):
                     bad = source if not source_flags else target if not target_flags else kind
-                    problem("unknown id", path, fields[-1], f"{bad} is not a concept of the release")  # type: ignore[arg-type]
+                    problem("unknown id", path, row_line(fields), f"{bad} is not a concept of the release")
                     continue
                 if not (source_flags & usable and target_flags & usable and kind_flags & usable):
                     continue  # an inactive end or type
@@ -420,8 +420,8 @@ class SnomedLoader(Loader):
             picked = [(key, path, list(release_rows(release, key, path, HEADERS["description"], problem, advance,
                                                     [(4, only_ids)])))
                       for key, path in description_files]
-            wanted = {fields[0].encode() for _, _, rows in picked for fields in rows}
-            preferred = self._preferred(release, options, problem, full, advance, wanted)
+            described_ids = {fields[0].encode() for _, _, rows in picked for fields in rows}
+            preferred = self._preferred(release, options, problem, full, advance, described_ids)
             described: Iterable[tuple[str, Path | None, Iterable[list[str]]]] = picked
         else:
             preferred = self._preferred(release, options, problem, full, advance)
@@ -442,12 +442,12 @@ class SnomedLoader(Loader):
                 ending = endings.get(lang)
                 if ending is None:
                     if not lang.isalpha() or not lang.isascii():
-                        problem("bad language code", path, fields[-1], f"{lang!r}")  # type: ignore[arg-type]
+                        problem("bad language code", path, row_line(fields), f"{lang!r}")
                         continue
                     ending = endings[lang] = f'"@{lang} .\n'
                 flags = state.get(concept, 0)
                 if not flags:
-                    problem("unknown id", path, fields[-1], f"{concept} is not a concept of the release")  # type: ignore[arg-type]
+                    problem("unknown id", path, row_line(fields), f"{concept} is not a concept of the release")
                     continue
                 if not flags & usable:
                     continue
@@ -490,7 +490,7 @@ class SnomedLoader(Loader):
                                                [(5, wanted)]):
                         if fields[2] == "1" and fields[6] == PREFERRED and fields[4] == refset:
                             if not fields[5].isdigit():
-                                problem("malformed SCTID", path, fields[-1], f"description id {fields[5]!r}")  # type: ignore[arg-type]
+                                problem("malformed SCTID", path, row_line(fields), f"description id {fields[5]!r}")
                                 continue
                             out.add(int(fields[5]))
                 return out
@@ -505,7 +505,7 @@ class SnomedLoader(Loader):
                     if chosen and refset != chosen or not chosen and refset != US_ENGLISH and US_ENGLISH in seen:
                         continue
                     if not fields[5].isdigit():
-                        problem("malformed SCTID", path, fields[-1], f"description id {fields[5]!r}")  # type: ignore[arg-type]
+                        problem("malformed SCTID", path, row_line(fields), f"description id {fields[5]!r}")
                         continue
                     if refset == US_ENGLISH and not chosen and US_ENGLISH not in by_refset:
                         by_refset = {}  # US English wins: the others collected so far are no longer needed

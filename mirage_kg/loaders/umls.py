@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mirage_kg.errors import InputError
-from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt
+from mirage_kg.loaders.base import Loader, LoadOptions, LoadReport, Problem, literal_nt, row_line
 from mirage_kg.loaders.rows.hygiene import checked_rows, read_byte_blocks, read_picked_lines, readable_file
 from mirage_kg.loaders.rows.row_pick import Criteria
 from mirage_kg.loaders.nt_terms import (
@@ -207,7 +207,7 @@ def rrf_rows(path: Path, problem: Problem, advance: Callable[[float], None] | No
             if len(fields) != expected or fields[-1]:
                 bad_row(path, first + offset, text, len(fields), problem)
                 continue
-            fields[-1] = first + offset  # type: ignore[call-overload]  # the line number, in the empty last field's place
+            fields[-1] = first + offset  # type: ignore[call-overload]  # the line number, in the empty last field's place (row_line)
             yield fields
 
 
@@ -367,7 +367,7 @@ class UmlsLoader(Loader):
                     yield self._emit(current, group, ns, state, slots, overflow, codes_by_sab, endings)
                     group = []
                 if len(cui) != 8 or cui[0] != "C" or not cui[1:].isdigit():
-                    problem("malformed CUI", path, fields[-1], f"{cui!r} is not C followed by 7 digits")  # type: ignore[arg-type]
+                    problem("malformed CUI", path, row_line(fields), f"{cui!r} is not C followed by 7 digits")
                     current = ""
                     continue
                 current = cui
@@ -389,7 +389,7 @@ class UmlsLoader(Loader):
 
     @staticmethod
     def _emit(cui: str, rows: list[list[str]], ns: str, state: bytearray, slots: dict[str, int],
-              overflow: set[tuple[int, str]], codes_by_sab: dict[str, tuple[str, re.Pattern[str], bool] | None],
+              overflow: set[tuple[int, str]], codes_by_sab: dict[str, tuple[str, re.Pattern[str], bool]],
               endings: dict[str, str]) -> str:
         """The N-Triples of one CUI group (the hot path: string building kept to concatenation)."""
         number = int(cui[1:])
@@ -456,12 +456,12 @@ class UmlsLoader(Loader):
             cui, tui = fields[0], fields[1]
             flags = _flags(cui, state, size)
             if not flags & _SEEN:
-                problem("unknown id", path, fields[-1], f"{cui} is not a CUI of MRCONSO.RRF")  # type: ignore[arg-type]
+                problem("unknown id", path, row_line(fields), f"{cui} is not a CUI of MRCONSO.RRF")
                 continue
             if not flags & _KEPT:
                 continue  # the concept was filtered out (--sab, --lang, suppressed)
             if not re.fullmatch(r"T\d{3}", tui):
-                problem("malformed TUI", path, fields[-1], f"{tui!r} is not T followed by 3 digits")  # type: ignore[arg-type]
+                problem("malformed TUI", path, row_line(fields), f"{tui!r} is not T followed by 3 digits")
                 continue
             out = f"<{ns}{cui}> {TYPE} <{sty_ns}{tui}> .\n"
             if tui not in declared:
@@ -497,7 +497,9 @@ class UmlsLoader(Loader):
             try:
                 import numpy  # noqa: F401  (a dependency; without it, a broken install, rows are read one by one)
 
-                from mirage_kg.loaders.rows.umls_edges import block_edges as whole
+                from mirage_kg.loaders.rows import umls_edges
+
+                whole = umls_edges.block_edges
             except ImportError:
                 whole = None
         for first, data in blocks:

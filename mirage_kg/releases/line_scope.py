@@ -89,8 +89,8 @@ class LineDigests:
     (and the file's end), and the file's SHA-256 (the release record's hash, from the same read)."""
 
     path: Path
-    digests: array
-    offsets: array
+    digests: array[int]
+    offsets: array[int]
     sha256: str
 
 

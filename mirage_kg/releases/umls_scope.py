@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pyoxigraph as ox
 
@@ -142,17 +143,24 @@ class _Graph:
             yield from self.store.triple_lines(self.graph, obj=iri)
 
 
-def umls_difference(store: Store, graph: str, loader: object, path: Path, options: LoadOptions, report: LoadReport,
+class ScopedRows(Protocol):
+    """A loader whose passes run over the rows an update hands it (the UMLS loader)."""
+
+    def scoped_rows(self, files: dict[str, Path], options: LoadOptions, report: LoadReport) -> UmlsRows: ...
+
+
+def umls_difference(store: Store, graph: str, loader: ScopedRows, path: Path, options: LoadOptions, report: LoadReport,
                     previous: ReleaseInfo | None) -> tuple[TripleDifference, str]:
     """The triples removed and added from the graph to the release at ``path``, from the changed rows only; and
     how the difference was found (for the ``compared:`` line)."""
     changes = release_changes(previous, path, options)
-    rows: UmlsRows = loader.scoped_rows(changes.new_files, options, report)  # type: ignore[attr-defined]
+    rows = loader.scoped_rows(changes.new_files, options, report)
     held = _Graph(store, graph)
     quiet = Problem(LoadOptions(lenient=True), LoadReport())  # the previous release's rows: read by its load already
     relation_changes = changes.rows.get("MRREL.RRF")
     old_relations = changes.old_files.get("MRREL.RRF")
-    removed_rows = rows.lines(old_relations, relation_changes.removed, quiet) if relation_changes else []
+    removed_rows = rows.lines(old_relations, relation_changes.removed, quiet) \
+        if relation_changes and old_relations is not None else []
     added_rows = rows.lines(changes.new_files["MRREL.RRF"], relation_changes.added) if relation_changes else []
 
     # the concepts whose own rows changed, and the ends of added edges the graph lacks (do their rows exist?)

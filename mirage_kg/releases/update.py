@@ -126,8 +126,8 @@ def diff_release(store: Store, graph: str, loader: Loader, path: Path, options: 
         finally:
             if dump is not None:
                 dump.wait()
-        old_lines = graph_lines(store, graph, workdir=workdir, dump=dump) if dump is not None else \
-            subject_lines(store, graph, sorted(subjects | {graph}), workdir)
+        old_lines = subject_lines(store, graph, sorted(subjects | {graph}), workdir) if subjects is not None else \
+            graph_lines(store, graph, workdir=workdir, dump=dump)
         triples = triple_difference(old_lines, new.lines, graph_contains(store, graph))
     if subjects is not None:
         method = f"the {len(subjects):,} concepts the Delta touches"

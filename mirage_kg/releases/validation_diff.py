@@ -55,8 +55,8 @@ class ValidationDiff:
         """Whether the release introduced a problem at ``fail_on`` level or worse."""
         if fail_on == "none":
             return False
-        worst = LEVELS.index(fail_on)  # type: ignore[arg-type]
-        return any(LEVELS.index(c.level) <= worst for c in self.introduced)  # type: ignore[arg-type]
+        worst = LEVELS.index(fail_on)
+        return any(LEVELS.index(c.level) <= worst for c in self.introduced)
 
     def to_json(self) -> dict[str, Any]:
         return {"against": self.against, "introduced": [c.to_json() for c in self.introduced],
@@ -84,13 +84,13 @@ def compare_reports(before: Report, after: Report, against: str = "") -> Validat
         was_examples = {e.id: e for e in (was.examples if was else ())}
         now_examples = {e.id: e for e in (now.examples if now else ())}
         change = FindingChange(
-            check=check, level=(now or was).level,  # type: ignore[union-attr]
+            check=check, level=(now or old[check]).level,  # a check of only one report: now, else was
             before=was.count if was else 0, after=now.count if now else 0,
             new=tuple(e for k, e in now_examples.items() if k not in was_examples),
             fixed=tuple(e for k, e in was_examples.items() if k not in now_examples))
         if change.before != change.after or change.new or change.fixed:
             changes.append(change)
-    changes.sort(key=lambda c: (LEVELS.index(c.level), c.check))  # type: ignore[arg-type]
+    changes.sort(key=lambda c: (LEVELS.index(c.level), c.check))
     return ValidationDiff(against, tuple(changes))
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mirage_kg.errors import InputError
-from mirage_kg.model.records import Entity, Path, Step
+from mirage_kg.model.records import Direction, Entity, Path, Step
 from mirage_kg.model.namespaces import RDFS_SUBCLASS
 from mirage_kg.model.terms import iri_ref
 
@@ -134,7 +134,7 @@ def finding_relations(kg: Graph, kinds: Sequence[str | Any] = ()) -> dict[str, s
 
     vocab = vocabulary(kg, kinds)
     wanted = FINDING_ROLES + CONTEXT_ROLES + tuple(ROLES[r].inverse for r in CONTEXT_ROLES)
-    return {r: vocab.role(r) for r in vocab.relations_with_role(*wanted)}  # type: ignore[misc]
+    return {r: role for r in vocab.relations_with_role(*wanted) if (role := vocab.role(r)) is not None}
 
 
 _COUNTS: weakref.WeakKeyDictionary[Any, tuple[Any, int]] = weakref.WeakKeyDictionary()
@@ -177,7 +177,7 @@ def linked_findings(mentions: Iterable[Mention], min_score: float = MIN_LINK_SCO
     the best (a phenotype and a disease of the same name), best first, and the mention's text. A soft match (by
     embedding or fuzzy likeness) names nothing alike: its best candidate alone ("really bad sinus problems" is
     chronic sinusitis at 0.79, not the painful sinuses it resembles at 0.77)."""
-    out = []
+    out: list[_Linked] = []
     for mention in mentions:
         best = mention.best
         if best is None or best.score < min_score:
@@ -319,12 +319,12 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
             if node not in support[c]:
                 continue
             explains.append(finding.entity)
-            edge = support[c][node]
-            if edge is None:
+            step_edge = support[c][node]
+            if step_edge is None:
                 continue
-            _, s, p, o = edge
+            _, s, p, o = step_edge
             # read from the condition: forward when it is the stored subject
-            direction = "forward" if groups.rep(s) == c else "backward"
+            direction: Direction = "forward" if groups.rep(s) == c else "backward"
             paths.append(Path((Step(Entity(s, names[s]), relmeta[p], Entity(o, names[o]), direction),)))
         # context the candidate does not touch is no gap in it: only findings and named conditions are "unexplained"
         unexplained = tuple(f.entity for f in findings_out

@@ -14,10 +14,12 @@ from mirage_kg.graph.core import Graph
 from mirage_kg.graph.facts import Neighbour
 from mirage_kg.graph.limits import HUB_EDGES_PER_RELATION
 from mirage_kg.linking.linker import Linker, Mention
-from mirage_kg.model.records import Entity, Evidence, Path, Step
+from mirage_kg.model.records import Direction, Entity, Evidence, Path, Step
 
 if TYPE_CHECKING:
     from mirage_kg.retrieval.differential import Differential
+
+_Hop = tuple[str, str, str, Direction]  # one step: (subject, relation, object, direction)
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class Retriever:
             return self._linker
         own = getattr(self.kg, "linker", None)
         if own is not None:
-            return own  # type: ignore[no-any-return]
+            return own
         self._linker = Linker(self.kg)
         return self._linker
 
@@ -127,7 +129,7 @@ class Retriever:
             return None
         from mirage_kg.retrieval.differential import differential
 
-        return differential(self.kg, question, mentions=mentions, top=max(self.lead, 5),  # type: ignore[arg-type]
+        return differential(self.kg, question, mentions=mentions, top=max(self.lead, 5),
                             min_score=self.min_score)
 
     def retrieve_linked(self, question: str, mentions: tuple[Mention, ...], weights: dict[str, float],
@@ -164,8 +166,8 @@ class Retriever:
     def _collect(self, ranked_q: list[str], adjacency: dict[str, list[Neighbour]], hubs: list[str],
                  budget: int, lead: Sequence[Path] = ()) -> tuple[Evidence, ...]:
         kg = self.kg
-        facts: dict[frozenset[str], tuple[tuple[str, str, str, str], float]] = {}  # pair -> (step, score)
-        paths: list[tuple[tuple[tuple[str, str, str, str], ...], float]] = []
+        facts: dict[frozenset[str], tuple[_Hop, float]] = {}  # pair -> (step, score)
+        paths: list[tuple[tuple[_Hop, ...], float]] = []
         used: set[str] = set()
 
         def add_fact(a: str, p: str, d: str, n: str, score: float) -> bool:
@@ -182,11 +184,11 @@ class Retriever:
         q_set = set(ranked_q)
         hub_rank = {h: 1.0 / (1 + i) for i, h in enumerate(hubs)}
         spread: dict[str, float] = {}
-        via: dict[str, tuple[str, str, str]] = {}  # entity -> (best hub, predicate, direction)
+        via: dict[str, tuple[str, str, Direction]] = {}  # entity -> (best hub, predicate, direction)
         for hub in hubs:
             if hub not in adjacency:
                 adjacency[hub] = kg.neighbours(hub, per_relation=HUB_EDGES_PER_RELATION)
-            one_edge: dict[str, tuple[str, str]] = {}  # outgoing edges first, then by relation id
+            one_edge: dict[str, tuple[str, Direction]] = {}  # outgoing edges first, then by relation id
             for p, d, n in sorted(adjacency[hub], key=lambda e: (e[1] != "forward", e[0])):
                 one_edge.setdefault(n, (p, d))
             share = hub_rank[hub] / max(len(one_edge), 1) ** self.alpha
@@ -223,8 +225,8 @@ class Retriever:
                 add_fact(hub, p, d, n, final[n])
         return self._evidence(list(facts.values()), paths)
 
-    def _evidence(self, facts: list[tuple[tuple[str, str, str, str], float]],
-                  paths: list[tuple[tuple[tuple[str, str, str, str], ...], float]]) -> tuple[Evidence, ...]:
+    def _evidence(self, facts: list[tuple[_Hop, float]],
+                  paths: list[tuple[tuple[_Hop, ...], float]]) -> tuple[Evidence, ...]:
         kg = self.kg
         all_paths = [((step,), score) for step, score in facts] + paths
         iris = {x for path, _ in all_paths for s, _, o, _ in path for x in (s, o)}
@@ -233,7 +235,7 @@ class Retriever:
         sources = kg.sources({(s, p, o) for path, _ in all_paths for s, p, o, _ in path})
         out = []
         for path, score in all_paths:
-            steps = tuple(Step(Entity(s, names[s]), relations[p], Entity(o, names[o]), d)  # type: ignore[arg-type]
+            steps = tuple(Step(Entity(s, names[s]), relations[p], Entity(o, names[o]), d)
                           for s, p, o, d in path)
             graphs = sorted({g for s, p, o, _ in path for g in sources.get((s, p, o), ())})
             out.append(Evidence(Path(steps), tuple(graphs), score))

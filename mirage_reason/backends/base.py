@@ -161,7 +161,8 @@ class OutputConstraint:
     def check(self, text: str) -> str | None:
         """Why ``text`` is not inside the constraint, or None when it is. A JSON schema is checked with the
         ``jsonschema`` library; without it this raises :class:`BackendError` (a check that cannot run never passes)."""
-        if self.choices:
+        schema = self.json_schema
+        if schema is None:  # choices: a constraint holds exactly one of the two
             return None if text in self.choices else f"{text[:80]!r} is none of {', '.join(self.choices)}"
         try:
             # a raw line break inside a string is content, not a broken reply: llama-cpp-python's schema
@@ -174,7 +175,7 @@ class OutputConstraint:
         except ImportError as exc:
             raise BackendError("cannot check a completion against its JSON schema: jsonschema is not installed",
                                hint="pip install jsonschema (in the [llm] and [test] extras)") from exc
-        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(self.json_schema).iter_errors(value))
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
         return None if error is None else f"does not match the schema: {error.message}"
 
     def parse(self, text: str) -> Any:

@@ -107,7 +107,7 @@ class LlamaCppBackend(BackendBase):
             return chatml(messages, add_generation_prompt=add_generation_prompt)
         template, eos, bos = self._template
         formatter = llama_cpp.llama_chat_format.Jinja2ChatFormatter(template, eos, bos, add_generation_prompt)
-        return str(formatter(messages=list(messages)).prompt)  # type: ignore[arg-type]
+        return str(formatter(messages=list(messages)).prompt)
 
     def close(self) -> None:
         self._engine.close()

@@ -200,7 +200,9 @@ class LlamaServerBackend(OpenAIBackend):
         if request.constraint is not None and fired is None:  # (a stop string may cut it short)
             check_honoured(self.name, request.constraint, text, "length" if kind == "limit" else "stop",
                            self.completion_url)
-        timings = result.get("timings") if isinstance(result.get("timings"), dict) else {}
+        timings = result.get("timings")
+        if not isinstance(timings, dict):
+            timings = {}
         evaluated, prompt_ms, predicted_ms = (timings.get(k) for k in ("prompt_n", "prompt_ms", "predicted_ms"))
         return Completion(text, int(result["tokens_evaluated"]), int(result["tokens_predicted"]),
                           "length" if kind == "limit" else "stop", fired,

@@ -138,9 +138,9 @@ def answer_conditions(kg: KnowledgeGraph, text: str) -> list[str]:
 
     if not text.strip():
         return []
-    mentions = [m for m in kg.link(text, top=3) if m.best is not None and m.best.score >= _DIAGNOSIS_LINK_SCORE]
-    ordered = sorted(mentions, key=lambda m: m.start)
-    iris = list(dict.fromkeys(m.best.entity.iri for m in ordered))  # type: ignore[union-attr]
+    bests = [best for m in sorted(kg.link(text, top=3), key=lambda m: m.start)
+             if (best := m.best) is not None and best.score >= _DIAGNOSIS_LINK_SCORE]
+    iris = list(dict.fromkeys(best.entity.iri for best in bests))
     kinds = clinical_vocabulary(kg).kinds(iris)
     return [compress(i) for i in iris if kinds[i] in CONDITION_KINDS]
 

@@ -160,6 +160,7 @@ def _plots(report: Mapping[str, Any]) -> list[tuple[str, str]]:
         return []
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+    from matplotlib.colors import TABLEAU_COLORS
 
     pipelines = report["pipelines"]
     results = report["results"]
@@ -170,7 +171,7 @@ def _plots(report: Mapping[str, Any]) -> list[tuple[str, str]]:
         cols = min(3, len(metric_keys))
         rows = (len(metric_keys) + cols - 1) // cols
         fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
-        colours = plt.get_cmap("tab10").colors
+        colours = list(TABLEAU_COLORS.values())  # tab10's ten colours
         for ax, key in zip(axes.flat, metric_keys):
             values = [results[p].get(key) for p in pipelines]
             ax.bar(range(len(pipelines)), [v if v is not None else 0 for v in values],

@@ -195,7 +195,7 @@ def done_records(store: ResultStore, examples: Sequence[Example],
                  fingerprints: Mapping[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
     """The finished records of this run's keys (the last line of a key wins), and per pipeline how many keys end
     in an error line (errors are not finished: the next run retries them)."""
-    digests = {e.id: question_digest(e) for e in examples}
+    digests: dict[str | None, str] = {e.id: question_digest(e) for e in examples}  # looked up by a record's id
     wanted = {result_key(p, e.id, fp): p for p, fp in fingerprints.items() for e in examples}
     latest: dict[str, dict[str, Any]] = {}
     for record in store.records():

@@ -77,9 +77,9 @@ def negotiate(accept: str, offered: Sequence[str]) -> str | None:
             specificity = 2 if pattern == media else 1 if pattern == f"{kind}/*" else 0 if pattern == "*/*" else -1
             if specificity < 0 or q <= 0:
                 continue
-            key = (q, specificity, -order, media)
-            if best is None or key[:3] > best[:3]:
-                best = key
+            rank = (q, specificity, -order, media)
+            if best is None or rank[:3] > best[:3]:
+                best = rank
     return best[3] if best else None
 
 
@@ -178,7 +178,7 @@ def sparql_router(query: Callable[[str, float | None], Awaitable[Mapping[str, An
             except ValueError:
                 raise InputError(f"timeout is not a number: {params['timeout'][0]!r}") from None
         form = check(text)  # the guard of `query sparql`: updates and non-queries stop here
-        first = (params.get("format") or params.get("output") or [None])[0]
+        first = _first(params.get("format") or params.get("output"))
         try:
             media = _choose(form, request.headers.get("accept", ""), first)
         except NotAcceptable as exc:
@@ -193,7 +193,7 @@ def sparql_router(query: Callable[[str, float | None], Awaitable[Mapping[str, An
                            403: {"description": "an update: refused"}, 406: {"description": "no acceptable format"}})
     async def sparql_get(request: Request) -> Response:
         params = parse_qs(request.url.query, keep_blank_values=True)
-        return await answer(request, (params.get("query") or [None])[0], params)
+        return await answer(request, _first(params.get("query")), params)
 
     @router.post("/sparql", summary="SPARQL 1.1 Protocol query by POST (form or application/sparql-query)",
                  responses={403: {"description": "an update: refused"}, 406: {"description": "no acceptable format"},
@@ -209,11 +209,16 @@ def sparql_router(query: Callable[[str, float | None], Awaitable[Mapping[str, An
         if kind in ("application/x-www-form-urlencoded", ""):
             form = parse_qs(body, keep_blank_values=True)
             merged = {**params, **form}
-            return await answer(request, (merged.get("query") or [None])[0], merged)
+            return await answer(request, _first(merged.get("query")), merged)
         return _error(415, "UnsupportedMediaType", f"a SPARQL POST body is application/sparql-query or a form "
                       f"(application/x-www-form-urlencoded), not {kind}")
 
     return router
+
+
+def _first(values: list[str] | None) -> str | None:
+    """The first value a query string or form gives a parameter, or None."""
+    return values[0] if values else None
 
 
 def _error(status: int, kind: str, message: str) -> Response:

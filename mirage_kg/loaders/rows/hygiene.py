@@ -8,11 +8,12 @@ read (permissions, a symlink loop, a folder) is an ``InputError``, never "absent
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 from mirage_kg.errors import InputError
 from mirage_kg.loaders.rows.row_pick import Criteria, picked_lines
@@ -32,7 +33,7 @@ class RowProblem(Protocol):
     def __call__(self, reason: str, path: str | Path, line: int | None, detail: str = "") -> None: ...
 
 
-def open_input(path: Path) -> BinaryIO:
+def open_input(path: Path) -> io.BufferedReader:
     """The file opened for reading; a file that cannot be read is an ``InputError`` saying why."""
     try:
         if path.is_dir():
