@@ -212,34 +212,57 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
     The ``top`` best come back, best first, each with what it explains and leaves out and its supporting paths.
     ``descendants``: a condition annotated with a direct subclass of a finding explains
     it too (at ``DESCENDANT_STRENGTH``)."""
-    from mirage_kg.model.kinds import vocabulary
-
     if top < 1:
         raise InputError(f"top must be at least 1, not {top}")
+    question, linked = _linked_input(kg, findings, min_score, mentions)
+    relations = finding_relations(kg, kinds)
+    if not any(role in FINDING_ROLES for role in relations.values()):
+        return Differential(question, (), (), 0, ("the knowledge graph declares no relation with a finding role "
+                                                  "(has_finding / finding_of): nothing to rank",))
+    conditions = condition_count(kg, relations)
+    if not conditions:
+        return Differential(question, (), (), 0, ("no condition in the knowledge graph has a finding "
+                                                  "(a has_finding / finding_of edge): nothing to rank",))
+    findings_out, edges_of = _weighed_findings(kg, linked, relations, conditions, kinds, descendants)
+    if not findings_out:
+        return Differential(question, (), (), conditions)
+    total = sum(f.weight for f in findings_out)
+    gained, support = _gains(kg, findings_out, edges_of)
+    if not gained:
+        return Differential(question, tuple(findings_out), (), conditions)
+    profile, scored, best = _ranked(kg, gained, total, relations, top)
+    out = _candidates(kg, best, findings_out, support, scored, profile)
+    groups = kg.groups
+    iri_of = {groups.rep(f.entity.iri): f.entity.iri for f in findings_out}
+    covered = {c: (gained[c] / total, tuple(iri_of[n] for n in support[c])) for c in gained}
+    return Differential(question, tuple(findings_out), tuple(out), conditions, coverage_of=covered)
+
+
+def _linked_input(kg: Graph, findings: str | Sequence[Entity | str], min_score: float,
+                  mentions: Sequence[Mention] | None) -> tuple[str, list[_Linked]]:
+    """The question as text and its linked findings: a question's mentions (linked here unless given), or the
+    entities given, each its own certain match."""
     if isinstance(findings, str):
-        question = findings
         if mentions is None:
             from mirage_kg.linking.linker import Linker
 
             linker = getattr(kg, "linker", None) or Linker(kg)  # a KnowledgeGraph's own, else one on the graph
             mentions = linker.link(findings, top=5)
-        linked = linked_findings(mentions, min_score)
-    else:
-        question = ", ".join(f if isinstance(f, str) else f.label for f in findings)
-        linked = [(((f if isinstance(f, Entity) else kg.entity(f), 1.0),), None) for f in findings]
-    relations = finding_relations(kg, kinds)
-    if not any(role in FINDING_ROLES for role in relations.values()):
-        return Differential(question, (), (), 0, ("the knowledge graph declares no relation with a finding role "
-                                                  "(has_finding / finding_of): nothing to rank",))
-    vocab = vocabulary(kg, kinds)
-    groups = kg.groups
-    conditions = condition_count(kg, relations)
-    if not conditions:
-        return Differential(question, (), (), 0, ("no condition in the knowledge graph has a finding "
-                                                  "(a has_finding / finding_of edge): nothing to rank",))
-    kind_of = vocab.kinds(groups.rep(e.iri) for same, _ in linked for e, _ in same)
-    max_weight = math.log(conditions + 1) if conditions else 1.0
+        return findings, linked_findings(mentions, min_score)
+    question = ", ".join(f if isinstance(f, str) else f.label for f in findings)
+    return question, [(((f if isinstance(f, Entity) else kg.entity(f), 1.0),), None) for f in findings]
 
+
+def _weighed_findings(kg: Graph, linked: list[_Linked], relations: dict[str, str], conditions: int,
+                      kinds: Sequence[str | Any], descendants: bool
+                      ) -> tuple[list[Finding], dict[str, dict[str, _Edge]]]:
+    """Each linked entity as a finding, a named condition or context, with its weight; and for each, the edges
+    from the conditions it is tied to (a mention's node counted once)."""
+    from mirage_kg.model.kinds import vocabulary
+
+    groups = kg.groups
+    kind_of = vocabulary(kg, kinds).kinds(groups.rep(e.iri) for same, _ in linked for e, _ in same)
+    max_weight = math.log(conditions + 1) if conditions else 1.0
     findings_out: list[Finding] = []
     edges_of: dict[str, dict[str, _Edge]] = {}  # finding node -> condition node -> its edge
     for same, mention in linked:
@@ -272,10 +295,14 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
             weight *= CONTEXT_WEIGHT
         edges_of[node] = found
         findings_out.append(Finding(entity, weight * score, len(found), mention, role))
-    if not findings_out:
-        return Differential(question, (), (), conditions)
-    total = sum(f.weight for f in findings_out)
+    return findings_out, edges_of
 
+
+def _gains(kg: Graph, findings_out: list[Finding], edges_of: dict[str, dict[str, _Edge]]
+           ) -> tuple[dict[str, float], dict[str, dict[str, _Edge | None]]]:
+    """Condition node -> the weight of the findings it explains; and condition node -> finding node -> the edge
+    that explains it (None: a named condition explaining itself)."""
+    groups = kg.groups
     gained: dict[str, float] = {}
     support: dict[str, dict[str, _Edge | None]] = {}
     for finding in findings_out:
@@ -288,9 +315,12 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
                 continue
             gained[condition] = gained.get(condition, 0.0) + finding.weight * edge[0]
             support.setdefault(condition, {})[node] = edge
-    if not gained:
-        return Differential(question, tuple(findings_out), (), conditions)
+    return gained, support
 
+
+def _ranked(kg: Graph, gained: dict[str, float], total: float, relations: dict[str, str], top: int
+            ) -> tuple[dict[str, int], dict[str, tuple[float, float]], list[str]]:
+    """The profile sizes and (score, coverage) of the conditions that can reach the top, and the ``top`` best."""
     # the fit needs each candidate's profile size: only for those that can still reach the top (with every
     # condition tied with the last of them, up to TIED_POOL: the first by id need not be the best attested)
     finding_rels = frozenset(r for r, role in relations.items() if role in FINDING_ROLES)
@@ -308,7 +338,15 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
         attestation = math.log1p(profile[c]) / largest
         scored[c] = (coverage * (1 - ATTESTATION_WEIGHT + ATTESTATION_WEIGHT * attestation), coverage)
     best = sorted(pool, key=lambda c: (-round(scored[c][0], 9), -round(scored[c][1], 9), c))[:top]
+    return profile, scored, best
 
+
+def _candidates(kg: Graph, best: list[str], findings_out: list[Finding],
+                support: dict[str, dict[str, _Edge | None]], scored: dict[str, tuple[float, float]],
+                profile: dict[str, int]) -> list[Candidate]:
+    """The best conditions as candidates: labelled, with what each explains and leaves out and the one-edge path
+    behind each finding it explains."""
+    groups = kg.groups
     names = kg.labels(set(best) | {x for c in best for e in support[c].values() if e for x in (e[1], e[3])})
     relmeta = kg.relations({e[2] for c in best for e in support[c].values() if e})
     out = []
@@ -331,9 +369,7 @@ def differential(kg: Graph, findings: str | Sequence[Entity | str], *, top: int 
                             if f.role != "context" and groups.rep(f.entity.iri) not in support[c])
         out.append(Candidate(Entity(c, names[c]), scored[c][0], scored[c][1], tuple(explains), unexplained,
                              tuple(paths), profile[c]))
-    iri_of = {groups.rep(f.entity.iri): f.entity.iri for f in findings_out}
-    covered = {c: (gained[c] / total, tuple(iri_of[n] for n in support[c])) for c in gained}
-    return Differential(question, tuple(findings_out), tuple(out), conditions, coverage_of=covered)
+    return out
 
 
 def _conditions_of(kg: Graph, node: str, relations: dict[str, str], wanted: Sequence[str],
