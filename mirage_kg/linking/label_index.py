@@ -306,10 +306,9 @@ class LabelIndex:
         import numpy as np
 
         with self._lock:
-            cached = self._blocks.get(key, False)
-            if cached is not False:  # the spans of one text share their words: read each block once
+            if key in self._blocks:  # the spans of one text share their words: read each block once
                 self._blocks.move_to_end(key)
-                return cached  # type: ignore[return-value]
+                return self._blocks[key]
         rows = self._rows("SELECT ids, texts FROM blocks WHERE key = ?", (key,))
         found = (np.frombuffer(rows[0][0], dtype=np.int32), unpack_texts(rows[0][1])) if rows else None
         with self._lock:
@@ -504,11 +503,11 @@ class LabelIndex:
                     db.execute("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?)",
                                (key, np.asarray(order, dtype=np.int32).tobytes(),
                                 pack_texts([merged[i] for i in order])))
-                for word, change in word_changes.items():
+                for word, word_change in word_changes.items():
                     row = db.execute("SELECT ids, lens FROM words WHERE word = ?", (word,)).fetchone()
                     lengths = dict(zip(np.frombuffer(row[0], dtype=np.int32).tolist(),
                                        np.frombuffer(row[1], dtype=np.uint16).tolist())) if row else {}
-                    for choice_id, length in change.items():
+                    for choice_id, length in word_change.items():
                         if length is None:
                             lengths.pop(choice_id, None)
                         else:

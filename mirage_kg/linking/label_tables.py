@@ -105,9 +105,9 @@ def fill_tables(db: sqlite3.Connection, kg: Graph) -> None:
     db.execute("DROP TABLE raw")
     db.execute("CREATE INDEX labels_folded ON labels(folded, idx, kind)")
     # choices: the distinct folded labels in order; blocks: each word's first and last four letters
-    ids: dict[str, array] = {}
+    ids: dict[str, array[int]] = {}
     texts: dict[str, list[str]] = {}
-    postings: dict[str, tuple[array, array]] = {}  # content word -> the choices holding it and their lengths
+    postings: dict[str, tuple[array[int], array[int]]] = {}  # content word -> the choices holding it and their lengths
     choices: list[tuple[int, str, str]] = []
     max_tokens = 1
     number = -1

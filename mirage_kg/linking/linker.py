@@ -80,8 +80,8 @@ class Candidate:
 # five; ``mirage_kg.linking.packed.new_entity`` does the same for their entities). The objects are the very same
 # (type, fields, equality, hash); a test checks that they set every field.
 _new = object.__new__
-_set_entity, _set_score = Candidate.entity.__set__, Candidate.score.__set__  # type: ignore[attr-defined]
-_set_method, _set_same_as = Candidate.method.__set__, Candidate.same_as.__set__  # type: ignore[attr-defined]
+_set_entity, _set_score = vars(Candidate)["entity"].__set__, vars(Candidate)["score"].__set__  # the slots'
+_set_method, _set_same_as = vars(Candidate)["method"].__set__, vars(Candidate)["same_as"].__set__  # descriptors
 
 
 def _candidate(entity: Entity, score: float, method: str, same_as: tuple[str, ...] = ()) -> Candidate:
@@ -676,8 +676,8 @@ class Linker:
         """Cosine similarity of ``text`` to each label (embeddings), else a fuzzy token-set ratio in [0, 1]."""
         if not labels:
             return []
-        if self._embeddings_ready():
-            vectors = self.embedder.encode([text, *labels])  # type: ignore[union-attr]
+        if self.embedder is not None and self._embeddings_ready():
+            vectors = self.embedder.encode([text, *labels])
             return [float(x) for x in vectors[1:] @ vectors[0]]
         from rapidfuzz import fuzz
 

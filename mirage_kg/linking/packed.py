@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # setting the slots directly, which ``new_entity`` does for the entities an exact mention makes most of (up to
 # five). The object is the very same (type, fields, equality, hash); a test checks that it sets every field.
 _new = object.__new__
-_set_iri, _set_label = Entity.iri.__set__, Entity.label.__set__  # type: ignore[attr-defined]
+_set_iri, _set_label = vars(Entity)["iri"].__set__, vars(Entity)["label"].__set__  # the slots' descriptors
 
 
 def new_entity(iri: str, label: str) -> Entity:
@@ -111,7 +111,7 @@ def pack_lookup(db: sqlite3.Connection) -> bool:
     bounds = table[:, 2]
     table[:groups, 3], table[groups, 3] = bounds[:-1] + written[bounds[1:]] - written[bounds[:-1]], len(order)
     del written
-    parts = {"group_table": table, "group_buckets": _group_buckets(row_keys[starts]), "row_levels": row_levels,
+    parts: dict[str, Any] = {"group_table": table, "group_buckets": _group_buckets(row_keys[starts]), "row_levels": row_levels,
              "row_idx": np.frombuffer(idxs, dtype=np.int32)[order]}
     del keys, checks, numbers, levels, idxs, row_keys, order, starts, table, bounds
     # each entity's IRI and name one after the other, with where each starts: one entity's display data is

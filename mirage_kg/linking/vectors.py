@@ -183,11 +183,13 @@ class VectorIndex:
         from usearch.index import Index
 
         rows = np.load(cls.rows_file(path), allow_pickle=False)
-        shards = [Index.restore(str(file), view=True) for file in _shard_files(path)]
-        if any(shard is None for shard in shards) or int((rows >= 0).sum()) != sum(len(s) for s in shards):
+        restored = [Index.restore(str(file), view=True) for file in _shard_files(path)]
+        shards = [shard for shard in restored if shard is not None]
+        if len(shards) != len(restored) or int((rows >= 0).sum()) != sum(len(s) for s in shards):
             raise ValueError(f"{path}: the index and its key rows disagree; it is rebuilt")
         for shard in shards:
-            shard.expansion_search = EXPANSION_SEARCH
+            # usearch defines this property's setter apart from its getter, which mypy reads as no setter
+            shard.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
         return cls(shards, rows, path)
 
     def save(self, path: Path) -> None:
@@ -223,10 +225,11 @@ class VectorIndex:
         from usearch.index import Index
 
         try:
-            shards = [Index.restore(str(file)) for file in _shard_files(checkpoint_file(path, 0))]
+            restored = [Index.restore(str(file)) for file in _shard_files(checkpoint_file(path, 0))]
         except (OSError, RuntimeError, ValueError):
             return [], 0
-        if any(shard is None or shard.ndim != width for shard in shards):
+        shards = [shard for shard in restored if shard is not None]
+        if len(shards) != len(restored) or any(shard.ndim != width for shard in shards):
             return [], 0
         done = sum(len(shard) for shard in shards)
         striped = all(len(shard) == (done - number + len(shards) - 1) // len(shards)
