@@ -63,14 +63,14 @@ def sparql(sparql_query: str, store: str | None, endpoint: str | None, timeout: 
         click.echo(str(result["boolean"]).lower())
         return
     if "triples" in result:
-        for s, p, o in result["triples"]:  # type: ignore[union-attr]
+        for s, p, o in result["triples"]:
             click.echo(f"{s.sparql()} {p.sparql()} {o.sparql()} .")
         return
     from mirage_kg.model.namespaces import compress
 
-    names: list[str] = result["vars"]  # type: ignore[assignment]
+    names = result["vars"]
     click.echo("\t".join(names))
-    for row in result["rows"]:  # type: ignore[union-attr]
+    for row in result["rows"]:
         click.echo("\t".join(
             (compress(row[n].value) if row[n].kind == "uri" else row[n].value) if n in row else "" for n in names))
 

@@ -6,11 +6,17 @@ Exit status: 0 when nothing reaches ``--fail-on``, 1 when something does (or the
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from mirage_kg.cli.main import store_options
+
+if TYPE_CHECKING:
+    from mirage_kg.store.base import Store
+    from mirage_kg.validation.report import Report
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -88,20 +94,20 @@ def validate(store: str | None, endpoint: str | None, shapes: tuple[Path, ...], 
 
 
 def _validate_against(store: str | None, endpoint: str | None, against: str, fail_on: str, max_examples: int,
-                      as_json: bool, run: "object") -> None:
+                      as_json: bool, run: Callable[[Store, int], Report]) -> None:
     from mirage_kg.releases.sides import graph_name, is_store_folder
     from mirage_kg.releases.validation_diff import COMPARED_EXAMPLES, validate_against
     from mirage_kg.store import OxigraphStore, open_store
 
-    def validated(target: "object") -> "object":
-        return run(target, COMPARED_EXAMPLES)  # type: ignore[operator]
+    def validated(target: Store) -> Report:
+        return run(target, COMPARED_EXAMPLES)
 
     with open_store(store, endpoint) as opened:
         if is_store_folder(Path(against)):
             with OxigraphStore(Path(against), read_only=True) as baseline:
-                result = validate_against(opened, baseline, validated, against)  # type: ignore[arg-type]
+                result = validate_against(opened, baseline, validated, against)
         else:
-            result = validate_against(opened, graph_name(against), validated, against)  # type: ignore[arg-type]
+            result = validate_against(opened, graph_name(against), validated, against)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
     else:

@@ -67,7 +67,7 @@ class AnchorGraph(NeighbourGraph):
             s, o = real[(p, d, n)]
             subject = center if s == center.iri else Entity(s, names[s])
             obj = center if o == center.iri else Entity(o, names[o])
-            steps.append(Step(subject, relmeta[p], obj, d))  # type: ignore[arg-type]
+            steps.append(Step(subject, relmeta[p], obj, d))  # type: ignore[arg-type]  # a direction: forward or backward
         return steps
 
     def _ranked_edges(self, iri: str, k: int, rels: frozenset[str] | None, want: str, rank_by: str | None,

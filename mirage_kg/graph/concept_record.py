@@ -325,7 +325,7 @@ def facts_page(graph: Graph, entity: Entity, relation: str | None = None, direct
     ends = graph.labels({x for e in page for x in (e[3], e[4])} | {entity.iri})
     meta = graph.relations({e[0] for e in page})
     steps = tuple(Step(entity if s == entity.iri else Entity(s, ends[s]), meta[p],
-                       entity if o == entity.iri else Entity(o, ends[o]), d)  # type: ignore[arg-type]
+                       entity if o == entity.iri else Entity(o, ends[o]), d)  # type: ignore[arg-type]  # a direction: forward or backward
                   for p, d, _, s, o in page)
     return FactPage(entity, len(edges), len(chosen), offset, compress(next(iter(rels))) if rels and len(rels) == 1
                     else relation, want, steps)

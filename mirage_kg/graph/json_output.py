@@ -6,7 +6,7 @@ records."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mirage_kg.linking.linker import Mention
@@ -55,14 +55,14 @@ def term_json(term: Term) -> dict[str, str]:
     return data
 
 
-def sparql_json(result: Mapping[str, object]) -> dict[str, Any]:
+def sparql_json(result: Mapping[str, Any]) -> dict[str, Any]:
     """A ``Store.query`` result in the SPARQL 1.1 JSON results format (``head``/``results`` or ``boolean``);
     CONSTRUCT and DESCRIBE give ``{"triples": [[s, p, o], ...]}`` with each term as in that format."""
     if "boolean" in result:
         return {"boolean": bool(result["boolean"])}
     if "triples" in result:
-        triples = cast("Sequence[Sequence[Term]]", result["triples"])
+        triples: Sequence[Sequence[Term]] = result["triples"]
         return {"triples": [[term_json(t) for t in triple] for triple in triples]}
-    rows: Sequence[Mapping[str, Term]] = result["rows"]  # type: ignore[assignment]
-    return {"head": {"vars": list(result["vars"])},  # type: ignore[call-overload]
+    rows: Sequence[Mapping[str, Term]] = result["rows"]
+    return {"head": {"vars": list(result["vars"])},
             "results": {"bindings": [{k: term_json(v) for k, v in row.items()} for row in rows]}}

@@ -60,7 +60,7 @@ class NeighbourGraph(EntityGraph):
             for _, other in self.store.links(iri, direction, p):
                 if other in non or (direction == "backward" and other == iri):
                     continue
-                taken.add(Neighbour(p, direction, other))  # type: ignore[arg-type]
+                taken.add(Neighbour(p, direction, other))  # type: ignore[arg-type]  # a direction: forward or backward
                 if len(taken) >= per_relation:
                     break
             found |= taken
@@ -133,14 +133,14 @@ class NeighbourGraph(EntityGraph):
         state = self._state()
         table, merged, keep = state.degrees, self.groups.representative, set(ends)
         degree = self.degrees(wanted)
-        wanted = [n for n in wanted if n not in merged and not table.is_filed(n)  # type: ignore[union-attr]
+        wanted = [n for n in wanted if n not in merged and not table.is_filed(n)  # type: ignore[union-attr]  # built with it
                   and (n in keep or degree[n] <= max_degree)]
         if not wanted:
             return {}
         # one node (anchor) is decoded without numpy: array set-up would cost more than its dozen edges
         found = {wanted[0]: adjacency.node_edges(wanted[0])} if len(wanted) == 1 else adjacency.edges(wanted)
         non = state.non_concepts
-        return {n: sorted(Neighbour(p, d, o) for p, d, o in found.get(n, ())  # type: ignore[arg-type]
+        return {n: sorted(Neighbour(p, d, o) for p, d, o in found.get(n, ())  # type: ignore[arg-type]  # a direction: forward or backward
                           if o not in non and (relations is None or p in relations)) for n in wanted}
 
 

@@ -16,8 +16,9 @@ from mirage_kg.graph.facts import NON_FACT_PREDICATES, NOT_FACT, Neighbour, in_f
 from mirage_kg.graph.neighbours import NeighbourGraph
 from mirage_kg.graph.ranking import RANKINGS, path_cost
 from mirage_kg.graph.verbalise import materialise
+from mirage_kg.index.degree import DiskDegrees
 from mirage_kg.model.namespaces import compress
-from mirage_kg.model.records import Entity
+from mirage_kg.model.records import Entity, Path
 from mirage_kg.model.terms import iri_ref
 from mirage_kg.store.sparql_text import bounded_path_ask
 
@@ -25,7 +26,7 @@ from mirage_kg.store.sparql_text import bounded_path_ask
 _HUB_PAIR_LOOKUPS = 4_096
 
 
-class BridgePaths(list):  # type: ignore[type-arg]
+class BridgePaths(list[Path]):
     """``bridge``'s paths (a list of ``Path``), and ``capped``: (hub IRI, its fact edges) for each hub the search
     extended past along only ``hub_edges`` of its edges per relation and direction, so that paths through its other
     edges may be missing; empty when the search was exact. ``hub_edges=0`` walks every edge."""
@@ -160,13 +161,13 @@ class PathGraph(NeighbourGraph):
                 elif not extend_left and past_right and not past_left and cost_left <= 2 * limits.PATH_HUB_DEGREE:
                     extend_left = True
             if extend_left:
-                if last and right == [([b], [])] and table.is_filed(b):  # type: ignore[union-attr]
+                if last and table is not None and right == [([b], [])] and table.is_filed(b):
                     left, done = self._joined_on_file(left, b, rels, from_right=False)
                     joined += done
                 self._prefetch_adjacency([nodes[-1] for nodes, _ in left], memo, rels, (a, b), merged)
                 left = extend_paths(left, adj, avoid=b)
             else:
-                if last and left == [([a], [])] and table.is_filed(a):  # type: ignore[union-attr]
+                if last and table is not None and left == [([a], [])] and table.is_filed(a):
                     right, done = self._joined_on_file(right, a, rels, from_right=True)
                     joined += done
                 self._prefetch_adjacency([nodes[-1] for nodes, _ in right], memo, rels, (a, b), merged)
@@ -202,17 +203,19 @@ class PathGraph(NeighbourGraph):
         returns the partial paths left to extend and the finished paths, walked from ``a`` to ``b``
         (``from_right``: ``layer`` grew from ``b``)."""
         table = self._state().degrees
+        if not isinstance(table, DiskDegrees):  # nothing is on file
+            return list(layer), []
         rest: list[tuple[list[str], list[tuple[str, str, str, str]]]] = []
         by_end: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
         for nodes, steps in layer:
             y = nodes[-1]
-            if y == far or not table.is_filed(y):  # type: ignore[union-attr]
+            if y == far or not table.is_filed(y):
                 rest.append((nodes, steps))
             else:
                 by_end.setdefault(y, []).append((nodes, steps))
         done: list[tuple[tuple[str, str, str, str], ...]] = []
         for y, partials in by_end.items():
-            for x, rel_y, from_y, rel_far, from_far in table.filed_common_links(y, far):  # type: ignore[union-attr]
+            for x, rel_y, from_y, rel_far, from_far in table.filed_common_links(y, far):
                 if x == far or (rels is not None and (rel_y not in rels or rel_far not in rels)):
                     continue
                 # each step walked from the layer's side: y to x, then x to far (the far end sees that edge reversed)
@@ -285,11 +288,11 @@ class PathGraph(NeighbourGraph):
                         walk.cut.add(n)
                     else:
                         memo[n] = self.neighbours(n, rels)
-                else:
+                elif real is not None:  # merged
                     memo[n] = []
                     for p, d, other, s, o in self.walk(n, rels):
-                        memo[n].append(Neighbour(p, d, other))  # type: ignore[arg-type]
-                        real[(n, p, other) if d == "forward" else (other, p, n)] = (s, o)  # type: ignore[index]
+                        memo[n].append(Neighbour(p, d, other))  # type: ignore[arg-type]  # a direction: forward or backward
+                        real[(n, p, other) if d == "forward" else (other, p, n)] = (s, o)
             return memo[n]
         return adj
 
@@ -309,12 +312,13 @@ class PathGraph(NeighbourGraph):
         merged = real is not None and bool(self.groups.members)
         # the file holds stored triples, so not across merged concepts
         table = self._state().degrees if self.store.indexed and not merged else None
+        disk = table if isinstance(table, DiskDegrees) else None  # (no other table files a node)
 
-        on_file = set() if table is None else {n for n in xs | ys if n not in memo and table.is_filed(n)}
+        on_file = set() if disk is None else {n for n in xs | ys if n not in memo and disk.is_filed(n)}
 
         def edges_from(n: str, others: set[str]) -> Iterable[tuple[str, str, str]]:
-            if n in on_file:  # one indexed lookup for all of ``others``, not a read of every edge at a hub
-                return [e for e in table.filed_links_to(n, others)  # type: ignore[union-attr]
+            if n in on_file and disk is not None:  # one indexed lookup for all of ``others``
+                return [e for e in disk.filed_links_to(n, others)  # (not a read of every edge at a hub)
                         if rels is None or e[0] in rels]
             if not merged and len(others) <= _HUB_PAIR_LOOKUPS and (n in walk.capped or (
                     walk.limit and n not in memo and n not in ends and self._is_path_hub(n))):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mirage_kg.model.namespaces import MKG, RDF
 from mirage_kg.store.base import Store
-from mirage_kg.model.terms import iri_ref
+from mirage_kg.model.terms import Term, iri_ref
 
 RANKINGS = ("specificity", "degree")
 #: the version of the specificity ranking, part of what a filed hub anchor depends on
@@ -64,8 +64,8 @@ def annotation_frequencies(store: Store, concepts: Sequence[str]) -> dict[tuple[
     edges with no record are absent."""
     out: dict[tuple[str, str, str], float] = {}
     if store.indexed:  # walk the index: the records at each concept, then each record's fields
-        def value(node: object, graph: str, predicate: str) -> str | None:
-            found = next(store.quads(node, predicate, None, graph), None)  # type: ignore[arg-type]
+        def value(node: Term, graph: str, predicate: str) -> str | None:
+            found = next(store.quads(node, predicate, None, graph), None)
             return found.object.value if found is not None else None
 
         records = {(q.subject, q.graph) for concept in concepts for end in (RDF + "subject", RDF + "object")

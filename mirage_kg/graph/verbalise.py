@@ -21,7 +21,7 @@ def materialise(graph: EntityGraph, raw_paths: list[RawPath]) -> list[Path]:
     iris = {n for path in raw_paths for s, _, o, _ in path for n in (s, o)}
     names = graph.labels(iris)
     relmeta = graph.relations({p for path in raw_paths for _, p, _, _ in path})
-    return [Path(tuple(Step(Entity(s, names[s]), relmeta[p], Entity(o, names[o]), d)  # type: ignore[arg-type]
+    return [Path(tuple(Step(Entity(s, names[s]), relmeta[p], Entity(o, names[o]), d)  # type: ignore[arg-type]  # a direction: forward or backward
                        for s, p, o, d in path)) for path in raw_paths]
 
 

@@ -85,7 +85,7 @@ class TriplesLoader(Loader):
         return first.count(b"\t") == 2
 
     def lines(self, path: Path, options: LoadOptions, report: LoadReport,
-              advance: "callable | None" = None) -> Iterator[str]:  # type: ignore[valid-type]
+              advance: Callable[[float], None] | None = None) -> Iterator[str]:
         """N-Triples lines for the file, declaring each entity and relation once."""
         problem = Problem(options, report)
         rows: Iterator[tuple[int, str]] = read_lines(path, problem)

@@ -113,7 +113,7 @@ class CapturingStore(Store):
         if isinstance(data, (bytes, bytearray)) or hasattr(data, "read"):
             from mirage_kg.store.oxigraph_terms import OXIGRAPH_FORMATS
 
-            for triple in ox.parse(data, format=OXIGRAPH_FORMATS[media_type], base_iri=base_iri):  # type: ignore[arg-type]
+            for triple in ox.parse(data, format=OXIGRAPH_FORMATS[media_type], base_iri=base_iri):  # type: ignore[arg-type]  # bytes or a stream
                 inner = triple.triple if isinstance(triple, ox.Quad) else triple
                 self.lines.add(f"{inner} .\n")
         else:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO, NamedTuple, TypedDict
 
 from mirage_kg.errors import QueryError
 from mirage_kg.model.namespaces import GRAPH, MKG
@@ -52,6 +52,16 @@ class Quad(NamedTuple):
     predicate: Term
     object: Term
     graph: str
+
+
+class QueryResult(TypedDict, total=False):
+    """What ``Store.query`` gives: ``vars`` and ``rows`` (SELECT), ``boolean`` (ASK) or ``triples`` (CONSTRUCT and
+    DESCRIBE)."""
+
+    vars: list[str]
+    rows: list[dict[str, Term]]
+    boolean: bool
+    triples: list[tuple[Term, Term, Term]]
 
 
 #: rows per page when a store pages a pattern or a large SELECT (an endpoint may lower it to its result cap)
@@ -270,7 +280,7 @@ class Store(abc.ABC):
     def construct(self, query: str, *, timeout: float | None = None) -> list[tuple[Term, Term, Term]]:
         """Triples of a CONSTRUCT or DESCRIBE query."""
 
-    def query(self, query: str, *, timeout: float | None = None) -> dict[str, object]:
+    def query(self, query: str, *, timeout: float | None = None) -> QueryResult:
         """Any read-only query, as a SPARQL-JSON-like dict: ``{"vars", "rows"}``, ``{"boolean"}`` or ``{"triples"}``."""
         kind = query_form(query)
         if kind == "ASK":
@@ -352,15 +362,16 @@ class Store(abc.ABC):
             f"INSERT DATA {{ GRAPH {iri_ref(MANIFEST_GRAPH)} {{ {iri_ref(target)} {iri_ref(PENDING)} {literal(token)} }} }}"
         )
         reader: LineReader | None = None
+        stream: IO[bytes] | Iterable[str] | LineReader
         try:
             if replace and not staged:
                 self._empty_graph(graph)
             if isinstance(data, (bytes, bytearray)) or hasattr(data, "read"):
-                stream = data  # type: ignore[assignment]
+                stream = data
             else:
-                reader = LineReader(data, progress)  # type: ignore[arg-type]
+                reader = LineReader(data, progress)
                 stream = reader
-            self._bulk_load(stream, media_type, target, base_iri)  # type: ignore[arg-type]
+            self._bulk_load(stream, media_type, target, base_iri)  # type: ignore[arg-type]  # a stream or LineReader: parsers call read()
         except BaseException as exc:
             self._discard(target, token)
             if reader is not None and reader.error is not None and reader.error is not exc:
@@ -475,7 +486,7 @@ def projected_variables(query: str) -> list[str] | None:
         return None
     if algebra.name != "SelectQuery":
         return None
-    names = [str(v) for v in algebra.get("PV", [])]
+    names = [str(v) for v in algebra.get("PV") or []]
     return names if "projection" in parsed[1].keys() else sorted(names)  # no projection: SELECT *
 
 

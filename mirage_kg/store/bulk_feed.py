@@ -14,7 +14,7 @@ from typing import IO
 try:
     import fcntl
 except ImportError:  # Windows has no fcntl: the pipe keeps its default size there
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # the module is absent there
 
 from mirage_kg.store.base import LineReader
 

@@ -114,12 +114,13 @@ class OxigraphStore(OxigraphLoads):
         if self.path is None:
             return ContentKey(None)
         if not self.read_only and (self._content.key is None or self._content_version != self.version):
-            self._content = ContentKey("w" + uuid.uuid4().hex[:19])
+            key = "w" + uuid.uuid4().hex[:19]
+            self._content = ContentKey(key)
             self._content_version = self.version
             raw = self.__dict__.get("raw")  # (close names the content after the native store closed)
             if raw is not None:  # named for readers beside this writer too: they find the indexes it builds
                 raw.flush()
-                record(self.path, settled_files_key(self.path), self._content.key)  # type: ignore[arg-type]
+                record(self.path, settled_files_key(self.path), key)
         return self._content
 
     @staticmethod

@@ -24,7 +24,7 @@ class OxigraphLoads(OxigraphWrites):
 
     _interrupted: Interrupt | None = None
 
-    def load(self, data: IO[bytes] | Iterable[str], **options: Any) -> LoadReceipt:  # type: ignore[override]
+    def load(self, data: IO[bytes] | Iterable[str], **options: Any) -> LoadReceipt:
         """``Store.load``, with Ctrl-C made prompt and safe: while the native bulk loader runs, Python cannot
         raise KeyboardInterrupt in the main thread, so SIGINT only sets a flag; the line producer and the stream
         reader stop at the next chunk, the parser is cut off, and the load is rolled back. On disk every load
@@ -49,7 +49,7 @@ class OxigraphLoads(OxigraphWrites):
         self._writable()
         interrupted = self._interrupted
         if interrupted is not None and not isinstance(data, LineReader):
-            data = InterruptibleReader(data, interrupted)  # type: ignore[assignment]
+            data = InterruptibleReader(data, interrupted)  # type: ignore[assignment]  # reads as the stream it wraps
         try:
             self._bulk_load_guarded(data, media_type, graph, base_iri)
         except BaseException:

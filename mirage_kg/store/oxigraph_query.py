@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import wait
-from typing import IO, TypeVar
+from typing import IO, TYPE_CHECKING, TypeVar
 
 import pyoxigraph as ox
 
@@ -16,13 +16,16 @@ from mirage_kg.store.base import LineBlocks, Quad, Store
 from mirage_kg.store.oxigraph_terms import OXIGRAPH_FORMATS, QUAD_FORMATS, to_node, to_term
 from mirage_kg.threads import in_daemon_thread
 
+if TYPE_CHECKING:
+    from mirage_kg.store.oxigraph_write import WritesCounted
+
 T = TypeVar("T")
 
 
 class OxigraphQueries(Store):
     """Reading an embedded store: ``raw`` is the native pyoxigraph store (or a writer's counting wrapper of it)."""
 
-    raw: ox.Store
+    raw: ox.Store | WritesCounted
 
     def _run(self, query: str) -> object:
         try:
@@ -40,18 +43,17 @@ class OxigraphQueries(Store):
         timed-out cross product used to grow memory without bound). A single row that takes long (an aggregate
         over a huge join) still finishes in the background; its result is dropped."""
         cancelled = threading.Event()
-        inner = work
 
-        def work(cancelled: threading.Event) -> T:  # type: ignore[no-redef]
+        def guarded(cancelled: threading.Event) -> T:
             try:
-                return inner(cancelled)
+                return work(cancelled)
             except OSError as exc:  # raised while rows are read: a storage error, or an allowed SERVICE failing
                 raise StoreError(f"store {self.location}: the query failed: "
                                  f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]}") from exc
 
         if not timeout:
-            return work(cancelled)
-        future = in_daemon_thread(work, cancelled, name="mirage-kg-query")
+            return guarded(cancelled)
+        future = in_daemon_thread(guarded, cancelled, name="mirage-kg-query")
         done, _ = wait([future], timeout)
         if not done:
             cancelled.set()
@@ -109,7 +111,7 @@ class OxigraphQueries(Store):
             raise QueryError(f"expected the variables {list(variables)}, the query selects "
                              f"{[v.value for v in result.variables]}")
         sink = LineBlocks(consume, block=block)
-        result.serialize(sink, ox.QueryResultsFormat.TSV)
+        result.serialize(sink, ox.QueryResultsFormat.TSV)  # type: ignore[arg-type]  # the serializer calls only write()
         sink.close()
 
     def ask(self, query: str, *, timeout: float | None = None) -> bool:
@@ -154,7 +156,7 @@ class OxigraphQueries(Store):
         except ValueError:
             return  # a term no quad can hold (e.g. an invalid IRI) matches nothing
         where = ox.NamedNode(graph) if graph else None
-        for quad in self.raw.quads_for_pattern(nodes[0], nodes[1], nodes[2], where):
+        for quad in self.raw.quads_for_pattern(nodes[0], nodes[1], nodes[2], where):  # type: ignore[arg-type]  # a literal matches no subject
             name = quad.graph_name
             if isinstance(name, ox.NamedNode):
                 yield Quad(to_term(quad.subject), to_term(quad.predicate), to_term(quad.object), name.value)

@@ -76,7 +76,7 @@ class OxigraphWrites(OxigraphQueries):
     _own_writes = 0
 
     @property
-    def version(self) -> int:  # type: ignore[override]
+    def version(self) -> int:
         """A count of this object's writes (only it writes to its store; another process opens it read-only, as
         it was), through its methods or its ``raw`` store: the graph layer re-reads the manifest, and caches are
         keyed anew, only when it moved."""
@@ -272,7 +272,7 @@ class OxigraphWrites(OxigraphQueries):
     def _scratch_folder(self, staging: str) -> Path | None:
         return self.path / f"staging-{staging.rsplit('/', 1)[-1]}" if self.path is not None else None
 
-    def _destination(self, graph: str) -> ox.Store:
+    def _destination(self, graph: str) -> ox.Store | WritesCounted:
         """Where a bulk load into ``graph`` goes: its scratch store for a staging graph, else the store itself."""
         if STAGING not in graph:
             return self.raw
@@ -315,7 +315,8 @@ class OxigraphWrites(OxigraphQueries):
             if self.path is not None:
                 self.raw.flush()
 
-    def _copy_graph(self, source: ox.Store, name: str, graph: str, into: ox.Store | None = None) -> None:
+    def _copy_graph(self, source: ox.Store | WritesCounted, name: str, graph: str, into: ox.Store | None = None
+                    ) -> None:
         """Stream graph ``name`` of ``source`` into ``graph`` of this store (or of ``into``): Rust writes
         N-Triples into a pipe that the native bulk loader reads, so nothing is held in memory or passes through
         Python objects."""

@@ -41,9 +41,10 @@ import httpx
 from mirage_kg.errors import EndpointError, QueryError, StoreError
 from mirage_kg.model.namespaces import XSD
 from mirage_kg.model.namespaces import MKG
-from mirage_kg.store.base import LOADED_FROM, MANIFEST_GRAPH, PAGE_SIZE, PENDING, Store, projected_variables
+from mirage_kg.store.base import (LOADED_FROM, MANIFEST_GRAPH, PAGE_SIZE, PENDING, QueryResult, Store,
+                                  projected_variables)
 from mirage_kg.store.sparql_text import query_form
-from mirage_kg.model.terms import Term, iri_ref, literal
+from mirage_kg.model.terms import Term, TermKind, iri_ref, literal
 
 _RETRY_STATUS = {429, 500, 502, 503, 504}
 ENV_USER = "MIRAGE_KG_ENDPOINT_USER"
@@ -102,6 +103,11 @@ def _url_credentials(url: str) -> tuple[str, str] | None:
     return unquote(parts.username), unquote(parts.password or "")
 
 
+#: a SPARQL JSON binding's ``type`` -> the term's kind ("typed-literal": the SPARQL XML-era name some servers use)
+_TERM_KINDS: dict[str | None, TermKind] = {"uri": "uri", "literal": "literal", "typed-literal": "literal",
+                                           "bnode": "bnode", "triple": "triple"}
+
+
 def _term(binding: Any, where: str) -> Term | None:
     """A SPARQL JSON binding as a ``Term``; None for an unbound one (some servers write ``null``)."""
     if binding is None:
@@ -114,15 +120,14 @@ def _term(binding: Any, where: str) -> Term | None:
         if kind is None:
             raise EndpointError(f"a result binding has no 'type': {str(binding)[:120]}; the endpoint's SPARQL JSON "
                                 "is not standard", where)
-    if kind == "typed-literal":
-        kind = "literal"
-    if kind not in ("uri", "literal", "bnode", "triple"):
+    term_kind = _TERM_KINDS.get(kind)
+    if term_kind is None:
         raise EndpointError(f"a result binding has an unknown type {kind!r}", where)
     lang = binding.get("xml:lang") or None
     datatype = binding.get("datatype") or None
     if lang or datatype == XSD + "string":
         datatype = None
-    return Term(kind, str(binding["value"]), lang, datatype)
+    return Term(term_kind, str(binding["value"]), lang, datatype)
 
 
 class SparqlStore(Store):
@@ -304,7 +309,7 @@ class SparqlStore(Store):
                                        None, restricted=False)
             got = len(_bindings(payload, self.location))
             self._cap = got if got < side * side else None
-        return self._cap  # type: ignore[return-value]
+        return self._cap
 
     @property
     def nested_optional_paths(self) -> bool:
@@ -356,7 +361,7 @@ class SparqlStore(Store):
                 f"{SORTED_PAGING}", self.location)
         return rows
 
-    def query(self, query: str, *, timeout: float | None = None) -> dict[str, object]:
+    def query(self, query: str, *, timeout: float | None = None) -> QueryResult:
         """``Store.query``; a SELECT without ORDER BY is paged under the endpoint's result-size cap (within its own
         LIMIT/OFFSET, if any), so it gives every row the embedded store gives. A sorted one past the cap is an
         error with the advice that works on the engine (Virtuoso cannot sort past MaxSortedTopRows)."""
@@ -586,8 +591,8 @@ class SparqlStore(Store):
         from mirage_kg.store.oxigraph_terms import OXIGRAPH_FORMATS, QUAD_FORMATS, to_node
 
         dataset = ox.Store()
-        dataset.bulk_extend(ox.Quad(to_node(q.subject), to_node(q.predicate), to_node(q.object),
-                                    ox.NamedNode(q.graph)) for q in self.quads())
+        dataset.bulk_extend(ox.Quad(to_node(q.subject), to_node(q.predicate),  # type: ignore[arg-type]  # never literals
+                                    to_node(q.object), ox.NamedNode(q.graph)) for q in self.quads())
         fmt = OXIGRAPH_FORMATS[media_type]
         if media_type in QUAD_FORMATS:
             dataset.dump(output=out, format=fmt)

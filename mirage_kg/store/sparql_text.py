@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mirage_kg.errors import QueryError, UpdateRefusedError
+
+if TYPE_CHECKING:
+    from rdflib.plugins.sparql.parserutils import CompValue
 
 # One token of the prologue and body that may contain '#' without it being a comment: an IRI or a string.
 _NOT_COMMENT = re.compile(
@@ -127,7 +130,7 @@ def check_no_outside_access(parsed: Any, allow_service: set[str]) -> None:
                                          "URLs outside the graph")
 
 
-def _outside_nodes(parsed: Any, comp_value: type) -> Iterator[tuple[str, Any]]:
+def _outside_nodes(parsed: Any, comp_value: type[CompValue]) -> Iterator[tuple[str, Any]]:
     """(SERVICE | FROM | FUNCTION, the term it names) for each such node of rdflib's parse tree."""
     stack: list[Any] = [parsed]
     while stack:

@@ -49,7 +49,7 @@ def validate(
     custom = [c if isinstance(c, CustomCheck) else read_check(c) for c in checks]
 
     if structural:
-        only = None if structural is True else list(structural)  # type: ignore[arg-type]
+        only = None if structural is True else list(structural)
         findings += run_structural(store, max_examples=max_examples, only=only, timings=timings)
         run += len(CHECK_IDS) if only is None else len(only)
     if shipped_shapes or shapes:

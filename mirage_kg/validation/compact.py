@@ -19,6 +19,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Hashable, Iterable, Sequence
 from itertools import groupby
+from typing import Any
 
 import numpy as np
 
@@ -104,7 +105,7 @@ class IriTable:
         # sorted, then repeats dropped (one IRI from several graphs): the one list of strings while building
         # (~100 bytes an IRI), written into the blob one by one rather than through a second list of bytes.
         # The IRIs may come as UTF-8 bytes (read straight from the engine's TSV), which sort as their strings do.
-        ordered: list = sorted(iris)  # type: ignore[type-var]
+        ordered: list[Any] = sorted(iris)  # all str or all bytes, never mixed
         blob = bytearray()
         ends = array("q")  # 8 bytes an IRI, not a Python int
         kept = 0

@@ -46,7 +46,7 @@ def read_check(path: str | Path) -> CustomCheck:
         raise InputError(f"a check must be a SELECT query, not {query_form(text)}", path)
     _syntax_check(text, path)
     check_id = path.name.removesuffix(".rq").removesuffix(".sparql")
-    return CustomCheck(id=check_id, query=text, level=level, path=str(path))  # type: ignore[arg-type]
+    return CustomCheck(id=check_id, query=text, level=level, path=str(path))  # type: ignore[arg-type]  # checked above
 
 
 def _syntax_check(text: str, path: Path) -> None:
@@ -54,7 +54,7 @@ def _syntax_check(text: str, path: Path) -> None:
     import pyoxigraph as ox
 
     try:
-        list(ox.Store().query(text))  # type: ignore[arg-type]
+        list(ox.Store().query(text))  # type: ignore[arg-type]  # a SELECT (checked above): its solutions
     except SyntaxError as exc:
         raise InputError(f"invalid SPARQL: {exc}", path) from exc
 

@@ -57,7 +57,7 @@ class Report:
     @property
     def summary(self) -> dict[str, int]:
         """Problems per level: the sum of the findings' counts (not the number of checks that fired)."""
-        totals = {level: 0 for level in LEVELS}
+        totals: dict[str, int] = {level: 0 for level in LEVELS}
         for finding in self.findings:
             totals[finding.level] += finding.count
         return totals
@@ -68,7 +68,7 @@ class Report:
             raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON)}, not {fail_on!r}")
         if fail_on == "none":
             return False
-        threshold = _RANK[fail_on]  # type: ignore[index]
+        threshold = _RANK[fail_on]  # type: ignore[index]  # a level: checked against FAIL_ON above
         return any(_RANK[f.level] <= threshold for f in self.findings)
 
     def finding(self, check: str) -> Finding | None:

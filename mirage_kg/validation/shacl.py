@@ -72,7 +72,7 @@ def _needs_whole_graph(shapes: "rdflib.Graph") -> bool:
     for name in _OPEN_WORLD:
         prop = rdflib.URIRef(SH + name)
         for value in shapes.objects(None, prop):
-            if name != "closed" or value.toPython() is True:
+            if name != "closed" or isinstance(value, rdflib.Literal) and value.toPython() is True:
                 return True
         if (None, rdflib.RDF.type, prop) in shapes:
             return True
@@ -188,9 +188,9 @@ def data_graph(store: Store, shapes: "rdflib.Graph", *, limit: int | None = None
                 graph.addN((_to_rdflib(q.subject, iris), _to_rdflib(q.predicate, iris), _to_rdflib(q.object, iris),
                             graph) for q in store.quads(s, p, o) if q.graph != MANIFEST_GRAPH)
         else:
-            rows = store.select_all(f"SELECT ?s ?p ?o WHERE {{ {where} }}")
+            solutions = store.select_all(f"SELECT ?s ?p ?o WHERE {{ {where} }}")
             graph.addN((_to_rdflib(r["s"], iris), _to_rdflib(r["p"], iris), _to_rdflib(r["o"], iris), graph)
-                       for r in rows)
+                       for r in solutions)
     return graph, f"{how}: {len(graph):,} triples"
 
 

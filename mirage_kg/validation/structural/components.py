@@ -91,7 +91,11 @@ def find_components(table: IriTable, links: Sequence[str], each_edge_batch: Each
         outside_target_ids.update(found[found >= known].tolist())
         return found
 
-    pending = PairBatches(lambda left, right: (merged.grow(known + len(outside)), merged.union(left, right)))
+    def merge(left: np.ndarray, right: np.ndarray) -> None:
+        merged.grow(known + len(outside))
+        merged.union(left, right)
+
+    pending = PairBatches(merge)
     each_edge_batch(concept_links, lambda batch: pending.add(ids(batch, 0), target_ids(batch)))
     pending.flush()
     outside_targets = {outside_names[node] for node in outside_target_ids}

@@ -26,7 +26,7 @@ from mirage_kg.validation.structural.queries import (ANNOTATION_TYPES, CONCEPT_P
 FETCH_ALL = 10_000
 
 
-def _int(rows: list[dict], name: str = "n") -> int:
+def _int(rows: list[dict[str, Term]], name: str = "n") -> int:
     return int(rows[0][name].value) if rows and name in rows[0] else 0
 
 
@@ -37,11 +37,11 @@ class Context:
         self.store = store
         self.max_examples = max_examples
 
-    def select(self, query: str) -> list[dict]:
+    def select(self, query: str) -> list[dict[str, Term]]:
         """All rows (paged under an endpoint's result cap when the query sets no LIMIT of its own)."""
         return list(self.store.select_all(PREFIXES + query))
 
-    def count_and_examples(self, inner: str, order: Sequence[str]) -> tuple[int, list[dict]]:
+    def count_and_examples(self, inner: str, order: Sequence[str]) -> tuple[int, list[dict[str, Term]]]:
         """``inner`` is a SELECT whose rows are the offending things: how many, and the first few by ``order``
         (variable names, ``-name`` for descending).
 
@@ -222,9 +222,9 @@ class Context:
                             if q.graph not in skip and q.subject.kind == "uri")
 
         if tsv_rows.readable(self.store):
-            vocabulary = {iri.encode() for iri in vocabulary}  # type: ignore[misc]
-            described = {iri.encode() for iri in described}  # type: ignore[misc]
-        return IriTable(s for s in found() if s not in vocabulary and s not in described)  # type: ignore[misc]
+            vocabulary = {iri.encode() for iri in vocabulary}  # type: ignore[misc]  # as the TSV's UTF-8 bytes
+            described = {iri.encode() for iri in described}  # type: ignore[misc]  # as the TSV's UTF-8 bytes
+        return IriTable(s for s in found() if s not in vocabulary and s not in described)  # type: ignore[arg-type]  # all str or all bytes
 
     @cached_property
     def components(self) -> Components:

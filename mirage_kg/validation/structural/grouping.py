@@ -10,6 +10,7 @@ from itertools import islice
 
 import numpy as np
 
+from mirage_kg.model.terms import Term
 from mirage_kg.validation import tsv_rows
 from mirage_kg.validation.compact import hashes_of
 from mirage_kg.validation.structural.context import Context
@@ -55,8 +56,8 @@ def hashed_rows(ctx: Context, query: str, *parts: Part) -> list[np.ndarray]:
     return [np.concatenate(h) if h else np.zeros(0, dtype=np.int64) for h in hashed]
 
 
-def first_rows(ctx: Context, query: str, key: Part, flagged: np.ndarray, rank: Callable[[dict, int], object],
-               n: int) -> list[tuple[dict, int]]:
+def first_rows(ctx: Context, query: str, key: Part, flagged: np.ndarray,
+               rank: Callable[[dict[str, Term], int], object], n: int) -> list[tuple[dict[str, Term], int]]:
     """A second pass over the rows, for the examples: one row per key in ``flagged`` (sorted hashes of ``key``,
     as ``hashed_rows`` made them), the ``n`` smallest by ``rank(row, position of its key in flagged)``, each
     with that position; only those rows are kept (and, on the embedded store, only rows of a flagged key are
@@ -71,10 +72,10 @@ def first_rows(ctx: Context, query: str, key: Part, flagged: np.ndarray, rank: C
                 done[at[i]] = True
                 yield i, int(at[i])
 
-    best: list[tuple[object, int, dict, int]] = []  # (rank, arrival, row, at): trimmed to the n smallest
+    best: list[tuple[object, int, dict[str, Term], int]] = []  # (rank, arrival, row, at): trimmed to the n smallest
     arrivals = iter(range(1 << 62))  # ties keep the order rows came in, as heapq.nsmallest over a stream does
 
-    def offer(row: dict, at: int) -> None:
+    def offer(row: dict[str, Term], at: int) -> None:
         best.append((rank(row, at), next(arrivals), row, at))
         if len(best) >= 4 * n + 64:
             best[:] = heapq.nsmallest(n, best, key=lambda item: (item[0], item[1]))
