@@ -249,6 +249,7 @@ class Backend(Protocol):
         prompts: Sequence[str],
         stop: Sequence[str] = (),
         params: GenerationParams = GenerationParams(),
+        constraint: OutputConstraint | None = None,
     ) -> list[Completion]: ...
 
     def format_chat(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str: ...

@@ -275,7 +275,8 @@ class BertScorer:
     def _own_f1(self, candidates: list[str], references: list[str]) -> list[float]:
         import torch
 
-        tokenizer, model = self._own  # type: ignore[misc]
+        assert self._own is not None, "the model is loaded before scoring"
+        tokenizer, model = self._own
         special = {tokenizer.cls_token_id, tokenizer.sep_token_id}
 
         def embed(texts: list[str]) -> list[tuple[Any, Any]]:

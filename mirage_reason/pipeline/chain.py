@@ -599,10 +599,11 @@ class Chain:
             "entities": [e.id for e in search.entities], "results": len(search.paths),
             "cached": cached, "repeated": False, "note": search.note,
         })
-        note = search.note
+        result_note = search.note
         if self.blocks >= cfg.n_r:
-            note = f"{note} {prompts.last_search_note(cfg.n_r)}" if note else prompts.last_search_note(cfg.n_r)
-        return prompts.result_block(search.lines, note)
+            last = prompts.last_search_note(cfg.n_r)
+            result_note = f"{result_note} {last}" if result_note else last
+        return prompts.result_block(search.lines, result_note)
 
     def _finish(self, reason: str) -> None:
         block = self._open_block()

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from mirage_reason.backends.base import GenerationParams, can_constrain
+from mirage_reason.backends.base import ConstraintKind, GenerationParams, can_constrain
 from mirage_reason.pipeline.choices import parse_options
 
 __all__ = ["LARGE_MODEL_PARAMS", "PIPELINES", "SMALL_MODEL_BUDGETS", "STRUCTURED_PARTS", "MirageConfig",
@@ -157,7 +157,7 @@ class MirageConfig:
         (``backend.model_params`` where the backend knows it)."""
         if part not in STRUCTURED_PARTS:
             raise ValueError(f"unknown part {part!r}; one of {', '.join(STRUCTURED_PARTS)}")
-        kind = "choice" if part == "choice" else "json_schema"
+        kind: ConstraintKind = "choice" if part == "choice" else "json_schema"
         if self.structured == "never" or not can_constrain(backend, kind):
             return False
         if self.structured == "always" or part in ("decompose", "choice"):

@@ -214,10 +214,10 @@ class Decomposer:
         notes: list[str] = []
         proposed = parse_sub_questions(raw, n_q)
         own = {e.iri for e in entities}
-        linked = [(text, self.link(text)) for text in proposed]
+        found = [(text, self.link(text)) for text in proposed]
         # Anchored means anchored on the question's own entities: a sub-question about something the question never
         # names (copied from an example, made up) would send a chain off topic.
-        linked = [(text, tuple(e for e in ents if e.iri in own) if own else ents, bool(ents)) for text, ents in linked]
+        linked = [(text, tuple(e for e in ents if e.iri in own) if own else ents, bool(ents)) for text, ents in found]
         covered = {e.iri for _, ents, _ in linked for e in ents}
         uncovered = [e for e in entities if e.iri not in covered]
         subs: list[SubQuestion] = []

@@ -75,7 +75,8 @@ def vote_diagnosis(grounding: Grounding, question_entities: Sequence[Entity], ch
         weights[i] = 1.0 + neighbourhood[i] / widest + match[d]
         totals[d] += weights[i]
         count[d] += 1
-    coverage = {d: differential.coverage(d) if graph else match[d] for d in totals}  # type: ignore[union-attr]
+    coverage = {d: differential.coverage(d) if graph and differential is not None else match[d]
+                for d in totals}
     all_votes = sum(totals.values()) or 1.0
     score = {d: coverage[d] + VOTE_WEIGHT * totals[d] / all_votes for d in totals}
     labels = {e.iri: e.label for e in candidates}
@@ -90,7 +91,7 @@ def vote_diagnosis(grounding: Grounding, question_entities: Sequence[Entity], ch
              else "the question entities its paths reach")
     reason = (f"chains name different diagnoses; {winner.label} wins by evidence coverage ({basis}: "
               f"{coverage[winner_iri]:.0%}) with the chains' votes (at most {VOTE_WEIGHT:.2f} of the score)")
-    ranked = {c.entity.iri: c for c in differential.candidates} if graph else {}  # type: ignore[union-attr]
+    ranked = {c.entity.iri: c for c in differential.candidates} if graph and differential is not None else {}
     evidence = ranked[winner_iri].paths if winner_iri in ranked else ()
     return losers, winners, Conflict("diagnosis", tuple(candidates), winner, votes, reason, evidence)
 

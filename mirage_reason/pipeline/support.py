@@ -143,7 +143,7 @@ def harmful_terms(path: FsPath | None = None) -> tuple[HarmfulTerm, ...]:
             regex = re.compile(rf"(?<!\w)(?:{parts[0]})(?!\w)", re.IGNORECASE)
         except re.error as exc:
             raise InputError(f"{path}:{number}: bad pattern {parts[0]!r} ({exc})") from None
-        terms.append(HarmfulTerm(regex, parts[1], parts[2].strip()))  # type: ignore[arg-type]
+        terms.append(HarmfulTerm(regex, parts[1], parts[2].strip()))  # type: ignore[arg-type]  # one of the kinds: checked above
     return tuple(terms)
 
 
