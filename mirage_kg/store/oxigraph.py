@@ -21,7 +21,8 @@ from mirage_kg.store import checkpoints
 from mirage_kg.store.base import MANIFEST_GRAPH, PENDING
 from mirage_kg.store.content_key import ContentKey, files_key, key_of, record, settled_files_key, steady_open
 from mirage_kg.store.oxigraph_load import OxigraphLoads
-from mirage_kg.store.oxigraph_write import COMMIT_INTO, WritesCounted
+from mirage_kg.store.oxigraph_query import WritesCounted
+from mirage_kg.store.oxigraph_write import COMMIT_INTO
 
 #: on-disk writers not yet closed. At a normal interpreter exit each is closed (``_close_writers_left_open``): a
 #: native store dropped at exit instead rewrites its files after the last record (RocksDB flushes and compacts),

@@ -1,12 +1,13 @@
 """The embedded store's query path: SPARQL (bounded by a timeout, rows streamed or as TSV), the pattern primitive
-read from the quad index, and exports. ``OxigraphStore`` builds on it."""
+read from the quad index, and exports; ``raw``, the native store or a writer's ``WritesCounted`` view of it.
+``OxigraphStore`` builds on it."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import wait
-from typing import IO, TYPE_CHECKING, TypeVar
+from typing import IO, Any, TypeVar
 
 import pyoxigraph as ox
 
@@ -16,10 +17,37 @@ from mirage_kg.store.base import LineBlocks, Quad, Store
 from mirage_kg.store.oxigraph_terms import OXIGRAPH_FORMATS, QUAD_FORMATS, to_node, to_term
 from mirage_kg.threads import in_daemon_thread
 
-if TYPE_CHECKING:
-    from mirage_kg.store.oxigraph_write import WritesCounted
-
 T = TypeVar("T")
+
+#: the native store's methods that write (``WritesCounted`` counts them)
+_WRITE_METHODS = frozenset({"add", "remove", "update", "extend", "bulk_extend", "load", "bulk_load", "clear",
+                            "clear_graph", "remove_graph", "add_graph"})
+
+
+class WritesCounted:
+    """An on-disk writer's native store, as ``OxigraphStore.raw``: every write through it, ours or a caller's
+    (``store.raw.add(...)``), moves the owner's ``version``, so no cache is keyed by content it no longer has. It
+    holds a shared counter, not its owner, so dropping it closes the native store at once (no reference cycle)."""
+
+    __slots__ = ("_native", "_writes")
+
+    def __init__(self, native: ox.Store, writes: list[int]) -> None:
+        self._native = native
+        self._writes = writes
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _WRITE_METHODS:
+            self._writes[0] += 1
+        return getattr(self._native, name)
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def __iter__(self) -> Iterator[ox.Quad]:
+        return iter(self._native)
+
+    def __contains__(self, quad: object) -> bool:
+        return quad in self._native
 
 
 class OxigraphQueries(Store):

@@ -8,10 +8,8 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Iterator
 from concurrent.futures import wait
 from pathlib import Path
-from typing import Any
 
 import pyoxigraph as ox
 
@@ -21,7 +19,7 @@ from mirage_kg.model.terms import iri_ref, literal
 from mirage_kg.store import checkpoints
 from mirage_kg.store.base import MANIFEST_GRAPH, PENDING
 from mirage_kg.store.bulk_feed import widen_pipe
-from mirage_kg.store.oxigraph_query import OxigraphQueries
+from mirage_kg.store.oxigraph_query import OxigraphQueries, WritesCounted
 from mirage_kg.threads import in_daemon_thread
 
 #: the manifest's record of a swap under way: staging graph -> target graph, and how (merge or replace)
@@ -33,37 +31,6 @@ STAGING = "/staging/"
 CLEAR_CHUNK = 100_000
 #: a replace rebuilds the store from its other graphs when they hold at most this many quads per quad replaced
 REBUILD_SHARE = 1.5
-
-
-#: the native store's methods that write (``WritesCounted`` counts them)
-_WRITE_METHODS = frozenset({"add", "remove", "update", "extend", "bulk_extend", "load", "bulk_load", "clear",
-                            "clear_graph", "remove_graph", "add_graph"})
-
-
-class WritesCounted:
-    """An on-disk writer's native store, as ``OxigraphStore.raw``: every write through it, ours or a caller's
-    (``store.raw.add(...)``), moves the owner's ``version``, so no cache is keyed by content it no longer has. It
-    holds a shared counter, not its owner, so dropping it closes the native store at once (no reference cycle)."""
-
-    __slots__ = ("_native", "_writes")
-
-    def __init__(self, native: ox.Store, writes: list[int]) -> None:
-        self._native = native
-        self._writes = writes
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _WRITE_METHODS:
-            self._writes[0] += 1
-        return getattr(self._native, name)
-
-    def __len__(self) -> int:
-        return len(self._native)
-
-    def __iter__(self) -> Iterator[ox.Quad]:
-        return iter(self._native)
-
-    def __contains__(self, quad: object) -> bool:
-        return quad in self._native
 
 
 class OxigraphWrites(OxigraphQueries):
