@@ -188,8 +188,7 @@ class VectorIndex:
         if len(shards) != len(restored) or int((rows >= 0).sum()) != sum(len(s) for s in shards):
             raise ValueError(f"{path}: the index and its key rows disagree; it is rebuilt")
         for shard in shards:
-            # usearch defines this property's setter apart from its getter, which mypy reads as no setter
-            shard.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
+            shard.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # usearch's setter stands apart from its getter
         return cls(shards, rows, path)
 
     def save(self, path: Path) -> None:
