@@ -91,7 +91,11 @@ class HpoaLoader(Loader):
 
     def lines(self, path: Path, options: LoadOptions, report: LoadReport, graph: str,
               advance: Callable[[float], None], known_terms: set[str] | None = None) -> Iterator[str]:
-        """N-Triples for the file. ``known_terms`` (HP IRIs), when given, makes an unknown HPO id a row problem."""
+        """N-Triples for the file. ``known_terms`` (HP IRIs), when given, makes an unknown HPO id a row problem.
+
+        Kept whole: one pass over the rows, in which the header check, a row's checks and its triples share the
+        per-disease state; moving a row's checks or its triples into a function would add a call passing a dozen
+        fields to every row."""
         problem = Problem(options, report)
         lang = checked_lang(options.lang)
         meta = hpoa_metadata(path)

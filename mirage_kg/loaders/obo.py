@@ -209,16 +209,34 @@ class OboScan:
     ontology: str | None
 
 
+@dataclass
+class _OboHeader:
+    """What the header clauses (the lines before the first stanza) declare."""
+
+    data_version: str | None = None
+    ontology: str | None = None
+    exact_prefixes: set[str] = field(default_factory=set)  # treat-xrefs-as-equivalent
+    synonym_types: set[str] = field(default_factory=set)  # synonymtypedef
+
+    def read(self, text: str) -> None:
+        if text.startswith("data-version:"):
+            self.data_version = text.split(":", 1)[1].strip()
+        elif text.startswith("ontology:"):
+            self.ontology = text.split(":", 1)[1].strip()
+        elif (m := _TREAT_EQUIVALENT.match(text)) is not None:
+            self.exact_prefixes.add(m.group(1))
+        elif (m := _SYNONYM_TYPEDEF.match(text)) is not None:
+            self.synonym_types.add(m.group(1))
+
+
 def scan_obo(path: Path, problem: Problem, advance: Callable[[float], None]) -> OboScan:
     """Check every line (UTF-8, references to undeclared terms and relations) before pronto reads the file."""
     kept: list[bytes] = []
     terms: set[str] = set()
     typedefs: set[str] = set(_BUILTIN_RELATIONS)
     references: list[tuple[int, str, str]] = []  # (line, kind, id)
-    synonym_types: set[str] = set()
     exact: set[tuple[str, str]] = set()
-    exact_prefixes: set[str] = set()
-    data_version = ontology = None
+    header = _OboHeader()
     stanza = ""
     current = ""
     number = 0
@@ -244,14 +262,7 @@ def scan_obo(path: Path, problem: Problem, advance: Callable[[float], None]) -> 
             stanza_line = number
             continue
         if not stanza:
-            if text.startswith("data-version:"):
-                data_version = text.split(":", 1)[1].strip()
-            elif text.startswith("ontology:"):
-                ontology = text.split(":", 1)[1].strip()
-            elif (m := _TREAT_EQUIVALENT.match(text)) is not None:
-                exact_prefixes.add(m.group(1))
-            elif (m := _SYNONYM_TYPEDEF.match(text)) is not None:
-                synonym_types.add(m.group(1))
+            header.read(text)
             continue
         if text.startswith("id:"):
             m = _ID.match(text)
@@ -292,13 +303,19 @@ def scan_obo(path: Path, problem: Problem, advance: Callable[[float], None]) -> 
     while len(kept) < number:
         kept.append(b"\n")
     declared = {"term": (terms, "term"), "relation": (typedefs, "relation ([Typedef])"),
-                "synonym type": (synonym_types, "synonym type (synonymtypedef: in the header)")}
+                "synonym type": (header.synonym_types, "synonym type (synonymtypedef: in the header)")}
+    _drop_dangling(path, problem, kept, references, declared)
+    return OboScan(kept, exact, header.exact_prefixes, header.data_version, header.ontology)
+
+
+def _drop_dangling(path: Path, problem: Problem, kept: list[bytes], references: list[tuple[int, str, str]],
+                   declared: dict[str, tuple[set[str], str]]) -> None:
+    """A problem for each reference to an id the file does not declare; lenient, its clause is blanked."""
     for line, kind, ident in references:
         known, what = declared[kind]
         if ident not in known:
             problem("unknown id", path, line, f"{ident} is not a declared {what} in this file")
             kept[line - 1] = b"\n"  # lenient: drop the dangling clause
-    return OboScan(kept, exact, exact_prefixes, data_version, ontology)
 
 
 def parse_with_pronto(path: Path, scan: OboScan, problem: Problem) -> pronto.Ontology:

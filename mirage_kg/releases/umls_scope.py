@@ -163,16 +163,7 @@ def umls_difference(store: Store, graph: str, loader: ScopedRows, path: Path, op
         if relation_changes and old_relations is not None else []
     added_rows = rows.lines(changes.new_files["MRREL.RRF"], relation_changes.added) if relation_changes else []
 
-    # the concepts whose own rows changed, and the ends of added edges the graph lacks (do their rows exist?)
-    named = {raw.split(b"|", 1)[0] for name in ("MRCONSO.RRF", "MRSTY.RRF") if name in changes.rows
-             for _, raw in (*changes.rows[name].removed, *changes.rows[name].added)}  # picked as the bytes were
-    concepts = {cui.decode("utf-8", "replace") for cui in named}
-    # every concept the row checks below ask about, looked up in one batch
-    held.resolve(chain(concepts, _ends_of(added_rows), _ends_of(removed_rows)))
-    for cui in _ends_of(added_rows):
-        if cui not in concepts and not held.holds_concept(cui):
-            concepts.add(cui)
-            named.add(cui.encode())
+    named, concepts = _changed_concepts(changes, held, added_rows, removed_rows)
     compared = _Lines(graph)
     if concepts:
         pick = [(0, named)]
@@ -182,46 +173,14 @@ def umls_difference(store: Store, graph: str, loader: ScopedRows, path: Path, op
     compared.take(rows.source_lines(graph))
     # a concept that came, went or is kept no longer (or never was in MRCONSO): every edge naming it may change
     restated = {cui for cui in concepts if rows.kept(cui) != held.holds_concept(cui) or not rows.seen(cui)}
-
-    def mark_ends(lines: list[tuple[int, str]]) -> None:
-        for cui in _ends_of(lines):
-            if cui not in concepts:
-                rows.mark(cui, held.holds_concept(cui))
-
-    def by_row(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:  # rows naming no restated concept
-        return [line for line in lines if restated.isdisjoint(_ends(line[1]))] if restated else lines
-
-    mark_ends(removed_rows)
-    mark_ends(added_rows)
-    before = _edges(rows.edge_lines(by_row(removed_rows), path=old_relations, quiet=True))
+    _mark_ends(rows, held, concepts, removed_rows)
+    _mark_ends(rows, held, concepts, added_rows)
+    before = _edges(rows.edge_lines(_naming_none(restated, removed_rows), path=old_relations, quiet=True))
     after = _Lines(graph)
-    after.take(rows.edge_lines(by_row(added_rows)))
+    after.take(rows.edge_lines(_naming_none(restated, added_rows)))
     compared.declared.update(after.declared)
     gone = before - after.lines
-    # one pass over MRREL: every row naming a restated concept, and the rows that may still make a gone edge
-    pairs: set[tuple[bytes, bytes]] = set()
-    cut = len(held.namespace)
-    for line in gone:
-        subject, _, obj = line[1:-3].split("> <")
-        a, b = subject[cut:].encode(), obj[cut:].encode()
-        pairs.update(((a, b), (b, a)))
-    still: set[str] = set()
-    if "MRREL.RRF" in changes.new_files and (restated or pairs):
-        named_restated = {cui.encode() for cui in restated}
-
-        def wanted(raw: bytes) -> bool:  # on the raw bytes: the rows a byte pick lets through, most not wanted
-            fields = raw.split(b"|", 5)
-            return len(fields) > 5 and ((fields[0], fields[4]) in pairs or fields[0] in named_restated or
-                                        fields[4] in named_restated)
-
-        picked = rows.picked_lines("MRREL.RRF", [(0, named_restated | {a for a, _ in pairs}), (4, named_restated)],
-                                   wanted)
-        mine = by_row(picked)
-        if restated:
-            theirs = [line for line in picked if not restated.isdisjoint(_ends(line[1]))]
-            mark_ends(theirs)
-            compared.take(rows.edge_lines(theirs))
-        still = _edges(rows.edge_lines(mine, quiet=True)) & gone
+    still = _still_made(rows, changes, held, concepts, restated, gone, compared)
 
     old_lines = set(store.triple_lines(graph, graph))
     for cui in concepts:
@@ -235,6 +194,63 @@ def umls_difference(store: Store, graph: str, loader: ScopedRows, path: Path, op
     return difference, (f"the rows that changed ({changes.summary}; the {len(concepts):,} concepts of changed "
                         f"MRCONSO/MRSTY rows re-read, {len(removed_rows) + len(added_rows):,} MRREL rows applied "
                         f"one by one, {len(restated):,} concepts kept or dropped re-read with their edges)")
+
+
+def _changed_concepts(changes: ReleaseChanges, held: _Graph, added_rows: list[tuple[int, str]],
+                      removed_rows: list[tuple[int, str]]) -> tuple[set[bytes], set[str]]:
+    """The concepts to re-read, as picked bytes and as CUIs: those whose own rows (MRCONSO, MRSTY) changed, and the
+    ends of added edges the graph lacks (do their rows exist?)."""
+    named = {raw.split(b"|", 1)[0] for name in ("MRCONSO.RRF", "MRSTY.RRF") if name in changes.rows
+             for _, raw in (*changes.rows[name].removed, *changes.rows[name].added)}  # picked as the bytes were
+    concepts = {cui.decode("utf-8", "replace") for cui in named}
+    # every concept the row checks ask about, looked up in one batch
+    held.resolve(chain(concepts, _ends_of(added_rows), _ends_of(removed_rows)))
+    for cui in _ends_of(added_rows):
+        if cui not in concepts and not held.holds_concept(cui):
+            concepts.add(cui)
+            named.add(cui.encode())
+    return named, concepts
+
+
+def _mark_ends(rows: UmlsRows, held: _Graph, concepts: set[str], lines: list[tuple[int, str]]) -> None:
+    """Tell the scoped pass whether the graph keeps each end of these rows that is not re-read."""
+    for cui in _ends_of(lines):
+        if cui not in concepts:
+            rows.mark(cui, held.holds_concept(cui))
+
+
+def _naming_none(restated: set[str], lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The rows naming no restated concept (those are re-read whole)."""
+    return [line for line in lines if restated.isdisjoint(_ends(line[1]))] if restated else lines
+
+
+def _still_made(rows: UmlsRows, changes: ReleaseChanges, held: _Graph, concepts: set[str], restated: set[str],
+                gone: set[str], compared: _Lines) -> set[str]:
+    """One pass over the new MRREL: every row naming a restated concept (its edges go to ``compared``), and the
+    rows that may still make a ``gone`` edge; returns the gone edges that another row still makes."""
+    pairs: set[tuple[bytes, bytes]] = set()
+    cut = len(held.namespace)
+    for line in gone:
+        subject, _, obj = line[1:-3].split("> <")
+        a, b = subject[cut:].encode(), obj[cut:].encode()
+        pairs.update(((a, b), (b, a)))
+    if "MRREL.RRF" not in changes.new_files or not (restated or pairs):
+        return set()
+    named_restated = {cui.encode() for cui in restated}
+
+    def wanted(raw: bytes) -> bool:  # on the raw bytes: the rows a byte pick lets through, most not wanted
+        fields = raw.split(b"|", 5)
+        return len(fields) > 5 and ((fields[0], fields[4]) in pairs or fields[0] in named_restated or
+                                    fields[4] in named_restated)
+
+    picked = rows.picked_lines("MRREL.RRF", [(0, named_restated | {a for a, _ in pairs}), (4, named_restated)],
+                               wanted)
+    mine = _naming_none(restated, picked)
+    if restated:
+        theirs = [line for line in picked if not restated.isdisjoint(_ends(line[1]))]
+        _mark_ends(rows, held, concepts, theirs)
+        compared.take(rows.edge_lines(theirs))
+    return _edges(rows.edge_lines(mine, quiet=True)) & gone
 
 
 class _Lines:

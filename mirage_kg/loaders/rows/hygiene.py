@@ -290,18 +290,28 @@ def check_xml_entities(path: Path, data: bytes | None = None) -> None:
     be made to read) or internal entities that would expand, over all their uses in the file, to more than
     ``ENTITY_EXPANSION_BYTES`` plus the file's own size. Expat reads the prolog (it stops at the root element);
     the references are then counted, never expanded. ``data``: the file's bytes when already read."""
-    import xml.parsers.expat
-
-    def chunks() -> Iterator[bytes]:
-        if data is not None:
-            yield data
-            return
-        with open_input(path) as handle:
-            yield from iter(lambda: handle.read(1 << 20), b"")
-
-    head = data[:1 << 16] if data is not None else next(chunks(), b"")[:1 << 16]
+    head = data[:1 << 16] if data is not None else next(_xml_chunks(path, data), b"")[:1 << 16]
     if b"<!DOCTYPE" not in head:
         return
+    declared = _internal_entities(path, data)
+    if declared:
+        _count_expansion(path, data, declared)
+
+
+def _xml_chunks(path: Path, data: bytes | None) -> Iterator[bytes]:
+    """The file's bytes: ``data`` when already read, else the file a megabyte at a time."""
+    if data is not None:
+        yield data
+        return
+    with open_input(path) as handle:
+        yield from iter(lambda: handle.read(1 << 20), b"")
+
+
+def _internal_entities(path: Path, data: bytes | None) -> dict[str, bytes]:
+    """Name -> replacement text of the general entities the DOCTYPE declares (read by expat, which stops at the
+    root element); an external entity is an ``InputError``."""
+    import xml.parsers.expat  # only for a file with a DOCTYPE
+
     declared: dict[str, bytes] = {}
     external: list[str] = []
 
@@ -320,7 +330,7 @@ def check_xml_entities(path: Path, data: bytes | None = None) -> None:
     parser.EntityDeclHandler = declaration
     parser.StartElementHandler = root
     try:
-        for chunk in chunks():
+        for chunk in _xml_chunks(path, data):
             parser.Parse(chunk, False)
         parser.Parse(b"", True)
     except _PrologRead:
@@ -329,8 +339,12 @@ def check_xml_entities(path: Path, data: bytes | None = None) -> None:
         pass  # a syntax error: the RDF/XML parser names it with its line
     if external:
         raise InputError(external[0], path)
-    if not declared:
-        return
+    return declared
+
+
+def _count_expansion(path: Path, data: bytes | None, declared: dict[str, bytes]) -> None:
+    """Count what the references to ``declared`` entities in the file expand to (never expanding them); past the
+    limit, an ``InputError``."""
     sizes: dict[str, int] = {}
 
     def expanded(name: str, seen: frozenset[str] = frozenset()) -> int:
@@ -360,7 +374,7 @@ def check_xml_entities(path: Path, data: bytes | None = None) -> None:
                                      "attack (\"billion laughs\") would be", path)
 
     carry = b""
-    for chunk in chunks():  # a reference holds no line break: cut each chunk after its last one
+    for chunk in _xml_chunks(path, data):  # a reference holds no line break: cut each chunk after its last one
         block = carry + chunk
         cut = block.rfind(b"\n") + 1
         count(block[:cut])
