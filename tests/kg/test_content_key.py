@@ -65,7 +65,7 @@ def no_count(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(self: OxigraphStore, graph: str | None = None) -> int:
         if graph is None:
             raise AssertionError("the whole store was counted")
-        return OxigraphStore.__mro__[1].triple_count(self, graph)  # type: ignore[attr-defined, no-any-return]
+        return OxigraphStore.__mro__[1].triple_count(self, graph)  # type: ignore[attr-defined]
 
     monkeypatch.setattr(OxigraphStore, "triple_count", refuse)
 

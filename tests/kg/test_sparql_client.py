@@ -26,7 +26,7 @@ Reply = Callable[["Handler", dict[str, list[str]]], None]
 
 
 class Handler(BaseHTTPRequestHandler):
-    server: "ScriptedServer"  # type: ignore[assignment]
+    server: "ScriptedServer"
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -168,8 +168,8 @@ def test_a_second_writer_is_refused_while_one_writes(filled: OxigraphStore) -> N
     from mirage_kg.errors import StoreError
 
     with pytest.raises(StoreError, match="another mirage-kg process is writing"):
-        OxigraphStore(filled.path)  # type: ignore[arg-type]
-    reader = OxigraphStore(filled.path, read_only=True)  # type: ignore[arg-type]
+        OxigraphStore(filled.path)
+    reader = OxigraphStore(filled.path, read_only=True)
     assert content(reader) == expected(0, 100)
     reader.close()
 

@@ -195,7 +195,7 @@ def test_an_updated_store_carries_the_index_and_answers_as_a_fresh_build(
                media_type="text/turtle", graph="urn:g:2", source="t")
     updated = linker_for(store)
     assert updated.vectors is not None and updated.vectors_status == "carried"
-    assert sorted(updated.embedder.encoded) == sorted(f"new finding {i}" for i in range(400, 410))  # type: ignore
+    assert sorted(updated.embedder.encoded) == sorted(f"new finding {i}" for i in range(400, 410))  # type: ignore[union-attr]
     fresh = linker_for(store, tmp_path / "fresh")
     assert fresh.vectors is not None and fresh.vectors_status == "built"
     queries = HashEmbedder().encode_many([*names[:40], "new finding 403", "finding number 5", "something else"])

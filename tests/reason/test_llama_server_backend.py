@@ -128,7 +128,7 @@ def test_samples_share_one_request_and_give_what_separate_requests_give() -> Non
             posted.append(body)
             return await send(method, path, body, **kwargs)
 
-        backend._request = counting  # type: ignore[method-assign]
+        backend._request = counting
         shared = [f.result(timeout=300) for f in backend.submit_many(requests)]
         assert len(posted) == 1 and posted[0]["n_cmpl"] == 4 and posted[0]["seed"] == 21
         separate = [backend.submit(r).result(timeout=300) for r in requests]

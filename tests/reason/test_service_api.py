@@ -301,7 +301,7 @@ def test_the_served_store_is_read_only(tmp_path: Path) -> None:
                                        "--store", str(folder)])
     assert result.exit_code == 0, result.output
     store = open_store(str(folder))  # how `serve` opens it: read-only, shared
-    assert store.read_only  # type: ignore[attr-defined]
+    assert store.read_only
     before = store.triple_count()
     with pytest.raises((QueryError, StoreError, OSError, RuntimeError)):  # pyoxigraph refuses writes
         store.update("INSERT DATA { <urn:a> <urn:b> <urn:c> }")

@@ -70,7 +70,7 @@ def test_render_cites_every_sentence_and_keeps_finished_ones_of_a_cut_reply() ->
 
 def test_the_whole_loop_runs_on_structured_output() -> None:
     backend = ScriptedBackend(small_model, constraints=CONSTRAINED, model_params=135_000_000)
-    mirage = Mirage(FakeKG(), backend, MirageConfig(rank_by_question=False, seed=0))  # type: ignore[arg-type]
+    mirage = Mirage(FakeKG(), backend, MirageConfig(rank_by_question=False, seed=0))
     answer = mirage.answer(QUESTION)
     data = answer.to_json()
     assert data["decomposition"] == {"source": "model", "constrained": True, "note": "",
@@ -103,7 +103,7 @@ def test_the_whole_loop_runs_on_structured_output() -> None:
 
 def test_a_multiple_choice_letter_is_a_constrained_choice() -> None:
     backend = ScriptedBackend(small_model, constraints=CONSTRAINED, model_params=135_000_000)
-    mirage = Mirage(FakeKG(), backend, MirageConfig(rank_by_question=False, seed=0, choice_samples=1))  # type: ignore[arg-type]
+    mirage = Mirage(FakeKG(), backend, MirageConfig(rank_by_question=False, seed=0, choice_samples=1))
     question = "I wheeze and cough. What is it?\nOptions:\nA. Influenza\nB. Asthma\nC. Migraine"
     answer = mirage.answer(question)
     chain_schemas = [c.constraint.json_schema for c in backend.calls if "reply with one JSON action" in c.prompts[0]]
@@ -133,7 +133,7 @@ def _heart_synthesis() -> tuple[Synthesizer, Synthesis]:
 
     kg = heart_kg()
     backend = ScriptedBackend(lambda prompt: "", constraints=CONSTRAINED, model_params=135_000_000)
-    synth = Synthesizer(kg, backend, MirageConfig())  # type: ignore[arg-type]
+    synth = Synthesizer(kg, backend, MirageConfig())
     paths = tuple(Path((s,)) for s in kg._steps(ent("Atrial fibrillation")))
     result = ChainResult(sub_question="q", question="q", answer="Atrial fibrillation; warfarin or apixaban.",
                          text="", searches=(), seed_paths=paths, trace=(), finish_reason="answered", turns=1,
