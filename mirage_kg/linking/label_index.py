@@ -420,10 +420,7 @@ class LabelIndex:
         label rows written. The file is changed in place (copy it first to keep the old one). An entity new to
         the index takes the next free position, so lookups find what a fresh build finds, though ties among
         equal fuzzy scores may come in another order."""
-        import numpy as np
-
         wanted = list(dict.fromkeys(iris))
-        non = kg.non_concepts()
         with self._lock:
             if self.path != ":memory:":
                 self._db.close()  # its read lock, held for speed, would keep the writer out
@@ -433,111 +430,11 @@ class LabelIndex:
             try:
                 db.execute("CREATE INDEX IF NOT EXISTS entities_iri ON entities(iri)")
                 db.execute("CREATE INDEX IF NOT EXISTS labels_idx ON labels(idx)")
-                touched: set[str] = set()
-                written = 0
-                next_idx = (db.execute("SELECT MAX(idx) FROM entities").fetchone()[0] or -1) + 1
-                for iri in wanted:
-                    found = db.execute("SELECT idx FROM entities WHERE iri = ?", (iri,)).fetchone()
-                    rows = [] if iri in non else [
-                        (k, q.object.value, q.object.lang) for k, key in enumerate(LABEL_KEYS)
-                        for q in kg.store.quads(iri, key, None)
-                        if q.object.kind == "literal" and q.object.value.strip()]
-                    if found is not None:
-                        idx = found[0]
-                        old = db.execute("SELECT text, kind, norm, folded FROM labels WHERE idx = ?", (idx,)).fetchall()
-                        touched.update(r[3] for r in old)
-                        if not self._has_packed:  # a packed index keeps no forms table
-                            db.executemany("DELETE FROM forms WHERE form = ? AND level = ? AND iri = ? AND idx = ?",
-                                           [row[:4] for row in form_rows(idx, iri, "", old)])
-                        db.execute("DELETE FROM labels WHERE idx = ?", (idx,))
-                        db.execute("DELETE FROM entities WHERE idx = ?", (idx,))
-                    else:
-                        idx, next_idx = next_idx, next_idx + 1
-                    if not rows:
-                        continue
-                    name, labels = entity_labels(iri, rows)
-                    db.execute("INSERT INTO entities VALUES (?, ?, ?)", (idx, iri, name))
-                    db.executemany("INSERT INTO labels(text, idx, kind, norm, folded) VALUES (?, ?, ?, ?, ?)",
-                                   [(text, idx, kind, norm, folded) for text, kind, norm, folded in labels])
-                    if not self._has_packed:
-                        db.executemany("INSERT OR IGNORE INTO forms VALUES (?, ?, ?, ?, ?)",
-                                       form_rows(idx, iri, name, labels))
-                    touched.update(folded for _, _, _, folded in labels)
-                    written += len(labels)
-                # choices: drop those no label folds to any more, add the new ones; then their blocks
-                changes: dict[str, dict[int, str | None]] = {}  # block key -> choice id -> text (None: drop)
-                word_changes: dict[str, dict[int, int | None]] = {}  # word -> choice id -> length (None: drop)
-                next_choice = (db.execute("SELECT MAX(id) FROM choices").fetchone()[0] or -1) + 1
-                max_tokens = self.max_tokens
-                for folded in sorted(touched - {""}):
-                    used = db.execute("SELECT 1 FROM labels WHERE folded = ? LIMIT 1", (folded,)).fetchone()
-                    have = db.execute("SELECT id FROM choices WHERE folded = ?", (folded,)).fetchone()
-                    if used and not have:
-                        ordered = " ".join(sorted(folded.split()))
-                        db.execute("INSERT INTO choices VALUES (?, ?, ?)", (next_choice, folded, ordered))
-                        for key in choice_keys(folded):
-                            changes.setdefault(key, {})[next_choice] = ordered
-                        for word in content_words(folded):
-                            word_changes.setdefault(word, {})[next_choice] = min(len(folded), 65535)
-                        next_choice += 1
-                        max_tokens = max(max_tokens, len(folded.split()))
-                    elif have and not used:
-                        db.execute("DELETE FROM choices WHERE id = ?", have)
-                        for key in choice_keys(folded):
-                            changes.setdefault(key, {})[have[0]] = None
-                        for word in content_words(folded):
-                            word_changes.setdefault(word, {})[have[0]] = None
-                for key, change in changes.items():
-                    row = db.execute("SELECT ids, texts FROM blocks WHERE key = ?", (key,)).fetchone()
-                    merged = dict(zip(np.frombuffer(row[0], dtype=np.int32).tolist(), unpack_texts(row[1]))) \
-                        if row else {}
-                    for choice_id, text in change.items():
-                        if text is None:
-                            merged.pop(choice_id, None)
-                        else:
-                            merged[choice_id] = text
-                    if not merged:
-                        db.execute("DELETE FROM blocks WHERE key = ?", (key,))
-                        continue
-                    order = sorted(merged)
-                    db.execute("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?)",
-                               (key, np.asarray(order, dtype=np.int32).tobytes(),
-                                pack_texts([merged[i] for i in order])))
-                for word, word_change in word_changes.items():
-                    row = db.execute("SELECT ids, lens FROM words WHERE word = ?", (word,)).fetchone()
-                    lengths = dict(zip(np.frombuffer(row[0], dtype=np.int32).tolist(),
-                                       np.frombuffer(row[1], dtype=np.uint16).tolist())) if row else {}
-                    for choice_id, length in word_change.items():
-                        if length is None:
-                            lengths.pop(choice_id, None)
-                        else:
-                            lengths[choice_id] = length
-                    if not lengths:
-                        db.execute("DELETE FROM words WHERE word = ?", (word,))
-                        if not self._has_packed:
-                            db.executemany("DELETE FROM variants WHERE variant = ? AND word = ?",
-                                           [(variant, word) for variant in variants(word)])
-                        continue
-                    order = sorted(lengths)
-                    db.execute("INSERT OR REPLACE INTO words VALUES (?, ?, ?)",
-                               (word, np.asarray(order, dtype=np.int32).tobytes(),
-                                np.asarray([lengths[i] for i in order], dtype=np.uint16).tobytes()))
-                    if row is None and not self._has_packed:  # a packed index keeps no variants table
-                        db.executemany("INSERT OR IGNORE INTO variants VALUES (?, ?)",
-                                       [(variant, word) for variant in variants(word)])
-                db.execute("DELETE FROM packed")  # re-packed whole: one sorted stream of the forms, no SQL per row
-                packed = pack_lookup(db)
-                if not packed and self._has_packed:  # no longer packed: its lookups now come from SQLite
-                    fill_forms(db)
-                    fill_variants(db)
-                elif packed and not self._has_packed:
-                    db.execute("DELETE FROM forms")
-                    db.execute("DELETE FROM variants")
-                counts = {"entities": db.execute("SELECT COUNT(*) FROM entities").fetchone()[0],
-                          "labels": db.execute("SELECT COUNT(*) FROM labels").fetchone()[0],
-                          "choices": db.execute("SELECT COUNT(*) FROM choices").fetchone()[0],
-                          "max_tokens": max_tokens, "packed": int(packed)}
-                db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in counts.items()])
+                touched, written = self._rewrite_entities(db, kg, wanted)
+                changes, word_changes, max_tokens = self._rewrite_choices(db, touched)
+                self._rewrite_blocks(db, changes)
+                self._rewrite_words(db, word_changes)
+                counts = self._repack(db, max_tokens)
                 db.commit()
             finally:
                 if db is not self._db:
@@ -551,6 +448,137 @@ class LabelIndex:
             self._postings.clear()
             self._texts = self._all_sorted = None
         return written
+
+    def _rewrite_entities(self, db: sqlite3.Connection, kg: Graph, wanted: list[str]) -> tuple[set[str], int]:
+        """``update``'s first step: each wanted entity's rows (entities, labels, forms) replaced by what ``kg``
+        holds now; returns the folded labels touched (old and new) and the label rows written."""
+        non = kg.non_concepts()
+        touched: set[str] = set()
+        written = 0
+        next_idx = (db.execute("SELECT MAX(idx) FROM entities").fetchone()[0] or -1) + 1
+        for iri in wanted:
+            found = db.execute("SELECT idx FROM entities WHERE iri = ?", (iri,)).fetchone()
+            rows = [] if iri in non else [
+                (k, q.object.value, q.object.lang) for k, key in enumerate(LABEL_KEYS)
+                for q in kg.store.quads(iri, key, None)
+                if q.object.kind == "literal" and q.object.value.strip()]
+            if found is not None:
+                idx = found[0]
+                old = db.execute("SELECT text, kind, norm, folded FROM labels WHERE idx = ?", (idx,)).fetchall()
+                touched.update(r[3] for r in old)
+                if not self._has_packed:  # a packed index keeps no forms table
+                    db.executemany("DELETE FROM forms WHERE form = ? AND level = ? AND iri = ? AND idx = ?",
+                                   [row[:4] for row in form_rows(idx, iri, "", old)])
+                db.execute("DELETE FROM labels WHERE idx = ?", (idx,))
+                db.execute("DELETE FROM entities WHERE idx = ?", (idx,))
+            else:
+                idx, next_idx = next_idx, next_idx + 1
+            if not rows:
+                continue
+            name, labels = entity_labels(iri, rows)
+            db.execute("INSERT INTO entities VALUES (?, ?, ?)", (idx, iri, name))
+            db.executemany("INSERT INTO labels(text, idx, kind, norm, folded) VALUES (?, ?, ?, ?, ?)",
+                           [(text, idx, kind, norm, folded) for text, kind, norm, folded in labels])
+            if not self._has_packed:
+                db.executemany("INSERT OR IGNORE INTO forms VALUES (?, ?, ?, ?, ?)",
+                               form_rows(idx, iri, name, labels))
+            touched.update(folded for _, _, _, folded in labels)
+            written += len(labels)
+        return touched, written
+
+    def _rewrite_choices(self, db: sqlite3.Connection, touched: set[str]) -> tuple[
+            dict[str, dict[int, str | None]], dict[str, dict[int, int | None]], int]:
+        """Choices no label folds to any more dropped, new ones added; returns the changes to the blocks (key ->
+        choice id -> text, None: drop) and to the word postings (word -> choice id -> length, None: drop), and the
+        most words in a choice."""
+        changes: dict[str, dict[int, str | None]] = {}  # block key -> choice id -> text (None: drop)
+        word_changes: dict[str, dict[int, int | None]] = {}  # word -> choice id -> length (None: drop)
+        next_choice = (db.execute("SELECT MAX(id) FROM choices").fetchone()[0] or -1) + 1
+        max_tokens = self.max_tokens
+        for folded in sorted(touched - {""}):
+            used = db.execute("SELECT 1 FROM labels WHERE folded = ? LIMIT 1", (folded,)).fetchone()
+            have = db.execute("SELECT id FROM choices WHERE folded = ?", (folded,)).fetchone()
+            if used and not have:
+                ordered = " ".join(sorted(folded.split()))
+                db.execute("INSERT INTO choices VALUES (?, ?, ?)", (next_choice, folded, ordered))
+                for key in choice_keys(folded):
+                    changes.setdefault(key, {})[next_choice] = ordered
+                for word in content_words(folded):
+                    word_changes.setdefault(word, {})[next_choice] = min(len(folded), 65535)
+                next_choice += 1
+                max_tokens = max(max_tokens, len(folded.split()))
+            elif have and not used:
+                db.execute("DELETE FROM choices WHERE id = ?", have)
+                for key in choice_keys(folded):
+                    changes.setdefault(key, {})[have[0]] = None
+                for word in content_words(folded):
+                    word_changes.setdefault(word, {})[have[0]] = None
+        return changes, word_changes, max_tokens
+
+    def _rewrite_blocks(self, db: sqlite3.Connection, changes: dict[str, dict[int, str | None]]) -> None:
+        """Each changed block re-read, merged with its changes and written back (or dropped when empty)."""
+        import numpy as np  # not at import: numpy costs a one-shot lookup's start-up
+        for key, change in changes.items():
+            row = db.execute("SELECT ids, texts FROM blocks WHERE key = ?", (key,)).fetchone()
+            merged = dict(zip(np.frombuffer(row[0], dtype=np.int32).tolist(), unpack_texts(row[1]))) \
+                if row else {}
+            for choice_id, text in change.items():
+                if text is None:
+                    merged.pop(choice_id, None)
+                else:
+                    merged[choice_id] = text
+            if not merged:
+                db.execute("DELETE FROM blocks WHERE key = ?", (key,))
+                continue
+            order = sorted(merged)
+            db.execute("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?)",
+                       (key, np.asarray(order, dtype=np.int32).tobytes(),
+                        pack_texts([merged[i] for i in order])))
+
+    def _rewrite_words(self, db: sqlite3.Connection, word_changes: dict[str, dict[int, int | None]]) -> None:
+        """Each changed word's postings re-read, merged and written back; its variants follow where the index
+        keeps them in SQLite (no packed lookup)."""
+        import numpy as np  # not at import: numpy costs a one-shot lookup's start-up
+        for word, word_change in word_changes.items():
+            row = db.execute("SELECT ids, lens FROM words WHERE word = ?", (word,)).fetchone()
+            lengths = dict(zip(np.frombuffer(row[0], dtype=np.int32).tolist(),
+                               np.frombuffer(row[1], dtype=np.uint16).tolist())) if row else {}
+            for choice_id, length in word_change.items():
+                if length is None:
+                    lengths.pop(choice_id, None)
+                else:
+                    lengths[choice_id] = length
+            if not lengths:
+                db.execute("DELETE FROM words WHERE word = ?", (word,))
+                if not self._has_packed:
+                    db.executemany("DELETE FROM variants WHERE variant = ? AND word = ?",
+                                   [(variant, word) for variant in variants(word)])
+                continue
+            order = sorted(lengths)
+            db.execute("INSERT OR REPLACE INTO words VALUES (?, ?, ?)",
+                       (word, np.asarray(order, dtype=np.int32).tobytes(),
+                        np.asarray([lengths[i] for i in order], dtype=np.uint16).tobytes()))
+            if row is None and not self._has_packed:  # a packed index keeps no variants table
+                db.executemany("INSERT OR IGNORE INTO variants VALUES (?, ?)",
+                               [(variant, word) for variant in variants(word)])
+
+    def _repack(self, db: sqlite3.Connection, max_tokens: int) -> dict[str, int]:
+        """The packed lookup rebuilt whole (one sorted stream of the forms), the SQLite lookup tables kept or
+        dropped to match, and the meta counts written; returns them."""
+        db.execute("DELETE FROM packed")  # re-packed whole: one sorted stream of the forms, no SQL per row
+        packed = pack_lookup(db)
+        if not packed and self._has_packed:  # no longer packed: its lookups now come from SQLite
+            fill_forms(db)
+            fill_variants(db)
+        elif packed and not self._has_packed:
+            db.execute("DELETE FROM forms")
+            db.execute("DELETE FROM variants")
+        counts = {"entities": db.execute("SELECT COUNT(*) FROM entities").fetchone()[0],
+                  "labels": db.execute("SELECT COUNT(*) FROM labels").fetchone()[0],
+                  "choices": db.execute("SELECT COUNT(*) FROM choices").fetchone()[0],
+                  "max_tokens": max_tokens, "packed": int(packed)}
+        db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in counts.items()])
+        return counts
 
 
 # A dictionary lookup is two reads of the forms table, the written form's levels and the normalised form's, each

@@ -5,6 +5,7 @@ lookup answers from."""
 from __future__ import annotations
 
 import sqlite3
+from array import array
 import zlib
 from collections.abc import Iterable, Sequence
 
@@ -51,13 +52,27 @@ LABEL_KEYS = (SKOS_PREF, RDFS_LABEL, SKOS_ALT)
 
 def fill_tables(db: sqlite3.Connection, kg: Graph) -> None:
     """Build the index's tables in ``db`` from the store, in passes that keep nothing per label in memory except
-    the block lists (ids and references to the choice texts)."""
-    from array import array
-
+    the block lists (ids and references to the choice texts): the raw label rows, the entities with their labels,
+    the distinct folded labels (choices) with their blocks and word postings, then the packed lookup."""
     tune(db)
     db.execute("PRAGMA journal_mode = OFF")
     db.execute("PRAGMA synchronous = OFF")
     db.executescript(_SCHEMA)
+    fill_raw(db, kg)
+    entity_count, label_count = fill_entities(db)
+    choice_count, max_tokens = fill_choices(db)
+    packed = pack_lookup(db)
+    if not packed:  # lookups and near words then come from SQLite (packed, from memory: the tables would be
+        fill_forms(db)  # dead weight, a third of the file)
+        fill_variants(db)
+    meta = {"version": INDEX_VERSION, "entities": entity_count, "labels": label_count,
+            "choices": choice_count, "max_tokens": max_tokens, "packed": int(packed)}
+    db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
+    db.commit()
+
+
+def fill_raw(db: sqlite3.Connection, kg: Graph) -> None:
+    """The ``raw`` table: every label literal of every concept, by label key, as the store holds it."""
     non = kg.non_concepts()
     for k, key in enumerate(LABEL_KEYS):
         batch: list[tuple[str, str, int, str, str | None]] = []
@@ -70,7 +85,11 @@ def fill_tables(db: sqlite3.Connection, kg: Graph) -> None:
                 db.executemany("INSERT INTO raw VALUES (?, ?, ?, ?, ?)", batch)
                 batch.clear()
         db.executemany("INSERT INTO raw VALUES (?, ?, ?, ?, ?)", batch)
-    # entities in (CURIE, IRI) order, each with its labels: preferred (by language, text), then synonyms
+
+
+def fill_entities(db: sqlite3.Connection) -> tuple[int, int]:
+    """The ``entities`` and ``labels`` tables from ``raw`` (dropped after): entities in (CURIE, IRI) order, each
+    with its labels, preferred (by language, text) then synonyms. Returns (entities, labels) counted."""
     entities: list[tuple[int, str, str]] = []
     labels: list[tuple[str, int, int, str, str]] = []
     count = {"entities": 0, "labels": 0}
@@ -104,7 +123,13 @@ def fill_tables(db: sqlite3.Connection, kg: Graph) -> None:
     flush()
     db.execute("DROP TABLE raw")
     db.execute("CREATE INDEX labels_folded ON labels(folded, idx, kind)")
-    # choices: the distinct folded labels in order; blocks: each word's first and last four letters
+    return count["entities"], count["labels"]
+
+
+def fill_choices(db: sqlite3.Connection) -> tuple[int, int]:
+    """The ``choices`` (the distinct folded labels in order), ``blocks`` (each word's first and last four letters
+    -> the choices holding it) and ``words`` (content word -> its choices and their lengths) tables. Returns the
+    number of choices and the most words in one."""
     ids: dict[str, array[int]] = {}
     texts: dict[str, list[str]] = {}
     postings: dict[str, tuple[array[int], array[int]]] = {}  # content word -> the choices holding it and their lengths
@@ -137,18 +162,10 @@ def fill_tables(db: sqlite3.Connection, kg: Graph) -> None:
     db.executemany("INSERT INTO blocks VALUES (?, ?, ?)",
                    ((key, ids[key].tobytes(), pack_texts(texts[key])) for key in sorted(ids)))
     del ids, texts
-    words = sorted(postings)
+    ordered_words = sorted(postings)
     db.executemany("INSERT INTO words VALUES (?, ?, ?)",
-                   ((word, postings[word][0].tobytes(), postings[word][1].tobytes()) for word in words))
-    del postings, words
-    packed = pack_lookup(db)
-    if not packed:  # lookups and near words then come from SQLite (packed, from memory: the tables would be
-        fill_forms(db)  # dead weight, a third of the file)
-        fill_variants(db)
-    meta = {"version": INDEX_VERSION, "entities": count["entities"], "labels": count["labels"],
-            "choices": number + 1, "max_tokens": max_tokens, "packed": int(packed)}
-    db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
-    db.commit()
+                   ((word, postings[word][0].tobytes(), postings[word][1].tobytes()) for word in ordered_words))
+    return number + 1, max_tokens
 
 
 def fill_forms(db: sqlite3.Connection) -> None:
