@@ -58,65 +58,6 @@ def test_kg_layer_never_imports_the_reasoner_at_module_level() -> None:
                         f"{path}: imports {mod} at module level"
 
 
-def _module_imports() -> dict[str, set[str]]:
-    """mirage_kg module -> the mirage_kg modules it imports anywhere in its text (top level, in functions, and
-    under TYPE_CHECKING alike)."""
-    import ast
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    modules = {}
-    for path in (root / "mirage_kg").rglob("*.py"):
-        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-        modules[name] = path
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            found.update(t for t in targets if t in modules and t != name)
-        graph[name] = found
-    return graph
-
-
-def test_no_import_circle_in_mirage_kg() -> None:
-    """No module of mirage_kg reaches itself through imports, counting lazy and TYPE_CHECKING ones (a package
-    importing its own submodules is not a circle): every strongly connected component is one module."""
-    graph = {m: {n for n in targets if not n.startswith(m + ".")} for m, targets in _module_imports().items()}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    circles: list[list[str]] = []
-
-    def connect(node: str) -> None:  # Tarjan's algorithm
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for nxt in graph[node]:
-            if nxt not in index:
-                connect(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                circles.append(sorted(component))
-
-    for module in sorted(graph):
-        if module not in index:
-            connect(module)
-    assert circles == []
-
-
 def test_only_the_store_package_knows_store_classes() -> None:
     """Upper layers use the Store contract; no ``isinstance`` on a store class outside mirage_kg/store."""
     import re
