@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirage_kg.errors import InputError
 from mirage_kg.graph import limits
-from mirage_kg.graph.facts import DIRECTIONS
+from mirage_kg.graph.facts import DIRECTIONS, Direction
 from mirage_kg.graph.neighbours import NeighbourGraph, as_stored
 from mirage_kg.graph.ranking import RANKING_VERSION, RANKINGS, annotation_frequencies, neighbour_scores
 from mirage_kg.index import degree as degree_index
@@ -23,12 +23,15 @@ from mirage_kg.progress import progress_bar
 if TYPE_CHECKING:
     from mirage_kg.graph.state import DegreeTable
 
+#: an edge anchor chooses: (relation, direction, neighbour)
+AnchorEdge = tuple[str, Direction, str]
+
 
 class AnchorGraph(NeighbourGraph):
     """``NeighbourGraph`` with ``anchor``."""
 
     def _anchor_walk(self, iri: str, relations: frozenset[str] | None,
-                     per_relation: int) -> list[tuple[str, str, str, str, str]]:
+                     per_relation: int) -> list[tuple[str, Direction, str, str, str]]:
         """``walk`` for anchor: a node whose edges may come from the adjacency file (``_edges_on_file``, no hub
         past ``HUB_DEGREE``) and whose neighbours are merged with none has them read from there (two lookups in a
         small file, where the store decodes every edge's terms, a random block each the first time a node is read,
@@ -67,11 +70,11 @@ class AnchorGraph(NeighbourGraph):
             s, o = real[(p, d, n)]
             subject = center if s == center.iri else Entity(s, names[s])
             obj = center if o == center.iri else Entity(o, names[o])
-            steps.append(Step(subject, relmeta[p], obj, d))  # type: ignore[arg-type]  # a direction: forward or backward
+            steps.append(Step(subject, relmeta[p], obj, d))
         return steps
 
     def _ranked_edges(self, iri: str, k: int, rels: frozenset[str] | None, want: str, rank_by: str | None,
-                      rank: str) -> tuple[list[tuple[str, str, str]], dict[tuple[str, str, str], tuple[str, str]]]:
+                      rank: str) -> tuple[list[AnchorEdge], dict[AnchorEdge, tuple[str, str]]]:
         """Anchor's choice at ``iri``'s node: the (relation, direction, neighbour) edges kept (the top ``k`` of each
         (relation, direction)), in anchor's order, and each one's stored (subject, object). What a hub's filed
         anchor holds is made by this same code (``_file_hub_anchors``)."""
@@ -83,7 +86,7 @@ class AnchorGraph(NeighbourGraph):
         others = sorted({n for _, _, n, _, _ in edges})
         if rank_by or rank == "degree":
             by_node = self._rank_scores(others, rank_by)
-            score = {(p, d, n): by_node[n] for p, d, n, _, _ in edges}
+            score: dict[tuple[str, str, str], float] = {(p, d, n): by_node[n] for p, d, n, _, _ in edges}
         else:
             members = list(self.groups.of(iri))
             # a store the degree index's file says has no annotation record needs no lookup at each anchor
@@ -92,11 +95,11 @@ class AnchorGraph(NeighbourGraph):
             score = neighbour_scores([(p, d, n) for p, d, n, _, _ in edges], self._node_degrees(others),
                                      self._concept_count(), frequencies, members, self.groups.rep)
         real = {(p, d, n): (s, o) for p, d, n, s, o in edges}
-        by_group: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        by_group: dict[tuple[str, Direction], list[AnchorEdge]] = {}
         for p, d, n, _, _ in edges:
             by_group.setdefault((p, d), []).append((p, d, n))
         ids = {n: compress(n) for n in others}
-        chosen: list[tuple[str, str, str]] = []
+        chosen: list[AnchorEdge] = []
         for group in by_group.values():
             if len(group) > k:  # the final sort below orders a group as this one does: only a cut needs it
                 group.sort(key=lambda e: (-score[e], ids[e[2]]))
@@ -114,7 +117,7 @@ class AnchorGraph(NeighbourGraph):
                 "ranking": RANKING_VERSION}
 
     def _filed_hub_anchor(self, iri: str, k: int, rels: frozenset[str] | None, want: str, rank: str
-                          ) -> tuple[list[tuple[str, str, str]], dict[tuple[str, str, str], tuple[str, str]]] | None:
+                          ) -> tuple[list[AnchorEdge], dict[AnchorEdge, tuple[str, str]]] | None:
         """``_ranked_edges`` for a hub whose anchor is on file (ranked for every relation and direction, the first
         ``depth`` of each group): its rows at positions below ``k``, of the wanted relations and direction. The
         same answer: a group's candidates (its capped edges, the cap being the same for any ``k`` up to it) and
@@ -139,7 +142,8 @@ class AnchorGraph(NeighbourGraph):
         rows = table.hub_anchor_rows(iri, rank, k)
         if rows is None:
             return None
-        chosen, real = [], {}
+        chosen: list[AnchorEdge] = []
+        real: dict[AnchorEdge, tuple[str, str]] = {}
         for p, d, n, end, _ in rows:
             if (rels is None or p in rels) and (want == "both" or d == want):
                 chosen.append((p, d, n))

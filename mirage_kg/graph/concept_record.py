@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mirage_kg.errors import InputError
-from mirage_kg.model.records import Entity, Step
+from mirage_kg.model.records import Direction, Entity, Step
 from mirage_kg.model.namespaces import (MKG, MKG_CONCEPT, RDF, RDF_TYPE, RDFS_LABEL, RDFS_SUBCLASS, SKOS_ALT, SKOS_CLOSE,
                                   SKOS_DEFINITION, SKOS_EXACT, SKOS_PREF, compress)
 from mirage_kg.model.terms import iri_ref
@@ -35,7 +35,7 @@ class Graph(Protocol):
     def groups(self) -> ConceptGroups: ...
     def labels(self, iris: Iterable[str]) -> dict[str, str]: ...
     def relations(self, iris: Iterable[str]) -> dict[str, Relation]: ...
-    def walk(self, iri: str) -> list[tuple[str, str, str, str, str]]: ...
+    def walk(self, iri: str) -> list[tuple[str, Direction, str, str, str]]: ...
     def resolve_relations(self, relations: Sequence[str] | None) -> frozenset[str] | None: ...
 
 __all__ = ["AnnotationRow", "ConceptRecord", "FactPage", "Page", "Xref", "annotations_page", "children_page",
@@ -302,7 +302,7 @@ def _frequency_label(frequency: str | None) -> str | None:
     return frequency
 
 
-def _walk_steps(graph: Graph, entity: Entity) -> list[tuple[str, str, str, str, str]]:
+def _walk_steps(graph: Graph, entity: Entity) -> list[tuple[str, Direction, str, str, str]]:
     """Every fact at the concept's node (a merged concept as one), sorted by relation, direction, neighbour."""
     return graph.walk(entity.iri)
 
@@ -325,7 +325,7 @@ def facts_page(graph: Graph, entity: Entity, relation: str | None = None, direct
     ends = graph.labels({x for e in page for x in (e[3], e[4])} | {entity.iri})
     meta = graph.relations({e[0] for e in page})
     steps = tuple(Step(entity if s == entity.iri else Entity(s, ends[s]), meta[p],
-                       entity if o == entity.iri else Entity(o, ends[o]), d)  # type: ignore[arg-type]  # a direction: forward or backward
+                       entity if o == entity.iri else Entity(o, ends[o]), d)
                   for p, d, _, s, o in page)
     return FactPage(entity, len(edges), len(chosen), offset, compress(next(iter(rels))) if rels and len(rels) == 1
                     else relation, want, steps)

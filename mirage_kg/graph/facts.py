@@ -36,6 +36,8 @@ FORWARD_TEMPLATE = MKG + "forwardTemplate"
 BACKWARD_TEMPLATE = MKG + "backwardTemplate"
 
 Direction = Literal["forward", "backward"]
+#: one step of a path as the search walks it: (stored subject, relation, stored object, direction walked)
+Hop = tuple[str, str, str, Direction]
 #: what ``anchor(direction=...)`` accepts (the older "out"/"in" spellings too) -> the one vocabulary
 DIRECTIONS = {"forward": "forward", "out": "forward", "backward": "backward", "in": "backward", "both": "both"}
 VALUES_CHUNK = 400  # IRIs per VALUES block: keeps queries well under any endpoint's size limit

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from mirage_kg.graph import limits
 from mirage_kg.graph.entities import EntityGraph
-from mirage_kg.graph.facts import NON_FACT_PREDICATES, Neighbour
+from mirage_kg.graph.facts import NON_FACT_PREDICATES, Direction, Neighbour
 from mirage_kg.index.degree import DiskDegrees
 from mirage_kg.model.records import Entity
 from mirage_kg.model.terms import iri_ref
@@ -60,13 +60,13 @@ class NeighbourGraph(EntityGraph):
             for _, other in self.store.links(iri, direction, p):
                 if other in non or (direction == "backward" and other == iri):
                     continue
-                taken.add(Neighbour(p, direction, other))  # type: ignore[arg-type]  # a direction: forward or backward
+                taken.add(Neighbour(p, direction, other))
                 if len(taken) >= per_relation:
                     break
             found |= taken
         return sorted(found)
 
-    def _hub_relations(self, iri: str) -> list[tuple[str, str]]:
+    def _hub_relations(self, iri: str) -> list[tuple[str, Direction]]:
         """(relation, direction) pairs at a hub, cached per graph state: on the embedded store one index probe per
         fact predicate and direction (the degree index lists the predicates), else one query the engine answers
         natively (no edge reaches Python)."""
@@ -93,7 +93,7 @@ class NeighbourGraph(EntityGraph):
         return [Entity(i, names[i]) for i in others]
 
     def walk(self, iri: str, relations: frozenset[str] | None = None,
-             per_relation: int | None = None) -> list[tuple[str, str, str, str, str]]:
+             per_relation: int | None = None) -> list[tuple[str, Direction, str, str, str]]:
         """Fact edges at ``iri``'s node, a merged concept taken as one: (relation, "forward"|"backward", the
         other node, stored subject, stored object). Edges inside a group (its exact matches) are identity, not
         facts; one stored edge per (relation, direction, other node); a fact stored both ways (as EMCKG often
@@ -105,7 +105,7 @@ class NeighbourGraph(EntityGraph):
             if not any(n in merged for _, _, n in edges):  # nor are its neighbours
                 return as_stored(iri, edges)
         node = groups.rep(iri)
-        found: dict[tuple[str, str, str], tuple[str, str]] = {}
+        found: dict[tuple[str, Direction, str], tuple[str, str]] = {}
         for member in groups.of(node):
             for p, d, n in self.neighbours(member, relations, per_relation):
                 other = groups.rep(n)
@@ -140,11 +140,11 @@ class NeighbourGraph(EntityGraph):
         # one node (anchor) is decoded without numpy: array set-up would cost more than its dozen edges
         found = {wanted[0]: adjacency.node_edges(wanted[0])} if len(wanted) == 1 else adjacency.edges(wanted)
         non = state.non_concepts
-        return {n: sorted(Neighbour(p, d, o) for p, d, o in found.get(n, ())  # type: ignore[arg-type]  # a direction: forward or backward
+        return {n: sorted(Neighbour(p, d, o) for p, d, o in found.get(n, ())
                           if o not in non and (relations is None or p in relations)) for n in wanted}
 
 
-def as_stored(iri: str, edges: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str, str, str]]:
+def as_stored(iri: str, edges: Sequence[tuple[str, Direction, str]]) -> list[tuple[str, Direction, str, str, str]]:
     """``walk``'s answer at a node merged with none, among neighbours merged with none, from its edges (distinct,
     sorted): each edge is its own stored triple, a self-loop dropped, a fact stored both ways kept forward."""
     forward = {(p, n) for p, d, n in edges if d == "forward"}

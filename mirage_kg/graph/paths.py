@@ -12,7 +12,7 @@ from typing import Any
 
 from mirage_kg.errors import InputError
 from mirage_kg.graph import limits
-from mirage_kg.graph.facts import NON_FACT_PREDICATES, NOT_FACT, Neighbour, in_filter
+from mirage_kg.graph.facts import NON_FACT_PREDICATES, NOT_FACT, Hop, Neighbour, in_filter
 from mirage_kg.graph.neighbours import NeighbourGraph
 from mirage_kg.graph.ranking import RANKINGS, path_cost
 from mirage_kg.graph.verbalise import materialise
@@ -82,7 +82,7 @@ class PathGraph(NeighbourGraph):
         # the engine evaluates through every hub next to either end (0.6 s against 0.05 s, measured)
         if not merged and not self.store.indexed and not self.connected(source.iri, target.iri, max_hops, rels):
             return BridgePaths()
-        raw_paths: list[tuple[tuple[str, str, str, str], ...]] = []
+        raw_paths: list[tuple[Hop, ...]] = []
         memo: dict[str, list[Neighbour]] = {}
         real: dict[tuple[str, str, str], tuple[str, str]] = {}
         for hops in range(1, max_hops + 1):
@@ -102,7 +102,7 @@ class PathGraph(NeighbourGraph):
             if len(raw_paths) >= max_paths:
                 break
 
-        def stored(step: tuple[str, str, str, str]) -> tuple[str, str, str, str]:
+        def stored(step: Hop) -> Hop:
             s, p, o, d = step
             s, o = real.get((s, p, o), (s, o))
             return s, p, o, d
@@ -131,7 +131,7 @@ class PathGraph(NeighbourGraph):
     def _paths_by_search(self, a: str, b: str, hops: int, rels: frozenset[str] | None,
                          memo: dict[str, list[Neighbour]],
                          real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
-                         walk: HubWalk | None = None) -> list[tuple[tuple[str, str, str, str], ...]]:
+                         walk: HubWalk | None = None) -> list[tuple[Hop, ...]]:
         """Paths of exactly ``hops`` edges by meeting in the middle over the store's index: partial paths from
         ``a`` and from ``b`` (``hops - 1`` edges between them, each added on the side that fans out least), joined
         by one middle edge. With
@@ -142,10 +142,10 @@ class PathGraph(NeighbourGraph):
         merged = real is not None and bool(self.groups.members)
         # which side to extend: the one whose partial paths fan out least (the degree index says), so a hub at
         # either end, or next to it, is never expanded when the other side is small; any split finds the same paths
-        left: list[tuple[list[str], list[tuple[str, str, str, str]]]] = [([a], [])]
-        right: list[tuple[list[str], list[tuple[str, str, str, str]]]] = [([b], [])]
+        left: list[tuple[list[str], list[Hop]]] = [([a], [])]
+        right: list[tuple[list[str], list[Hop]]] = [([b], [])]
         table = self._state().degrees if self.store.indexed and not merged else None
-        joined: list[tuple[tuple[str, str, str, str], ...]] = []
+        joined: list[tuple[Hop, ...]] = []
         for extension in range(hops - 1):
             # the last edge added next to an untouched end on file: partial paths ending at a node on file are
             # finished by one join of the two nodes' edges in the file, not by binding each of their neighbours
@@ -172,32 +172,33 @@ class PathGraph(NeighbourGraph):
                     joined += done
                 self._prefetch_adjacency([nodes[-1] for nodes, _ in right], memo, rels, (a, b), merged)
                 right = extend_paths(right, adj, avoid=a)
-        left_ends: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
-        right_ends: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
+        left_ends: dict[str, list[tuple[list[str], list[Hop]]]] = {}
+        right_ends: dict[str, list[tuple[list[str], list[Hop]]]] = {}
         for nodes, steps in left:
             left_ends.setdefault(nodes[-1], []).append((nodes, steps))
         for nodes, steps in right:
             right_ends.setdefault(nodes[-1], []).append((nodes, steps))
         middle = self._middle_edges(set(left_ends), set(right_ends), memo, rels, real, (a, b), walk)
-        out = []
+        out: list[tuple[Hop, ...]] = []
         for (x, y), edges in middle.items():
             for lnodes, lsteps in left_ends[x]:
                 for rnodes, rsteps in right_ends[y]:
                     if not set(lnodes).isdisjoint(rnodes):
                         continue
-                    back = [(s, p, o, "backward" if d == "forward" else "forward") for s, p, o, d in reversed(rsteps)]
+                    back: list[Hop] = [(s, p, o, "backward" if d == "forward" else "forward")
+                                       for s, p, o, d in reversed(rsteps)]
                     for edge in edges:
                         out.append(tuple(lsteps) + (edge,) + tuple(back))
         return out if merged else out + joined
 
-    def _past_hub(self, layer: list[tuple[list[str], list[tuple[str, str, str, str]]]], walk: HubWalk) -> bool:
+    def _past_hub(self, layer: list[tuple[list[str], list[Hop]]], walk: HubWalk) -> bool:
         """Whether extending ``layer`` would go past a hub along its capped edges (a node inside the path)."""
         return any(len(nodes) > 1 and (nodes[-1] in walk.capped or self._is_path_hub(nodes[-1])) for nodes, _ in layer)
 
-    def _joined_on_file(self, layer: list[tuple[list[str], list[tuple[str, str, str, str]]]], far: str,
+    def _joined_on_file(self, layer: list[tuple[list[str], list[Hop]]], far: str,
                         rels: frozenset[str] | None, from_right: bool,
-                        ) -> tuple[list[tuple[list[str], list[tuple[str, str, str, str]]]],
-                                   list[tuple[tuple[str, str, str, str], ...]]]:
+                        ) -> tuple[list[tuple[list[str], list[Hop]]],
+                                   list[tuple[Hop, ...]]]:
         """The partial paths of ``layer`` whose end is on file, finished two edges further at ``far`` (an end on
         file) by one join per end node in the file (exact: the file holds every edge of a node it lists);
         returns the partial paths left to extend and the finished paths, walked from ``a`` to ``b``
@@ -205,22 +206,22 @@ class PathGraph(NeighbourGraph):
         table = self._state().degrees
         if not isinstance(table, DiskDegrees):  # nothing is on file
             return list(layer), []
-        rest: list[tuple[list[str], list[tuple[str, str, str, str]]]] = []
-        by_end: dict[str, list[tuple[list[str], list[tuple[str, str, str, str]]]]] = {}
+        rest: list[tuple[list[str], list[Hop]]] = []
+        by_end: dict[str, list[tuple[list[str], list[Hop]]]] = {}
         for nodes, steps in layer:
             y = nodes[-1]
             if y == far or not table.is_filed(y):
                 rest.append((nodes, steps))
             else:
                 by_end.setdefault(y, []).append((nodes, steps))
-        done: list[tuple[tuple[str, str, str, str], ...]] = []
+        done: list[tuple[Hop, ...]] = []
         for y, partials in by_end.items():
             for x, rel_y, from_y, rel_far, from_far in table.filed_common_links(y, far):
                 if x == far or (rels is not None and (rel_y not in rels or rel_far not in rels)):
                     continue
                 # each step walked from the layer's side: y to x, then x to far (the far end sees that edge reversed)
-                y_to_x = (y, rel_y, x, "forward") if from_y == "forward" else (x, rel_y, y, "backward")
-                x_to_far = (far, rel_far, x, "backward") if from_far == "forward" else (x, rel_far, far, "forward")
+                y_to_x: Hop = (y, rel_y, x, "forward") if from_y == "forward" else (x, rel_y, y, "backward")
+                x_to_far: Hop = (far, rel_far, x, "backward") if from_far == "forward" else (x, rel_far, far, "forward")
                 for nodes, steps in partials:
                     if x in nodes:
                         continue
@@ -244,7 +245,7 @@ class PathGraph(NeighbourGraph):
             cache[key] = self._hub_neighbours(n, rels, limits.PATH_HUB_EDGES)
         return cache[key]
 
-    def _fan_out(self, layer: list[tuple[list[str], list[tuple[str, str, str, str]]]],
+    def _fan_out(self, layer: list[tuple[list[str], list[Hop]]],
                  memo: dict[str, list[Neighbour]], merged: bool, rels: frozenset[str] | None,
                  search_ends: tuple[str, ...] = ()) -> int:
         """How many partial paths extending ``layer`` by one edge would make (edges in hand are counted, the
@@ -291,7 +292,7 @@ class PathGraph(NeighbourGraph):
                 elif real is not None:  # merged
                     memo[n] = []
                     for p, d, other, s, o in self.walk(n, rels):
-                        memo[n].append(Neighbour(p, d, other))  # type: ignore[arg-type]  # a direction: forward or backward
+                        memo[n].append(Neighbour(p, d, other))
                         real[(n, p, other) if d == "forward" else (other, p, n)] = (s, o)
             return memo[n]
         return adj
@@ -299,14 +300,14 @@ class PathGraph(NeighbourGraph):
     def _middle_edges(self, xs: set[str], ys: set[str], memo: dict[str, list[Neighbour]],
                       rels: frozenset[str] | None, real: dict[tuple[str, str, str], tuple[str, str]] | None = None,
                       ends: tuple[str, ...] = (), walk: HubWalk | None = None,
-                      ) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
+                      ) -> dict[tuple[str, str], list[Hop]]:
         """Fact edges between a node of ``xs`` and a different node of ``ys``, as steps walked from x to y: from
         adjacency already in hand, else whichever is cheaper of point lookups per pair, expanding one side, and,
         for the nodes whose adjacency is on file (``degree_index.FILED_DEGREE``), asking the file which of the
         other side's nodes they link to (estimated from the degree index when it is built). A hub walked along
         capped edges (``walk``) is asked about the other side's nodes pair by pair instead (exact), up to
         ``_HUB_PAIR_LOOKUPS`` of them."""
-        out: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
+        out: dict[tuple[str, str], list[Hop]] = {}
         walk = walk if walk is not None else HubWalk(limits.PATH_HUB_EDGES)
         adj = self._adjacency_of(rels, memo, real, ends, walk)
         merged = real is not None and bool(self.groups.members)
@@ -384,15 +385,15 @@ class PathGraph(NeighbourGraph):
         return ("x", True) if cost_x <= cost_y else ("y", True)
 
     def _pair_edges(self, xs: set[str], ys: set[str], rels: frozenset[str] | None
-                    ) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
+                    ) -> dict[tuple[str, str], list[Hop]]:
         """``_middle_edges`` by point lookups, both ends bound, for each pair of a node of ``xs`` and a different
         node of ``ys``."""
-        out: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
+        out: dict[tuple[str, str], list[Hop]] = {}
         for x in xs:
             for y in ys:
                 if x == y:
                     continue
-                found = [(x, p, y, "forward") for p in self.store.predicates_between(x, y)]
+                found: list[Hop] = [(x, p, y, "forward") for p in self.store.predicates_between(x, y)]
                 found += [(y, p, x, "backward") for p in self.store.predicates_between(y, x)]
                 found = sorted({f for f in found if f[1] not in NON_FACT_PREDICATES
                                 and (rels is None or f[1] in rels)})
@@ -426,16 +427,16 @@ class PathGraph(NeighbourGraph):
             memo.update(self._edges_on_file((n for n in nodes if n not in memo), rels, limits.PATH_HUB_DEGREE, ends))
 
     def _paths_by_sparql(self, a: str, b: str, hops: int,
-                         rels: frozenset[str] | None) -> list[tuple[tuple[str, str, str, str], ...]]:
+                         rels: frozenset[str] | None) -> list[tuple[Hop, ...]]:
         """Paths of exactly ``hops`` edges with one explicit SPARQL pattern (any endpoint)."""
         rows = self.store.select(hop_query(a, b, hops, rels))
         non = self._state().non_concepts
-        out = []
+        out: list[tuple[Hop, ...]] = []
         for r in rows:
             path_nodes = [a] + [r[f"n{i}"].value for i in range(1, hops)] + [b]
             if any(n in non for n in path_nodes[1:-1]):
                 continue
-            steps = []
+            steps: list[Hop] = []
             for i in range(hops):
                 x, y, p = path_nodes[i], path_nodes[i + 1], r[f"p{i}"].value
                 steps.append((x, p, y, "forward") if r[f"d{i}"].value == "f" else (y, p, x, "backward"))
@@ -443,11 +444,11 @@ class PathGraph(NeighbourGraph):
         return out
 
 
-def once_each_way(paths: Sequence[tuple[tuple[str, str, str, str], ...]]
-                  ) -> list[tuple[tuple[str, str, str, str], ...]]:
+def once_each_way(paths: Sequence[tuple[Hop, ...]]
+                  ) -> list[tuple[Hop, ...]]:
     """Paths that differ only in which copy of a fact stored both ways they walk (``a -r-> b`` forward or
     ``b -r-> a`` backward) are one path: the one walking most edges forward (the first by ``path_sort_key``)."""
-    best: dict[tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str, str], ...]] = {}
+    best: dict[tuple[tuple[str, str, str], ...], tuple[Hop, ...]] = {}
     for path in paths:
         key = tuple((s, p, o) if d == "forward" else (o, p, s) for s, p, o, d in path)
         if key not in best or path_sort_key(path) < path_sort_key(best[key]):
@@ -455,12 +456,12 @@ def once_each_way(paths: Sequence[tuple[tuple[str, str, str, str], ...]]
     return list(best.values())
 
 
-def path_inner_nodes(path: Sequence[tuple[str, str, str, str]]) -> list[str]:
+def path_inner_nodes(path: Sequence[Hop]) -> list[str]:
     """The nodes a raw path walks through, its two ends excluded."""
     return [o if d == "forward" else s for s, _, o, d in path[:-1]]
 
 
-def path_sort_key(path: Sequence[tuple[str, str, str, str]]) -> tuple[Any, ...]:
+def path_sort_key(path: Sequence[Hop]) -> tuple[Any, ...]:
     """Bridge order: length, then the walked node ids, then relation ids, then directions (forward first)."""
     nodes = [path[0][0] if path[0][3] == "forward" else path[0][2]]
     for s, _, o, d in path:
@@ -493,14 +494,14 @@ def hop_query(a: str, b: str, hops: int, relations: frozenset[str] | None = None
     return f"SELECT DISTINCT {names} WHERE {{ {where} }}"
 
 
-def extend_paths(layer: list[tuple[list[str], list[tuple[str, str, str, str]]]], adj: Any, avoid: str,
-            ) -> list[tuple[list[str], list[tuple[str, str, str, str]]]]:
+def extend_paths(layer: list[tuple[list[str], list[Hop]]], adj: Any, avoid: str,
+            ) -> list[tuple[list[str], list[Hop]]]:
     """The simple partial paths one edge longer than those of ``layer`` that never touch ``avoid``."""
-    nxt = []
+    nxt: list[tuple[list[str], list[Hop]]] = []
     for nodes, steps in layer:
         for p, d, n in adj(nodes[-1]):
             if n == avoid or n in nodes:
                 continue
-            step = (nodes[-1], p, n, "forward") if d == "forward" else (n, p, nodes[-1], "backward")
+            step: Hop = (nodes[-1], p, n, "forward") if d == "forward" else (n, p, nodes[-1], "backward")
             nxt.append((nodes + [n], steps + [step]))
     return nxt

@@ -11,7 +11,7 @@ from pathlib import Path as FsPath
 from typing import TYPE_CHECKING
 
 from mirage_kg.graph.concepts import ConceptGroups, exact_match_pairs
-from mirage_kg.graph.facts import DECLARATION_TYPES, Neighbour
+from mirage_kg.graph.facts import DECLARATION_TYPES, Direction, Neighbour
 from mirage_kg.index.caching import load_records
 from mirage_kg.model.namespaces import RDF_TYPE, SCHEMA_GRAPH
 from mirage_kg.model.records import Relation
@@ -44,7 +44,7 @@ class GraphState:
     degree_cache: dict[str, int] = field(default_factory=dict)  # remote: degrees fetched so far
     groups: ConceptGroups | None = None  # concepts merged by exact match (mirage_kg.graph.concepts)
     concept_count: int | None = None  # nodes with facts: the N of the specificity (IDF) ranking
-    hub_relations: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # hub -> (relation, direction)
+    hub_relations: dict[str, list[tuple[str, Direction]]] = field(default_factory=dict)  # hub -> (relation, direction)
     #: (hub, relations) -> its capped edges for bridge (``PATH_HUB_EDGES``)
     path_hub_edges: dict[tuple[str, frozenset[str] | None], list[Neighbour]] = field(default_factory=dict)
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mirage_kg.graph.entities import EntityGraph
-from mirage_kg.graph.facts import SYSTEM_GRAPHS, chunks
+from mirage_kg.graph.facts import SYSTEM_GRAPHS, Hop, chunks
 from mirage_kg.model.records import Entity, Path, Step
 from mirage_kg.model.terms import iri_ref
 from mirage_kg.store.base import Store
 
 #: a raw path: (subject, relation, object, direction walked) per step, the ends stored as they are in the store
-RawPath = tuple[tuple[str, str, str, str], ...]
+RawPath = tuple[Hop, ...]
 
 
 def materialise(graph: EntityGraph, raw_paths: list[RawPath]) -> list[Path]:
@@ -21,7 +21,7 @@ def materialise(graph: EntityGraph, raw_paths: list[RawPath]) -> list[Path]:
     iris = {n for path in raw_paths for s, _, o, _ in path for n in (s, o)}
     names = graph.labels(iris)
     relmeta = graph.relations({p for path in raw_paths for _, p, _, _ in path})
-    return [Path(tuple(Step(Entity(s, names[s]), relmeta[p], Entity(o, names[o]), d)  # type: ignore[arg-type]  # a direction: forward or backward
+    return [Path(tuple(Step(Entity(s, names[s]), relmeta[p], Entity(o, names[o]), d)
                        for s, p, o, d in path)) for path in raw_paths]
 
 

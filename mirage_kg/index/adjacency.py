@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mirage_kg.index.caching import write_sqlite_in_place
+from mirage_kg.model.records import Direction
 from mirage_kg.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ FORMAT = "1"  # bump when the layout or what an edge is changes
 FILE_NAME = "adjacency.sqlite"
 _CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
 _BUCKET = 1 << 20  # node ids sorted per pass of the build (bounds its transient memory)
-Edge = tuple[str, str, str]  # (relation, "forward"|"backward", other node), as ``Graph.neighbours`` gives them
+Edge = tuple[str, Direction, str]  # (relation, "forward"|"backward", other node), as ``Graph.neighbours`` gives them
 
 
 class AdjacencyFile:
@@ -79,7 +80,7 @@ class AdjacencyFile:
         others = np.unique(np.concatenate([other for other, _ in decoded.values()]))
         names = self.iris(others.tolist())
         relations, out = self.relations, {}
-        walked = ("forward", "backward")
+        walked: tuple[Direction, Direction] = ("forward", "backward")
         for iri, (other, kind) in decoded.items():
             out[iri] = [(relations[k >> 1], walked[k & 1], names[o]) for o, k in zip(other.tolist(), kind.tolist())]
         return out
@@ -96,7 +97,8 @@ class AdjacencyFile:
         others = struct.unpack_from(f"<{count}I", blob)
         kinds = struct.unpack_from(f"<{count}H", blob, 4 * count)
         names = self.iris(set(others))
-        relations, walked = self.relations, ("forward", "backward")
+        relations = self.relations
+        walked: tuple[Direction, Direction] = ("forward", "backward")
         return [(relations[k >> 1], walked[k & 1], names[o]) for o, k in zip(others, kinds)]
 
     def close(self) -> None:

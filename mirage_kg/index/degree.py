@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from mirage_kg.index.caching import write_sqlite_in_place
 from mirage_kg.progress import progress_bar
 from mirage_kg.store.base import Store
+from mirage_kg.model.records import Direction
 from mirage_kg.model.terms import iri_ref
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ _BATCH = 50_000  # rows per executemany while building
 #: (the whole capped order would be ~5x the rows: ~230 MB at UMLS size for k values nobody asks)
 HUB_ANCHOR_DEPTH = 50
 #: a hub's filed anchor step: (relation, direction, neighbour node, the stored other end, position in its group)
-HubAnchorRow = tuple[str, str, str, str, int]
+HubAnchorRow = tuple[str, Direction, str, str, int]
 _ABSENT: tuple[int, str | None] = (-1, None)  # the memo's entry for an IRI the index lacks (no facts)
 
 #: one label literal of a node, as the builder streams them: (node, rank, text), ``rank`` being the tuple of
@@ -230,18 +231,18 @@ class DiskDegrees(Mapping[str, int]):
         """Whether ``iri``'s whole adjacency is on file (``filed_links``, ``filed_links_to``)."""
         return iri in self._filed
 
-    def filed_links(self, iri: str) -> list[tuple[str, str, str]]:
+    def filed_links(self, iri: str) -> list[tuple[str, Direction, str]]:
         """(relation, "forward"|"backward", other node) of every fact edge at a node on file, in no set order."""
         relations = self._relations
         self._read_ahead.wait()
         rows = self._db.execute("SELECT other, relation, forward FROM links WHERE node = ?", (self._filed[iri],))
         return [(relations[r], "forward" if f else "backward", other) for other, r, f in rows]
 
-    def filed_links_to(self, iri: str, others: Iterable[str]) -> list[tuple[str, str, str]]:
+    def filed_links_to(self, iri: str, others: Iterable[str]) -> list[tuple[str, Direction, str]]:
         """The edges of ``filed_links(iri)`` whose other end is among ``others``: one indexed lookup per chunk."""
         relations, node, wanted = self._relations, self._filed[iri], list(others)
         self._read_ahead.wait()
-        out: list[tuple[str, str, str]] = []
+        out: list[tuple[str, Direction, str]] = []
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start:start + _CHUNK]
             marks = ",".join("?" * len(chunk))
@@ -250,7 +251,7 @@ class DiskDegrees(Mapping[str, int]):
             out.extend((relations[r], "forward" if f else "backward", other) for other, r, f in rows)
         return out
 
-    def filed_common_links(self, iri: str, other: str) -> list[tuple[str, str, str, str, str]]:
+    def filed_common_links(self, iri: str, other: str) -> list[tuple[str, str, Direction, str, Direction]]:
         """(node x, relation, direction seen from ``iri``, relation, direction seen from ``other``) for each pair
         of edges ``iri - x - other``, both nodes on file: one join in the file, where reading ``iri``'s edges and
         asking ``other`` about each end would bind every one of them."""
