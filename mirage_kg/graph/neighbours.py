@@ -132,8 +132,10 @@ class NeighbourGraph(EntityGraph):
             return {}
         state = self._state()
         table, merged, keep = state.degrees, self.groups.representative, set(ends)
+        if table is None:  # (built with the adjacency file)
+            return {}
         degree = self.degrees(wanted)
-        wanted = [n for n in wanted if n not in merged and not table.is_filed(n)  # type: ignore[union-attr]  # built with it
+        wanted = [n for n in wanted if n not in merged and not table.is_filed(n)
                   and (n in keep or degree[n] <= max_degree)]
         if not wanted:
             return {}
