@@ -36,17 +36,19 @@ def read_check(path: str | Path) -> CustomCheck:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read the check: {exc}", path) from exc
-    level = "error"
+    level: Level = "error"
     match = _LEVEL_LINE.search(text)
     if match:
-        level = match.group(1).lower()
-        if level not in LEVELS:
-            raise InputError(f"unknown level {level!r} in '# level:' (use {', '.join(LEVELS)})", path)
+        named = match.group(1).lower()
+        found = next((known for known in LEVELS if known == named), None)
+        if found is None:
+            raise InputError(f"unknown level {named!r} in '# level:' (use {', '.join(LEVELS)})", path)
+        level = found
     if query_form(text) != "SELECT":
         raise InputError(f"a check must be a SELECT query, not {query_form(text)}", path)
     _syntax_check(text, path)
     check_id = path.name.removesuffix(".rq").removesuffix(".sparql")
-    return CustomCheck(id=check_id, query=text, level=level, path=str(path))  # type: ignore[arg-type]  # checked above
+    return CustomCheck(id=check_id, query=text, level=level, path=str(path))
 
 
 def _syntax_check(text: str, path: Path) -> None:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 Level = Literal["error", "warning", "info"]
 LEVELS: tuple[Level, ...] = ("error", "warning", "info")
 FAIL_ON = ("error", "warning", "none")
-_RANK = {level: rank for rank, level in enumerate(LEVELS)}
+_RANK: dict[str, int] = {level: rank for rank, level in enumerate(LEVELS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class Report:
             raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON)}, not {fail_on!r}")
         if fail_on == "none":
             return False
-        threshold = _RANK[fail_on]  # type: ignore[index]  # a level: checked against FAIL_ON above
+        threshold = _RANK[fail_on]
         return any(_RANK[f.level] <= threshold for f in self.findings)
 
     def finding(self, check: str) -> Finding | None:

@@ -113,12 +113,16 @@ def valid_text(text: str) -> str:
     return _LONE_SURROGATE.sub("\ufffd", text)
 
 
+HarmKind = Literal["substance", "action", "dismissal"]
+HARM_KINDS: tuple[HarmKind, ...] = ("substance", "action", "dismissal")
+
+
 @dataclass(frozen=True)
 class HarmfulTerm:
     """One line of ``ontologies/harmful.tsv``: a harmful substance or action and why it is harmful."""
 
     pattern: re.Pattern[str]
-    kind: Literal["substance", "action", "dismissal"]
+    kind: HarmKind
     why: str
 
 
@@ -136,14 +140,15 @@ def harmful_terms(path: FsPath | None = None) -> tuple[HarmfulTerm, ...]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         parts = line.split("\t")
-        if len(parts) != 3 or parts[1] not in ("substance", "action", "dismissal") or not parts[2].strip():
+        kind = next((k for k in HARM_KINDS if k == parts[1]), None) if len(parts) == 3 else None
+        if kind is None or not parts[2].strip():
             raise InputError(f"{path}:{number}: expected 'pattern<TAB>substance|action|dismissal<TAB>why', got "
                              f"{line[:80]!r}")
         try:
             regex = re.compile(rf"(?<!\w)(?:{parts[0]})(?!\w)", re.IGNORECASE)
         except re.error as exc:
             raise InputError(f"{path}:{number}: bad pattern {parts[0]!r} ({exc})") from None
-        terms.append(HarmfulTerm(regex, parts[1], parts[2].strip()))  # type: ignore[arg-type]  # one of the kinds: checked above
+        terms.append(HarmfulTerm(regex, kind, parts[2].strip()))
     return tuple(terms)
 
 
