@@ -201,16 +201,16 @@ class Context:
                       for q in self.store.quads(predicate=RDF + "type", obj=Term("uri", meta))}
         described = {q.subject.value for q in self.store.quads(graph=SCHEMA_GRAPH)}
 
-        def found() -> Iterator[str] | Iterator[bytes]:
-            if tsv_rows.readable(self.store):  # a row per concept (deduped natively), each as its UTF-8 bytes
-                found: list[bytes] = []
-                for graph in self.data_graphs:
-                    tsv_rows.each_chunk(self.store, f"SELECT DISTINCT ?s WHERE {{ {values('p', predicates)} "
-                                                    f"GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}", ("s",),
-                                        lambda chunk: found.extend(line[1:-1] for line in chunk.data.split(b"\n")
-                                                                   if line[:1] == b"<"))
-                yield from found
-                return
+        def found_utf8() -> Iterator[bytes]:  # a row per concept (deduped natively), each as its UTF-8 bytes
+            found: list[bytes] = []
+            for graph in self.data_graphs:
+                tsv_rows.each_chunk(self.store, f"SELECT DISTINCT ?s WHERE {{ {values('p', predicates)} "
+                                                f"GRAPH {iri_ref(graph)} {{ ?s ?p ?o }} }}", ("s",),
+                                    lambda chunk: found.extend(line[1:-1] for line in chunk.data.split(b"\n")
+                                                               if line[:1] == b"<"))
+            yield from found
+
+        def found_text() -> Iterator[str]:
             if self.store.indexed:  # the embedded store dedupes natively: a row per concept, not per triple
                 for graph in self.data_graphs:
                     yield from (s for (s,) in self.store.iri_rows(
@@ -221,10 +221,11 @@ class Context:
                 yield from (q.subject.value for q in self.store.quads(predicate=predicate)
                             if q.graph not in skip and q.subject.kind == "uri")
 
-        if tsv_rows.readable(self.store):
-            vocabulary = {iri.encode() for iri in vocabulary}  # type: ignore[misc]  # as the TSV's UTF-8 bytes
-            described = {iri.encode() for iri in described}  # type: ignore[misc]  # as the TSV's UTF-8 bytes
-        return IriTable(s for s in found() if s not in vocabulary and s not in described)  # type: ignore[arg-type]  # all str or all bytes
+        if tsv_rows.readable(self.store):  # compared as the TSV's UTF-8 bytes
+            vocabulary_utf8 = {iri.encode() for iri in vocabulary}
+            described_utf8 = {iri.encode() for iri in described}
+            return IriTable(s for s in found_utf8() if s not in vocabulary_utf8 and s not in described_utf8)
+        return IriTable(s for s in found_text() if s not in vocabulary and s not in described)
 
     @cached_property
     def components(self) -> Components:
