@@ -56,7 +56,9 @@ def _syntax_check(text: str, path: Path) -> None:
     import pyoxigraph as ox
 
     try:
-        list(ox.Store().query(text))  # type: ignore[arg-type]  # a SELECT (checked above): its solutions
+        solutions = ox.Store().query(text)
+        if isinstance(solutions, ox.QuerySolutions):  # (a SELECT: read_check asked)
+            list(solutions)
     except SyntaxError as exc:
         raise InputError(f"invalid SPARQL: {exc}", path) from exc
 
