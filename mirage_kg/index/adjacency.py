@@ -38,13 +38,12 @@ class AdjacencyFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        from mirage_kg.index.degree import ReadAhead, connect_read_only
+        from mirage_kg.index.degree import connect_read_only
 
         self._db = connect_read_only(path)  # through a memory map, as the degree index's file
         # each anchor and bridge reads rows at random places in it: read the whole file ahead once, in order, as
         # the degree index's file is, before the first lookup (a cold row would cost the random read the file
         # exists to avoid)
-        self._read_ahead = ReadAhead(path)
         meta = dict(self._db.execute("SELECT key, value FROM meta"))
         self.fingerprint = meta.get("fingerprint")
         self.format = meta.get("format")
@@ -55,7 +54,6 @@ class AdjacencyFile:
         ``IN (...)`` lookup."""
         wanted = list(keys)
         out: dict[Any, Any] = {}
-        self._read_ahead.wait()
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start:start + _CHUNK]
             out.update(self._db.execute(f"SELECT {columns} FROM nodes WHERE {key} IN ({','.join('?' * len(chunk))})",
@@ -88,7 +86,6 @@ class AdjacencyFile:
     def node_edges(self, iri: str) -> list[Edge]:
         """``edges`` of one node (none when it is not on file), read without numpy: anchor asks for one node of a
         dozen edges, where array set-up would cost more than the lookups (two: the row, then its other ends)."""
-        self._read_ahead.wait()
         row = self._db.execute("SELECT edges FROM nodes WHERE iri = ?", (iri,)).fetchone()
         if row is None:
             return []
@@ -102,7 +99,6 @@ class AdjacencyFile:
         return [(relations[k >> 1], walked[k & 1], names[o]) for o, k in zip(others, kinds)]
 
     def close(self) -> None:
-        self._read_ahead.stop()
         self._db.close()
 
 

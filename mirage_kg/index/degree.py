@@ -22,9 +22,7 @@ of edges."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,10 +42,6 @@ FORMAT = "4"  # bump when the file's layout or the degree's definition changes
 FILED_DEGREE = 1_000
 FILED_EDGES = 4_000_000  # ~60 bytes each on disk; a query process holds none of them
 _CHUNK = 500  # keys per IN (...) lookup: well under SQLite's variable limit
-#: bytes of an index file asked for in one read-ahead advice: Linux reads at most max(read_ahead_kb, the device's
-#: largest request) of one WILLNEED (8 MiB here, 128 KiB by default), silently: the 16 MiB asked for before read half
-_WARM_SLICE = 128 << 10
-_WARM_WAIT_S = 120.0  # the longest a lookup waits for its file's read-ahead (a disk far slower than any seen here)
 _MEMO = 50_000  # rows kept in memory after a lookup (bounded: the index itself stays on disk)
 _BATCH = 50_000  # rows per executemany while building
 #: positions per (relation, direction) kept for a hub's filed anchor: anchor with a larger ``k`` ranks as before
@@ -70,7 +64,6 @@ class DiskDegrees(Mapping[str, int]):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db = connect_read_only(path)
-        self._read_ahead = ReadAhead(path)
         self._count = int(self._meta("count") or 0)
         #: the fact predicates the index counted (a hub's relations are probed among these)
         self.predicates: list[str] = json.loads(self._meta("predicates") or "[]")
@@ -103,7 +96,6 @@ class DiskDegrees(Mapping[str, int]):
         settings = self.hub_anchor_settings()
         if settings is None:
             return None
-        self._read_ahead.wait()
         found = self._db.execute("SELECT id FROM hub_anchor_nodes WHERE iri = ?", (iri,)).fetchone()
         if found is None:
             return None
@@ -207,7 +199,6 @@ class DiskDegrees(Mapping[str, int]):
                 out[iri] = row
         if not missing:
             return out
-        self._read_ahead.wait()
         found: dict[str, tuple[int, str | None]] = {}
         for start in range(0, len(missing), _CHUNK):
             chunk = missing[start:start + _CHUNK]
@@ -234,14 +225,12 @@ class DiskDegrees(Mapping[str, int]):
     def filed_links(self, iri: str) -> list[tuple[str, Direction, str]]:
         """(relation, "forward"|"backward", other node) of every fact edge at a node on file, in no set order."""
         relations = self._relations
-        self._read_ahead.wait()
         rows = self._db.execute("SELECT other, relation, forward FROM links WHERE node = ?", (self._filed[iri],))
         return [(relations[r], "forward" if f else "backward", other) for other, r, f in rows]
 
     def filed_links_to(self, iri: str, others: Iterable[str]) -> list[tuple[str, Direction, str]]:
         """The edges of ``filed_links(iri)`` whose other end is among ``others``: one indexed lookup per chunk."""
         relations, node, wanted = self._relations, self._filed[iri], list(others)
-        self._read_ahead.wait()
         out: list[tuple[str, Direction, str]] = []
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start:start + _CHUNK]
@@ -256,7 +245,6 @@ class DiskDegrees(Mapping[str, int]):
         of edges ``iri - x - other``, both nodes on file: one join in the file, where reading ``iri``'s edges and
         asking ``other`` about each end would bind every one of them."""
         relations = self._relations
-        self._read_ahead.wait()
         rows = self._db.execute(
             "SELECT a.other, a.relation, a.forward, b.relation, b.forward FROM links a "
             "JOIN links b ON b.node = ? AND b.other = a.other WHERE a.node = ?", (self._filed[other], self._filed[iri]))
@@ -271,64 +259,17 @@ class DiskDegrees(Mapping[str, int]):
         return self._count
 
     def close(self) -> None:
-        self._read_ahead.stop()
         self._db.close()
 
 
 def connect_read_only(path: Path) -> sqlite3.Connection:
     """A read-only connection to an index file beside the store (this degree index, the adjacency index), read
     through a memory map: a lookup costs no read() call (``pread`` instead cost ~25% more CPU an anchor or a bridge
-    at S = 1.0), and the pages are the OS's file cache (shared, dropped under pressure), not this process's memory.
-    A fault on a page not in that cache makes the kernel read around it (``read_ahead_kb``: 8 MiB a fault on the
-    2-core development VM), which is why the whole file is read ahead before its first lookup (``ReadAhead``)."""
+    at S = 1.0), and the pages are the OS's file cache (shared, dropped under pressure), not this process's memory;
+    a page not in that cache comes in on its first fault."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     db.execute("PRAGMA mmap_size = 1073741824")
     return db
-
-
-class ReadAhead:
-    """Reads an index file whole into the OS's page cache, in order, from a daemon thread; the file's lookups
-    ``wait`` for it (at most ``_WARM_WAIT_S``; a no-op once done), ``stop`` ends it early (the file closed unused,
-    e.g. built for another store state). Each anchor reads rows of ~15 nodes at random places in the file: read
-    cold (at full size a few hundred MB, evicted by a 15 GB store's pages), each row is a random read (0.5 ms at
-    the median, 12 ms at p95 on the 2-core development VM's disk) and, the file being memory-mapped, one of 8 MiB
-    around it; read in order the file costs its size at the disk's sequential speed once (seconds when cold,
-    ~0.1 s when its pages are in memory already). A lookup made while it runs would queue behind it."""
-
-    def __init__(self, path: Path) -> None:
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = threading.Thread(
-            target=self._read, args=(path,), name="degree-index-warm", daemon=True)
-        self._thread.start()
-
-    def _read(self, path: Path) -> None:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            size = os.fstat(fd).st_size
-            slices = range(0, size, _WARM_SLICE)
-            for start in slices:  # queued at once (the kernel blocks here once its queue is full): read in order
-                if self._stopped.is_set():
-                    return
-                os.posix_fadvise(fd, start, _WARM_SLICE, os.POSIX_FADV_WILLNEED)
-            for start in slices:  # then each slice's last page read: done once they have all come in
-                if self._stopped.is_set():
-                    return
-                os.pread(fd, 1, min(start + _WARM_SLICE, size) - 1)
-        except (OSError, AttributeError):  # no fadvise on this system: the pages come in as they are read
-            pass
-        finally:
-            os.close(fd)
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join(_WARM_WAIT_S)
-            self._thread = None
-
-    def stop(self) -> None:
-        self._stopped.set()
 
 
 class MemoryDegrees(dict[str, int]):

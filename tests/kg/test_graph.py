@@ -875,67 +875,6 @@ def test_labels_come_from_the_degree_index_file_as_the_store_gives_them(
         reader.close()
 
 
-def test_opening_the_degree_index_file_reads_it_all_ahead_and_its_first_lookup_waits_for_that(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A query process reads rows of the degree index's file at random places (the degrees and labels of each
-    anchor's neighbours); opening it asks the OS, from a background thread, to read the whole file into its page
-    cache in order, so those rows are not each a random read from disk once the store's pages have evicted it; the
-    first lookup waits for that (its random reads would otherwise queue behind the whole file's, and each fault in
-    the mapped file on a page not yet in reads megabytes around it)."""
-    import os
-    import threading
-
-    import mirage_kg.index.degree as degree_module
-    import mirage_kg.graph.limits as limits
-    from mirage_kg.index.degree import DiskDegrees
-
-    monkeypatch.setattr(limits, "DEGREE_INDEX_ON_DISK", 0)
-    store = OxigraphStore()
-    ensure_schema(store)
-    load_text(store, heavy_tailed_turtle(300, seed=2), TEST_GRAPH)
-    table = KnowledgeGraph(store, embedding_model="none", cache_dir=tmp_path)._degree_table()
-    assert isinstance(table, DiskDegrees)
-    for thread in threading.enumerate():  # the first open's read-ahead is done before the one watched below
-        if thread.name == "degree-index-warm":
-            thread.join(10)
-    monkeypatch.setattr(degree_module, "_WARM_SLICE", 4096)  # several slices even in a small file
-    asked: list[tuple[int, int, int]] = []
-    waited: list[int] = []  # the offset of each blocking read the read-ahead makes
-    plain_advise, plain_read = os.posix_fadvise, os.pread
-    held = threading.Event()
-
-    def advise(fd: int, start: int, length: int, advice: int) -> None:
-        held.wait(10)  # the read-ahead is held here until the test lets it go
-        asked.append((start, length, advice))
-        plain_advise(fd, start, length, advice)
-
-    monkeypatch.setattr(os, "posix_fadvise", advise)
-    monkeypatch.setattr(os, "pread", lambda fd, length, offset: (waited.append(offset), plain_read(fd, length, offset))[1])
-    again = DiskDegrees(table.path)
-    warming = [t for t in threading.enumerate() if t.name == "degree-index-warm"]
-    assert len(warming) == 1 and warming[0].is_alive()
-    threading.Timer(0.3, held.set).start()
-    # the first lookup waits for the read-ahead (a lookup beside it would queue behind it): done when it returns
-    assert again.many(list(table)[:5]) == table.many(list(table)[:5])
-    assert not warming[0].is_alive()
-    size = table.path.stat().st_size
-    assert len(asked) > 1 and all(advice == os.POSIX_FADV_WILLNEED for _, _, advice in asked)
-    covered = sorted((start, start + length) for start, length, _ in asked)
-    assert covered[0][0] == 0 and covered[-1][1] >= size
-    assert all(a_end >= b_start for (_, a_end), (b_start, _) in zip(covered, covered[1:]))  # no gap
-    # every slice's last page read back: the thread ends once the whole file is in
-    assert waited == [min(start + length, size) - 1 for start, length, _ in asked]
-    # a file closed unused (built for another store state) stops its read-ahead rather than read on
-    held.clear()
-    asked.clear()
-    unused = DiskDegrees(table.path)
-    warming = [t for t in threading.enumerate() if t.name == "degree-index-warm"]
-    unused.close()
-    held.set()
-    warming[0].join(10)
-    assert not warming[0].is_alive() and len(asked) <= 1
-
-
 def test_a_hubs_anchor_is_read_from_the_degree_index_file_as_ranked_when_built(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each hub's anchor (over ``HUB_DEGREE`` edges, ``rank_by`` unset; and each node's of ``FILED_DEGREE`` edges) is
