@@ -1,5 +1,5 @@
 """How input reaches pyoxigraph's native bulk loader: lines written into a pipe by a thread of their own
-(``pump``, ``widen_pipe``), and Ctrl-C seen within one chunk while the main thread is inside the native call
+(``pump``), and Ctrl-C seen within one chunk while the main thread is inside the native call
 (``deferred_interrupt``, ``InterruptibleReader``)."""
 
 from __future__ import annotations
@@ -10,11 +10,6 @@ import signal
 import threading
 from collections.abc import Iterator
 from typing import IO
-
-try:
-    import fcntl
-except ImportError:  # Windows has no fcntl: the pipe keeps its default size there
-    fcntl = None  # type: ignore[assignment]  # the module is absent there
 
 from mirage_kg.store.base import LineReader
 
@@ -96,23 +91,6 @@ def pump(reader: LineReader, interrupted: Interrupt | None, sink: IO[bytes]) -> 
         if not chunk:
             return
         sink.write(chunk)
-
-
-#: bytes a load's pipe holds: what the line producer may run ahead of the parser (Linux's default is 64 KiB)
-PIPE_BYTES = 1 << 20
-
-
-def widen_pipe(fd: int) -> None:
-    """Let the line producer run up to ``PIPE_BYTES`` ahead of the native parser, so that neither waits on the
-    other for each 64 KiB (one wake-up of each thread per pipe-full). Linux only, and capped by
-    ``/proc/sys/fs/pipe-max-size``: where it cannot, the default pipe still carries the same bytes."""
-    setter = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
-    if setter is None:
-        return
-    try:
-        fcntl.fcntl(fd, setter, PIPE_BYTES)
-    except OSError:
-        pass  # above the system's cap for an unprivileged process: a smaller pipe, same data
 
 
 class InterruptibleReader:

@@ -13,7 +13,7 @@ import pyoxigraph as ox
 
 from mirage_kg.errors import StoreError
 from mirage_kg.store.base import LineReader, LoadReceipt
-from mirage_kg.store.bulk_feed import Interrupt, InterruptibleReader, deferred_interrupt, pump, widen_pipe
+from mirage_kg.store.bulk_feed import Interrupt, InterruptibleReader, deferred_interrupt, pump
 from mirage_kg.store.oxigraph_terms import OXIGRAPH_FORMATS, QUAD_FORMATS
 from mirage_kg.store.oxigraph_write import OxigraphWrites
 from mirage_kg.threads import in_daemon_thread
@@ -91,7 +91,6 @@ class OxigraphLoads(OxigraphWrites):
         pyoxigraph reads the pipe's file descriptor without the GIL, so the two overlap on two cores. A Ctrl-C
         is acted on within one chunk of lines (the parser is cut off, see ``pump``)."""
         read_fd, write_fd = os.pipe()
-        widen_pipe(write_fd)
 
         def produce() -> None:
             try:

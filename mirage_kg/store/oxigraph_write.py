@@ -18,7 +18,6 @@ from mirage_kg.model.namespaces import MKG
 from mirage_kg.model.terms import iri_ref, literal
 from mirage_kg.store import checkpoints
 from mirage_kg.store.base import MANIFEST_GRAPH, PENDING
-from mirage_kg.store.bulk_feed import widen_pipe
 from mirage_kg.store.oxigraph_query import OxigraphQueries, WritesCounted
 from mirage_kg.threads import in_daemon_thread
 
@@ -288,7 +287,6 @@ class OxigraphWrites(OxigraphQueries):
         N-Triples into a pipe that the native bulk loader reads, so nothing is held in memory or passes through
         Python objects."""
         read_fd, write_fd = os.pipe()
-        widen_pipe(write_fd)
 
         def produce() -> None:
             try:
