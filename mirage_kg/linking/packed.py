@@ -161,7 +161,6 @@ def _group_buckets(keys: np.ndarray) -> np.ndarray:
 
 _RECENT_ENTITIES = 4096  # entities the packed lookup keeps decoded (``Packed.record``)
 _ANONYMOUS_FROM = 2 << 20  # packed arrays of this size or more go into anonymous memory (``in_memory``)
-_PAGE = 4096  # the size of a memory page
 
 
 def in_memory(size: int, parts: Iterable[bytes]) -> bytes | mmap.mmap:
@@ -283,16 +282,6 @@ class Packed:
         self._variant_words = memoryview(read("variant_words")).cast("i")
         self._choice_entity_idx = memoryview(read("choice_entity_idx")).cast("i")
         self._choice_entity_ends = memoryview(read("choice_entity_ends")).cast("q")
-        # one byte of every page of each array read now, once all are in memory, so that the open, not the first
-        # mentions, pays for whatever the first read of a page still costs (a few milliseconds at UMLS size; with
-        # huge pages it was 10-25 ms of stalls; with ordinary ones the first hundred exact mentions took 1.6 ms
-        # CPU after it, 2.5 ms without it, one run each)
-        for array in (self._table, self._buckets, self.levels, self.idxs, self._entity_text, self._entity_ends,
-                      self._choice_text, self._choice_ends, self._word_text, self._word_ends, self._posting_ends,
-                      self._variant_key_at, self._variant_words, self._choice_entity_idx, self._choice_entity_ends):
-            memoryview(array).cast("B")[::_PAGE].tobytes()
-        for array in (self._posting_ids, self._posting_lens):
-            array[::_PAGE // array.itemsize].sum()
 
     def choice_texts(self, ids: Sequence[int]) -> list[str]:
         """The word-sorted texts of these choices."""
