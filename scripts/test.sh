@@ -104,8 +104,8 @@ rm -rf "$wheels"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MIRAGE_KG_PROGRESS=0
 # Two pytest workers, one test file at a time each (pytest-xdist): the suite waits on its subprocesses, servers and
 # models for part of its run, so on 2 cores two workers overlap (0.68 of one process's time on a 187-test subset on
-# a quiet machine, 0.47 on a busy one); within a file tests run in order, as in one process. `-n 0` runs it all in one
-# process. Each worker loads its own models and servers (4.5 GB peak RSS over the heaviest files). A process once
-# grew past 20 GB: timed-out embedded queries kept collecting rows in abandoned threads; they now stop at their next
-# row (test_store_contract checks it).
+# a quiet machine); within a file tests run in order, as in one process. `-n 0` runs it all in one process. Each
+# worker loads its own models and servers (4.5 GB peak RSS over the heaviest files). A process once grew past 20 GB:
+# timed-out embedded queries kept collecting rows in abandoned threads; they now stop at their next row
+# (test_store_contract checks it).
 exec python -m pytest -q -n 2 --dist loadfile "$@"
