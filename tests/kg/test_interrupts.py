@@ -22,6 +22,13 @@ CLI = [sys.executable, "-m", "mirage_kg.cli"]
 ROWS = 120_000
 
 
+def _as_typed_at_a_terminal() -> None:
+    """A child's Ctrl-C as at a terminal: a runner started in the background (``cmd &`` in a script) hands its
+    children SIGINT ignored, and Python then never raises KeyboardInterrupt; the product's own behaviour is what
+    these tests check."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "MIRAGE_KG_PROGRESS": "0", "MIRAGE_KG_INDEX": "0", **extra}
 
@@ -57,6 +64,7 @@ def releases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path
 
 def _update(store: Path, second: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([*CLI, "load", str(second), "--store", str(store), "--update", *extra],
+                            preexec_fn=_as_typed_at_a_terminal,
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -126,6 +134,7 @@ def _store_with_rows(folder: Path) -> Path:
 def test_ctrl_c_stops_index_and_the_next_run_goes_on(tmp_path: Path) -> None:
     store = _store_with_rows(tmp_path)
     proc = subprocess.Popen([*CLI, "index", "--store", str(store), "--no-embeddings"], env=_env(),
+                            preexec_fn=_as_typed_at_a_terminal,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
 
